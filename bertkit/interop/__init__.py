@@ -1,0 +1,1 @@
+"""Interoperability with the Hugging Face ecosystem."""

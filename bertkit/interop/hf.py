@@ -1,0 +1,211 @@
+"""Hugging Face BERT checkpoints <-> bertkit encoders.
+
+A BERT folder (config.json + model.safetensors or pytorch_model.bin) maps onto a post-norm, LayerNorm, GELU,
+learned-position bertkit Encoder one tensor at a time; the mapping is a fixed table, used in both directions.
+Neither direction imports transformers: the formats are plain files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from bertkit.config import Config, ModelConfig
+from bertkit.errors import BertkitError
+from bertkit.nn.model import Model
+from bertkit.train.checkpoint import TOKENIZER_FILE, atomic_dir, load_run, write_run_files
+
+# HF BertModel key (without the "bert." prefix) -> bertkit Model key.
+_GLOBAL = {
+    "embeddings.word_embeddings.weight": "backbone.embeddings.token.weight",
+    "embeddings.position_embeddings.weight": "backbone.embeddings.position.weight",
+    "embeddings.token_type_embeddings.weight": "backbone.embeddings.token_type.weight",
+    "embeddings.LayerNorm.weight": "backbone.embeddings.norm.weight",
+    "embeddings.LayerNorm.bias": "backbone.embeddings.norm.bias",
+    "pooler.dense.weight": "heads.pooler.dense.weight",
+    "pooler.dense.bias": "heads.pooler.dense.bias",
+}
+_LAYER = {  # inside encoder.layer.{i}. -> backbone.blocks.{i}.
+    "attention.self.query": "self_attn.q",
+    "attention.self.key": "self_attn.k",
+    "attention.self.value": "self_attn.v",
+    "attention.output.dense": "self_attn.o",
+    "attention.output.LayerNorm": "self_attn_norm",
+    "intermediate.dense": "ffn.w_in",
+    "output.dense": "ffn.w_out",
+    "output.LayerNorm": "ffn_norm",
+}
+_LAYER_KEY = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
+_BK_LAYER_KEY = re.compile(r"^backbone\.blocks\.(\d+)\.(.+)\.(weight|bias)$")
+_IGNORED = ("embeddings.position_ids",)  # a buffer, not a weight
+
+
+def hf_to_bertkit_key(key: str) -> str | None:
+    """Map one HF BERT key to bertkit's, or None for tensors bertkit does not hold (e.g. pretraining heads)."""
+    key = key.removeprefix("bert.").replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta",
+                                                                                             "LayerNorm.bias")
+    if key in _GLOBAL:
+        return _GLOBAL[key]
+    match = _LAYER_KEY.match(key)
+    if match and match.group(2) in _LAYER:
+        return f"backbone.blocks.{match.group(1)}.{_LAYER[match.group(2)]}.{match.group(3)}"
+    return None
+
+
+def bertkit_to_hf_key(key: str) -> str:
+    """Inverse of `hf_to_bertkit_key` (BertModel layout, no prefix)."""
+    inverse_global = {v: k for k, v in _GLOBAL.items()}
+    if key in inverse_global:
+        return inverse_global[key]
+    match = _BK_LAYER_KEY.match(key)
+    inverse_layer = {v: k for k, v in _LAYER.items()}
+    if match and match.group(2) in inverse_layer:
+        return f"encoder.layer.{match.group(1)}.{inverse_layer[match.group(2)]}.{match.group(3)}"
+    raise BertkitError(f"export --format hf: bertkit tensor '{key}' has no place in a BERT checkpoint")
+
+
+def config_from_hf(hf: dict[str, Any], has_pooler: bool) -> ModelConfig:
+    """A bertkit ModelConfig equivalent to an HF BertConfig dict; refuses what bertkit cannot reproduce."""
+    if hf.get("model_type") not in ("bert", None):
+        raise BertkitError(f"import-hf: model_type '{hf.get('model_type')}' is not BERT (only BERT is supported)")
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        raise BertkitError(f"import-hf: position_embedding_type '{hf['position_embedding_type']}' is not supported "
+                           "(allowed: absolute)")
+    if hf.get("hidden_act", "gelu") != "gelu":
+        raise BertkitError(f"import-hf: hidden_act '{hf['hidden_act']}' is not supported (allowed: gelu)")
+    try:
+        return ModelConfig(
+            architecture="encoder", vocab_size=hf["vocab_size"], d_model=hf["hidden_size"],
+            n_layers=hf["num_hidden_layers"], n_heads=hf["num_attention_heads"], d_ff=hf["intermediate_size"],
+            max_len=hf.get("max_position_embeddings", 512), type_vocab_size=hf.get("type_vocab_size", 2),
+            dropout=hf.get("hidden_dropout_prob", 0.1), attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
+            norm="layernorm", norm_eps=hf.get("layer_norm_eps", 1e-12), norm_position="post", embedding_norm=True,
+            activation="gelu", bias=True, positions="learned", pooler=has_pooler,
+            pad_token_id=hf.get("pad_token_id") or 0, init_std=hf.get("initializer_range", 0.02))
+    except KeyError as exc:
+        raise BertkitError(f"import-hf: config.json lacks {exc.args[0]}") from None
+
+
+def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
+    """An HF BertConfig dict for a bertkit encoder; refuses switches BERT cannot express, naming them."""
+    required = {"architecture": "encoder", "norm": "layernorm", "norm_position": "post", "activation": "gelu",
+                "positions": "learned", "bias": True, "embedding_norm": True}
+    for key, value in required.items():
+        if getattr(cfg, key) != value:
+            raise BertkitError(f"export --format hf: model.{key}={getattr(cfg, key)!r} cannot be expressed as BERT "
+                               f"(BERT needs {key}={value!r})")
+    if cfg.n_kv_heads != cfg.n_heads:
+        raise BertkitError(f"export --format hf: model.n_kv_heads={cfg.n_kv_heads} (GQA/MQA) cannot be expressed as "
+                           f"BERT (needs n_kv_heads == n_heads = {cfg.n_heads})")
+    return {
+        "architectures": ["BertModel"], "model_type": "bert", "vocab_size": cfg.vocab_size,
+        "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
+        "intermediate_size": cfg.d_ff, "hidden_act": "gelu", "hidden_dropout_prob": cfg.dropout,
+        "attention_probs_dropout_prob": cfg.attention_dropout, "max_position_embeddings": cfg.max_len,
+        "type_vocab_size": max(cfg.type_vocab_size, 1), "initializer_range": cfg.init_std,
+        "layer_norm_eps": cfg.norm_eps, "pad_token_id": cfg.pad_token_id, "position_embedding_type": "absolute",
+    }
+
+
+def read_hf_config(src: str | Path) -> dict[str, Any]:
+    """The config.json of an HF model folder."""
+    src = Path(src)
+    if not src.is_dir():
+        raise BertkitError(f"{src}: not a directory")
+    config_path = src / "config.json"
+    if not config_path.is_file():
+        raise BertkitError(f"{src}: no config.json (not a Hugging Face model folder)")
+    try:
+        return json.loads(config_path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BertkitError(f"{config_path}: not valid JSON ({exc})") from None
+
+
+def read_hf_weights(src: str | Path) -> dict[str, torch.Tensor]:
+    """The state dict of an HF folder; safetensors preferred, pytorch_model.bin read weights-only (no pickle code)."""
+    src = Path(src)
+    if (src / "model.safetensors").is_file():
+        try:
+            return load_file(str(src / "model.safetensors"))
+        except (SafetensorError, OSError) as exc:
+            raise BertkitError(f"{src / 'model.safetensors'}: unreadable ({exc})") from None
+    if (src / "pytorch_model.bin").is_file():
+        try:
+            return torch.load(src / "pytorch_model.bin", map_location="cpu", weights_only=True)
+        except Exception as exc:  # torch raises many types for a bad pickle
+            raise BertkitError(f"{src / 'pytorch_model.bin'}: unreadable ({type(exc).__name__}: {exc})") from None
+    raise BertkitError(f"{src}: no model.safetensors or pytorch_model.bin")
+
+
+def model_from_hf(src: str | Path) -> tuple[Model, list[str]]:
+    """Build a bertkit Model holding an HF BERT folder's weights. Returns the model and the skipped HF keys."""
+    hf_config = read_hf_config(src)
+    config_from_hf(hf_config, has_pooler=False)  # refuse a non-BERT folder before reading its weights
+    state, skipped = {}, []
+    for key, tensor in read_hf_weights(src).items():
+        target = hf_to_bertkit_key(key)
+        if target is None:
+            if not key.endswith(_IGNORED):
+                skipped.append(key)
+            continue
+        state[target] = tensor.float()
+    cfg = config_from_hf(hf_config, has_pooler="heads.pooler.dense.weight" in state)
+    model = Model(cfg)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # shape mismatches
+        raise BertkitError(f"import-hf: weights do not match config.json ({str(exc).splitlines()[-1].strip()})") \
+            from None
+    if missing or unexpected:
+        raise BertkitError(f"import-hf: weights do not match config.json (missing: {missing[:3]}, "
+                           f"unexpected: {unexpected[:3]})")
+    return model.eval(), skipped
+
+
+def _tokenizer_for(src: Path, dest: Path) -> bool:
+    """Put a tokenizer.json in dest: copied, or built from vocab.txt (WordPiece) when the folder has only that."""
+    if (src / TOKENIZER_FILE).is_file():
+        shutil.copyfile(src / TOKENIZER_FILE, dest / TOKENIZER_FILE)
+        return True
+    if (src / "vocab.txt").is_file():
+        from tokenizers.implementations import BertWordPieceTokenizer
+
+        lowercase = True
+        if (src / "tokenizer_config.json").is_file():
+            lowercase = json.loads((src / "tokenizer_config.json").read_text()).get("do_lower_case", True)
+        BertWordPieceTokenizer(str(src / "vocab.txt"), lowercase=lowercase).save(str(dest / TOKENIZER_FILE))
+        return True
+    return False
+
+
+def import_hf(src: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:
+    """Make a bertkit run directory from an HF BERT folder. Returns a summary (parameters, skipped, tokenizer)."""
+    model, skipped = model_from_hf(src)
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        write_run_files(tmp, model, Config(model=model.config))
+        has_tokenizer = _tokenizer_for(Path(src), tmp)
+    return {"out": str(out), "parameters": model.parameter_counts()["total"], "skipped": skipped,
+            "tokenizer": has_tokenizer}
+
+
+def export_hf(run: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:
+    """Write an HF BERT folder (config.json, model.safetensors, tokenizer.json) that `transformers.BertModel`
+    loads unchanged. A model without a pooler leaves BERT's pooler to transformers' random init."""
+    config, model = load_run(run)
+    hf_config = config_to_hf(config.model)
+    state = {bertkit_to_hf_key(key): tensor.contiguous() for key, tensor in model.state_dict().items()}
+    if config.model.type_vocab_size == 0:  # BERT always adds a segment embedding: a zero row is the same function
+        state["embeddings.token_type_embeddings.weight"] = torch.zeros(1, config.model.d_model)
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        (tmp / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n", encoding="utf-8")
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        if (Path(run) / TOKENIZER_FILE).is_file():
+            shutil.copyfile(Path(run) / TOKENIZER_FILE, tmp / TOKENIZER_FILE)
+    return {"out": str(out), "tensors": len(state)}

@@ -1,0 +1,1 @@
+"""One module per CLI job; each exposes `run(...)`."""

@@ -1,0 +1,83 @@
+"""`bertkit info`: the architecture and parameter counts of a recipe or a run directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from bertkit.config import Config, ModelConfig, load_recipe
+from bertkit.errors import BertkitError
+from bertkit.nn.model import Model
+from bertkit.train.checkpoint import is_run_dir, load_config
+
+
+def load_target(target: str, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Config, str]:
+    """A run directory's config or a recipe's (with overrides); returns (config, what it is)."""
+    if Path(target).is_dir():
+        if overrides:
+            raise BertkitError("--set applies to recipes, not to an existing run directory")
+        kind = "run" if is_run_dir(target) else "directory"
+        return load_config(target), kind
+    return load_recipe(target, overrides), "recipe"
+
+
+def describe(cfg: ModelConfig) -> list[str]:
+    """Human-readable lines for the stack: embeddings, one block, the stack shape."""
+    attn = ("MHA" if cfg.n_kv_heads == cfg.n_heads else "MQA" if cfg.n_kv_heads == 1 else "GQA")
+    kv = "" if cfg.n_kv_heads == cfg.n_heads else f", {cfg.n_kv_heads} kv heads"
+    inside = {"relative": f" + relative positions (Shaw, clip ±{cfg.max_distance})",
+              "rotary": f" + rotary positions (base {cfg.rotary_base:g})"}.get(cfg.positions, "")
+    absolute = {"learned": "learned positions", "sinusoidal": "sinusoidal positions"}.get(cfg.positions)
+    emb = ["token" + (" × √d_model" if cfg.scale_embeddings else "")]
+    emb += [absolute] if absolute else []
+    emb += [f"token type ({cfg.type_vocab_size})"] if cfg.type_vocab_size else []
+    norm = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm"}[cfg.norm]
+    lines = [f"embeddings: {' + '.join(emb)}" + (f" → {norm}" if cfg.embedding_norm else "") +
+             f" → dropout {cfg.dropout:g}"]
+    block = (f"self-attention {attn} ({cfg.n_heads} heads × {cfg.d_head}{kv}){inside}, attention dropout "
+             f"{cfg.attention_dropout:g} → FFN {cfg.activation} {cfg.d_model}→{cfg.d_ff}→{cfg.d_model}; "
+             f"{cfg.norm_position}-norm {norm}, {'biases' if cfg.bias else 'no biases'}")
+    if cfg.architecture == "encoder":
+        lines.append(f"encoder: {cfg.n_layers} × [{block}] (bidirectional)")
+    elif cfg.architecture == "decoder":
+        lines.append(f"decoder: {cfg.n_layers} × [{block}] (causal)")
+    else:
+        lines.append(f"encoder: {cfg.n_layers} × [{block}] (bidirectional)")
+        lines.append(f"decoder: {cfg.n_decoder_layers} × [causal {block.replace('FFN', 'cross-attention → FFN')}]")
+        lines.append("token embeddings " + ("shared by source and target" if cfg.share_embeddings else "separate"))
+    if cfg.norm_position == "pre":
+        lines.append(f"final {norm} after the last block")
+    if cfg.pooler:
+        lines.append("heads: pooler (dense + tanh over [CLS])")
+    return lines
+
+
+def parameter_counts(cfg: ModelConfig) -> dict[str, int]:
+    """Parameter counts by part, without allocating the weights (built on the meta device)."""
+    with torch.device("meta"):
+        return Model(cfg).parameter_counts()
+
+
+def run(target: str, overrides: list[str] | tuple[str, ...] = (), console: Console | None = None) -> dict[str, Any]:
+    """Print the architecture summary of a recipe or run; return it as a dict."""
+    console = console or Console()
+    config, kind = load_target(target, overrides)
+    cfg = config.model
+    counts = parameter_counts(cfg)
+    console.print(f"[bold]{target}[/bold] ({kind}): {cfg.architecture}, vocab {cfg.vocab_size:,}, "
+                  f"d_model {cfg.d_model}, max_len {cfg.max_len}")
+    for line in describe(cfg):
+        console.print(f"  {line}", markup=False, highlight=False)
+    table = Table(title="parameters", show_edge=False)
+    table.add_column("part")
+    table.add_column("count", justify="right")
+    table.add_column("share", justify="right")
+    for part in ("embeddings", "blocks", "heads", "total"):
+        share = counts[part] / counts["total"] if counts["total"] else 0.0
+        table.add_row(part, f"{counts[part]:,}", f"{share:.1%}")
+    console.print(table)
+    return {"kind": kind, "config": config.to_dict(), "parameters": counts}

@@ -1,0 +1,135 @@
+"""Scaled dot-product multi-head attention: MHA / GQA / MQA, self- or cross-attention, padding and causal masks.
+
+Two paths compute the same function: `F.scaled_dot_product_attention` (fast; fused kernels on GPU) and a readable
+eager path that also returns the attention weights (for attention maps, and to test the fast path against).
+Relative positions need the weights inside the value sum, so they always take the eager path.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertkit.config import ModelConfig
+from bertkit.nn.positions import RelativePositions, Rotary
+
+AttentionImpl = Literal["sdpa", "eager"]
+
+
+def build_mask(key_padding: torch.Tensor | None, t_q: int, t_k: int, causal: bool,
+               ) -> tuple[torch.Tensor | None, bool]:
+    """One boolean mask for a whole stack: True where a query may attend to a key.
+
+    key_padding: (B, Tk) with True (or 1) at real tokens. Returns (mask, is_causal): mask is (B|1, 1, Tq, Tk) or
+    None; `is_causal` is True only when a plain square causal mask is all there is (SDPA then builds it itself).
+    A query row with no allowed key (left padding under a causal mask) is opened to every key, so both paths stay
+    finite; such rows are padding, and their outputs are never used.
+    """
+    if key_padding is None:
+        if not causal:
+            return None, False
+        if t_q == t_k:
+            return None, True
+    mask = None
+    if key_padding is not None:
+        mask = key_padding.bool()[:, None, None, :]  # (B, 1, 1, Tk)
+    if causal:
+        device = key_padding.device if key_padding is not None else None
+        # Queries are the last t_q positions of the t_k keys (offset > 0 when earlier keys are cached).
+        tri = torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_k - t_q)  # (Tq, Tk)
+        mask = tri[None, None] if mask is None else mask & tri
+    mask = mask.expand(-1, -1, t_q, -1)
+    mask = mask | ~mask.any(dim=-1, keepdim=True)
+    return mask, False
+
+
+class Attention(nn.Module):
+    """Multi-head attention with `n_kv_heads` key/value heads (n_heads: MHA, 1: MQA, between: GQA).
+
+    Self-attention when `kv` is None, cross-attention (queries from x, keys/values from kv) otherwise. Rotary and
+    relative positions act only in self-attention (`cross=False`); cross-attention has no notion of offset.
+    """
+
+    def __init__(self, cfg: ModelConfig, cross: bool = False):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.d_head = cfg.n_heads, cfg.n_kv_heads, cfg.d_head
+        self.q = nn.Linear(cfg.d_model, cfg.n_heads * cfg.d_head, bias=cfg.bias)
+        self.k = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.d_head, bias=cfg.bias)
+        self.v = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.d_head, bias=cfg.bias)
+        self.o = nn.Linear(cfg.n_heads * cfg.d_head, cfg.d_model, bias=cfg.bias)
+        self.dropout = cfg.attention_dropout
+        self.relative = RelativePositions(cfg.max_distance, cfg.d_head) if cfg.positions == "relative" and not cross \
+            else None
+        self.rotary = Rotary(cfg.d_head, cfg.rotary_base) if cfg.positions == "rotary" and not cross else None
+        self.impl: AttentionImpl = "sdpa"
+
+    def _heads(self, x: torch.Tensor, n: int) -> torch.Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, n, self.d_head).transpose(1, 2)  # (B, T, n*dh) -> (B, n, T, dh)
+
+    def forward(self, x: torch.Tensor, kv: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                is_causal: bool = False, q_pos: torch.Tensor | None = None, k_pos: torch.Tensor | None = None,
+                need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, Tq, D), kv (B, Tk, D) or None; mask/is_causal from `build_mask`; q_pos/k_pos (Tq,)/(Tk,) or
+        (B, T) position ids for rotary/relative (default 0..T-1). Returns (B, Tq, D) and, when asked (or on the
+        eager path), the weights (B, H, Tq, Tk)."""
+        source = x if kv is None else kv
+        q = self._heads(self.q(x), self.n_heads)  # (B, H, Tq, dh)
+        k = self._heads(self.k(source), self.n_kv_heads)  # (B, Hkv, Tk, dh)
+        v = self._heads(self.v(source), self.n_kv_heads)  # (B, Hkv, Tk, dh)
+        t_q, t_k = q.shape[2], k.shape[2]
+        if self.rotary is not None or self.relative is not None:
+            q_pos = torch.arange(t_q, device=x.device) + (t_k - t_q) if q_pos is None else q_pos
+            k_pos = torch.arange(t_k, device=x.device) if k_pos is None else k_pos
+        if self.rotary is not None:
+            q = Rotary.rotate(q, *self.rotary.cos_sin(q_pos))
+            k = Rotary.rotate(k, *self.rotary.cos_sin(k_pos))
+        dropout = self.dropout if self.training else 0.0
+
+        if self.impl == "sdpa" and not need_weights and self.relative is None:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal,
+                                                 enable_gqa=self.n_kv_heads != self.n_heads)
+            weights = None
+        else:
+            out, weights = self._eager(q, k, v, mask, is_causal, dropout, q_pos, k_pos)
+        b = out.shape[0]
+        out = out.transpose(1, 2).reshape(b, t_q, self.n_heads * self.d_head)  # (B, Tq, H*dh)
+        return self.o(out), weights
+
+    def _eager(self, q, k, v, mask, is_causal, dropout, q_pos, k_pos):
+        """Reference attention, written out: softmax(q kᵀ / sqrt(dh) + relative bias, masked) v."""
+        if self.n_kv_heads != self.n_heads:  # GQA/MQA: query head h reads kv head h // (H / Hkv)
+            k = k.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)  # (B, H, Tk, dh)
+            v = v.repeat_interleave(self.n_heads // self.n_kv_heads, dim=1)
+        t_q, t_k = q.shape[2], k.shape[2]
+        scale = 1.0 / math.sqrt(self.d_head)
+        scores = (q @ k.transpose(-1, -2)) * scale  # (B, H, Tq, Tk)
+        buckets = None
+        if self.relative is not None:
+            buckets = self.relative.bucket(q_pos, k_pos)  # (B|1, Tq, Tk)
+            if buckets.dim() == 2:
+                buckets = buckets[None]
+            scores = scores + self.relative.score_bias(q, buckets) * scale
+        if is_causal:
+            mask = torch.ones(t_q, t_k, dtype=torch.bool, device=q.device).tril(diagonal=t_k - t_q)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = scores.softmax(dim=-1)  # (B, H, Tq, Tk)
+        dropped = F.dropout(weights, p=dropout) if dropout > 0 else weights
+        out = dropped @ v  # (B, H, Tq, dh)
+        if self.relative is not None:
+            out = out + self.relative.value_term(dropped, buckets)
+        return out, weights
+
+
+def set_attention_impl(module: nn.Module, impl: AttentionImpl) -> None:
+    """Switch every Attention inside `module` to the SDPA fast path or the eager reference path."""
+    if impl not in ("sdpa", "eager"):
+        raise ValueError(f"attention impl must be sdpa or eager, got {impl!r}")
+    for m in module.modules():
+        if isinstance(m, Attention):
+            m.impl = impl

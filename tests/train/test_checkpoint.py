@@ -1,0 +1,73 @@
+"""Run directories: save → load gives identical parameters; writes are atomic and never damage what exists."""
+
+import json
+
+import pytest
+import torch
+
+from bertkit.config import Config
+from bertkit.errors import BertkitError
+from bertkit.nn.model import Model
+from bertkit.train.checkpoint import atomic_dir, is_run_dir, load_run, save_run
+from conftest import tiny
+
+
+@pytest.mark.parametrize("overrides", [dict(pooler=True), dict(architecture="decoder", positions="rotary"),
+                                       dict(architecture="encoder-decoder", positions="relative")])
+def test_save_load_gives_identical_parameters(tmp_path, overrides):
+    cfg = tiny(**overrides)
+    model = Model(cfg)
+    save_run(tmp_path / "run", model, Config(model=cfg))
+    assert is_run_dir(tmp_path / "run")
+    stored = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert stored["bertkit_version"] and stored["model"]["d_model"] == 32
+    config, loaded = load_run(tmp_path / "run")
+    assert config.model == cfg
+    original, restored = model.state_dict(), loaded.state_dict()
+    assert original.keys() == restored.keys()
+    for key in original:
+        assert torch.equal(original[key], restored[key]), key
+    if cfg.architecture == "encoder-decoder":  # tying survives the round trip (stored once)
+        bb = loaded.backbone
+        assert bb.decoder.embeddings.token.weight is bb.encoder.embeddings.token.weight
+
+
+def test_existing_output_is_refused_then_replaced_atomically(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "keep.txt").write_text("precious")
+    cfg = tiny()
+    with pytest.raises(BertkitError, match="already exists"):
+        save_run(out, Model(cfg), Config(model=cfg))
+    assert (out / "keep.txt").read_text() == "precious"
+    save_run(out, Model(cfg), Config(model=cfg), overwrite=True)
+    assert is_run_dir(out) and not (out / "keep.txt").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]  # no temp dirs left behind
+
+
+def test_failed_write_leaves_the_old_run_untouched(tmp_path):
+    out = tmp_path / "run"
+    cfg = tiny()
+    save_run(out, Model(cfg), Config(model=cfg))
+    before = (out / "model.safetensors").read_bytes()
+    with pytest.raises(RuntimeError):
+        with atomic_dir(out, overwrite=True) as tmp:
+            (tmp / "model.safetensors").write_bytes(b"half")
+            raise RuntimeError("killed mid-write")
+    assert (out / "model.safetensors").read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+
+
+def test_weights_that_do_not_fit_the_config_are_a_user_error(tmp_path):
+    cfg = tiny()
+    save_run(tmp_path / "run", Model(cfg), Config(model=cfg))
+    stored = json.loads((tmp_path / "run" / "config.json").read_text())
+    stored["model"]["d_ff"] = 128
+    (tmp_path / "run" / "config.json").write_text(json.dumps(stored))
+    with pytest.raises(BertkitError, match="weights do not fit the config"):
+        load_run(tmp_path / "run")
+    (tmp_path / "run" / "model.safetensors").write_bytes(b"garbage")
+    with pytest.raises(BertkitError):
+        load_run(tmp_path / "run")
+    with pytest.raises(BertkitError, match="not a bertkit run directory"):
+        load_run(tmp_path / "missing")
