@@ -27,3 +27,13 @@ def tiny(**overrides) -> ModelConfig:
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+def pytest_collection_modifyitems(config, items):
+    """GPU tests run only where CUDA is available (never in CI); they are skipped with the reason elsewhere."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA (GPU figures live in benchmarks/)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

@@ -21,13 +21,14 @@ AttentionImpl = Literal["sdpa", "eager"]
 
 
 def build_mask(key_padding: torch.Tensor | None, t_q: int, t_k: int, causal: bool,
-               ) -> tuple[torch.Tensor | None, bool]:
+               device: torch.device | None = None) -> tuple[torch.Tensor | None, bool]:
     """One boolean mask for a whole stack: True where a query may attend to a key.
 
-    key_padding: (B, Tk) with True (or 1) at real tokens. Returns (mask, is_causal): mask is (B|1, 1, Tq, Tk) or
+    key_padding: (B, Tk) with True (or 1) at real tokens. Returns (mask, is_causal): mask is (B, 1, 1, Tk) for
+    padding alone (broadcast over queries, never materialised per query), (B|1, 1, Tq, Tk) with a causal part, or
     None; `is_causal` is True only when a plain square causal mask is all there is (SDPA then builds it itself).
-    A query row with no allowed key (left padding under a causal mask) is opened to every key, so both paths stay
-    finite; such rows are padding, and their outputs are never used.
+    A query row with no allowed key (an all-padding row, or left padding under a causal mask) is opened to every
+    key so both paths stay finite; such rows are padding, and their outputs are never used.
     """
     if key_padding is None:
         if not causal:
@@ -37,14 +38,12 @@ def build_mask(key_padding: torch.Tensor | None, t_q: int, t_k: int, causal: boo
     mask = None
     if key_padding is not None:
         mask = key_padding.bool()[:, None, None, :]  # (B, 1, 1, Tk)
+        device = key_padding.device
     if causal:
-        device = key_padding.device if key_padding is not None else None
         # Queries are the last t_q positions of the t_k keys (offset > 0 when earlier keys are cached).
         tri = torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril(diagonal=t_k - t_q)  # (Tq, Tk)
         mask = tri[None, None] if mask is None else mask & tri
-    mask = mask.expand(-1, -1, t_q, -1)
-    mask = mask | ~mask.any(dim=-1, keepdim=True)
-    return mask, False
+    return mask | ~mask.any(dim=-1, keepdim=True), False
 
 
 class Attention(nn.Module):

@@ -84,7 +84,7 @@ class _Stack(nn.Module):
              output_hidden_states, output_attentions) -> StackOutput:
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, D)
         t = input_ids.shape[1]
-        mask, is_causal = build_mask(attention_mask, t, t, causal=self.causal)
+        mask, is_causal = build_mask(attention_mask, t, t, causal=self.causal, device=input_ids.device)
         cross_mask = None
         if memory is not None and memory_mask is not None:
             cross_mask, _ = build_mask(memory_mask, t, memory.shape[1], causal=False)

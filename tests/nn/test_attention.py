@@ -123,6 +123,17 @@ def test_build_mask_shapes_and_open_rows():
     mask, _ = build_mask(left_padded, 4, 4, causal=True)
     assert mask[0, 0, 0].all() and mask[0, 0, 1].all()  # fully masked pad rows are opened (stay finite)
     assert mask[0, 0, 3].tolist() == [False, False, True, True]
+    mask, _ = build_mask(torch.tensor([[1, 1, 0], [0, 0, 0]]), 3, 3, causal=False)
+    assert mask.shape == (2, 1, 1, 3)  # padding alone stays a broadcast row, never (B, 1, T, T)
+    assert mask[1].all()  # an all-padding row is opened so softmax stays finite
+
+
+def test_all_padding_row_stays_finite():
+    attn = Attention(tiny()).eval()
+    pad = torch.tensor([[1, 1, 0], [0, 0, 0]])
+    for impl in ("sdpa", "eager"):
+        out, _ = _run(attn, torch.randn(2, 3, 32), pad=pad, impl=impl)
+        assert torch.isfinite(out).all()
 
 
 def test_set_attention_impl_rejects_unknown():
