@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import tomllib
 import types
 import typing
@@ -23,6 +24,10 @@ Norm = Literal["layernorm", "rmsnorm"]
 NormPosition = Literal["post", "pre"]
 Activation = Literal["relu", "gelu", "swiglu"]
 Positions = Literal["learned", "sinusoidal", "relative", "rotary", "none"]
+Objective = Literal["mlm"]
+Schedule = Literal["linear", "cosine", "constant"]
+Precision = Literal["fp32", "bf16", "fp16"]
+OnBadSteps = Literal["reload", "stop"]
 
 
 @dataclass(frozen=True)
@@ -101,10 +106,119 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
+class TokenizerConfig:
+    """How a BPE vocabulary is trained (its size is `model.vocab_size`)."""
+
+    byte_level: bool = True  # byte-level BPE: every byte is in the alphabet, nothing is ever [UNK]
+    lowercase: bool = False
+    nfkc: bool = True  # Unicode NFKC normalisation
+    min_frequency: int = 2  # a merge must occur at least this often
+    max_documents: int | None = None  # train on at most this many documents (None: the whole corpus)
+
+    def __post_init__(self) -> None:
+        _check_types(self, "tokenizer")
+        _at_least(self, "tokenizer", min_frequency=1, max_documents=1)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """The pretraining corpus and how it becomes batches."""
+
+    corpus: tuple[str, ...] = ()  # files or directories: .txt .gz .jsonl .csv .tsv .parquet
+    text_field: str = "text"  # the JSONL field / CSV, TSV or Parquet column holding the text
+    block_size: int = 128  # tokens per packed block, [CLS] included
+    validation_fraction: float = 0.01  # share of documents held out for validation
+    max_validation_blocks: int = 1000
+    mlm_probability: float = 0.15
+    whole_word_mask: bool = False  # mask every piece of a word together (words from the pre-tokenizer)
+    tokenize_workers: int = 1  # processes for tokenising and packing (each also uses tokenizers' threads)
+    skip_bad_lines: bool = False  # skip lines that are not valid UTF-8 (counted) instead of stopping
+
+    def __post_init__(self) -> None:
+        _check_types(self, "data")
+        _at_least(self, "data", block_size=8, max_validation_blocks=1, tokenize_workers=1)
+        if not 0.0 <= self.validation_fraction < 0.5:
+            raise ConfigError(f"data.validation_fraction: must be in [0, 0.5), got {self.validation_fraction}")
+        if not 0.0 < self.mlm_probability < 1.0:
+            raise ConfigError(f"data.mlm_probability: must be in (0, 1), got {self.mlm_probability}")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The training loop: optimiser, schedule, budget, evaluation, checkpoints, precision."""
+
+    objective: Objective = "mlm"
+    batch_size: int = 32  # sequences per device per micro-step
+    accumulation_steps: int = 1  # micro-steps per optimiser step (global batch = batch_size x processes x this)
+    learning_rate: float = 5e-4
+    weight_decay: float = 0.01  # AdamW; never applied to norms, biases or position tables
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_eps: float = 1e-6
+    schedule: Schedule = "linear"  # decay after warmup
+    warmup_ratio: float = 0.06  # share of the steps spent warming up linearly from 0
+    max_grad_norm: float = 1.0  # gradient clipping (0 disables)
+    max_steps: int = 1000
+    max_time: str | None = None  # wall-clock budget ("30m", "2h", "90s"); the schedule is fitted to it
+    eval_every: int = 200
+    log_every: int = 10
+    save_every: int = 500
+    keep_checkpoints: int = 2
+    precision: Precision = "fp32"  # bf16 autocast pays on CPUs with AMX and on every recent GPU
+    seed: int = 0
+    max_bad_steps: int = 3  # consecutive non-finite steps tolerated (each skipped) before on_bad_steps
+    on_bad_steps: OnBadSteps = "reload"  # reload the last good checkpoint, or stop
+
+    def __post_init__(self) -> None:
+        _check_types(self, "train")
+        _at_least(self, "train", batch_size=1, accumulation_steps=1, max_steps=1, eval_every=1, log_every=1,
+                  save_every=1, keep_checkpoints=1, max_bad_steps=1)
+        for key in ("learning_rate", "adam_eps"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"train.{key}: must be > 0, got {getattr(self, key)}")
+        for key in ("weight_decay", "max_grad_norm"):
+            if getattr(self, key) < 0:
+                raise ConfigError(f"train.{key}: must be >= 0, got {getattr(self, key)}")
+        for key in ("adam_beta1", "adam_beta2", "warmup_ratio"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                raise ConfigError(f"train.{key}: must be in [0, 1), got {getattr(self, key)}")
+        if self.max_time is not None:
+            parse_duration(self.max_time, "train.max_time")
+
+    @property
+    def max_seconds(self) -> float | None:
+        """`max_time` in seconds (None: no budget)."""
+        return None if self.max_time is None else parse_duration(self.max_time, "train.max_time")
+
+
+def parse_duration(text: str, key: str) -> float:
+    """'90s', '30m', '1.5h', '45' (seconds) -> seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    raw = str(text).strip().lower()
+    try:
+        value = float(raw[:-1]) * units[raw[-1]] if raw and raw[-1] in units else float(raw)
+    except ValueError:
+        raise ConfigError(f"{key}: {text!r} is not a duration (e.g. 90s, 30m, 2h)") from None
+    if value <= 0:
+        raise ConfigError(f"{key}: must be positive, got {text!r}")
+    return value
+
+
+def _at_least(obj: Any, prefix: str, **minimums: int) -> None:
+    for key, low in minimums.items():
+        value = getattr(obj, key)
+        if value is not None and value < low:
+            raise ConfigError(f"{prefix}.{key}: must be >= {low}, got {value}")
+
+
+@dataclass(frozen=True)
 class Config:
-    """A whole recipe: one section per concern. Later jobs add their sections (data, train, …) here."""
+    """A whole recipe: one section per concern. Jobs add their sections here."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (TOML/JSON-serialisable)."""
@@ -169,12 +283,18 @@ def _check_types(obj: Any, prefix: str) -> None:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError(f"{key}: expected an integer, got {value!r}")
         elif expected is float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"{key}: expected a number, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(f"{key}: expected a finite number, got {value!r}")
             object.__setattr__(obj, f.name, float(value))
         elif expected is str:
             if not isinstance(value, str):
                 raise ConfigError(f"{key}: expected a string, got {value!r}")
+        elif typing.get_origin(expected) is tuple:  # tuple[str, ...]: TOML lists arrive as lists
+            if isinstance(value, str):
+                value = (value,)
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{key}: expected a list of strings, got {value!r}")
+            object.__setattr__(obj, f.name, tuple(value))
 
 
 # ----------------------------------------------------------------------------------------------------- recipes
@@ -240,12 +360,19 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]
                 raise ConfigError(f"--set {key}: unknown key{hint}" if not owners else
                                   f"--set {key}: ambiguous, say one of {', '.join(f'{o}.{key}' for o in owners)}")
             section, name = owners[0], key
-        data.setdefault(section, {})[name] = _parse_value(raw)
+        if not isinstance(data.setdefault(section, {}), dict):
+            raise ConfigError(f"[{section}] must be a table of key = value")
+        data[section][name] = _parse_value(raw, _is_optional(sections[section], name))
     return data
 
 
-def _parse_value(raw: str) -> Any:
-    if raw.lower() in ("none", "null"):
+def _is_optional(section_cls: type, name: str) -> bool:
+    hint = typing.get_type_hints(section_cls).get(name)
+    return type(None) in typing.get_args(hint)
+
+
+def _parse_value(raw: str, optional: bool) -> Any:
+    if optional and raw.lower() in ("none", "null"):
         return None
     try:
         return tomllib.loads(f"v = {raw}")["v"]

@@ -48,6 +48,8 @@ def test_derived_defaults_are_filled_in():
     (dict(n_layers=0), "model.n_layers: must be >= 1"),
     (dict(positions="rotary", d_model=36, n_heads=4), "rotary needs an even head size"),
     (dict(vocab_size=10, pad_token_id=10), "model.pad_token_id"),
+    (dict(norm_eps=float("nan")), "model.norm_eps: expected a finite number"),
+    (dict(init_std=float("inf")), "model.init_std: expected a finite number"),
     (dict(architecture="decoder", pooler=True), "model.pooler"),
 ])
 def test_invalid_values_name_the_key(overrides, message):
@@ -83,6 +85,9 @@ def test_overrides_bare_dotted_typed_and_none():
     assert isinstance(m.dropout, float)
     cfg = load_recipe("decoder-mini", ["n_kv_heads=none"])
     assert cfg.model.n_kv_heads == cfg.model.n_heads
+    assert load_recipe("tiny", ["positions=none"]).model.positions == "none"  # a choice, not a null
+    with pytest.raises(ConfigError, match=r"\[model\] must be a table"):
+        apply_overrides({"model": 3}, ["d_model=3"])
     with pytest.raises(ConfigError, match="--set d_modle: unknown key"):
         load_recipe("tiny", ["d_modle=3"])
     with pytest.raises(ConfigError, match="expected key=value"):

@@ -78,6 +78,10 @@ def config_from_hf(hf: dict[str, Any], has_pooler: bool) -> ModelConfig:
     if hf.get("position_embedding_type", "absolute") != "absolute":
         raise BertkitError(f"import-hf: position_embedding_type '{hf['position_embedding_type']}' is not supported "
                            "(allowed: absolute)")
+    for flag in ("is_decoder", "add_cross_attention"):
+        if hf.get(flag):
+            raise BertkitError(f"import-hf: {flag}=true (a causal BERT) is not supported; bertkit imports "
+                               "bidirectional BERT encoders")
     if hf.get("hidden_act", "gelu") != "gelu":
         raise BertkitError(f"import-hf: hidden_act '{hf['hidden_act']}' is not supported (allowed: gelu)")
     try:
@@ -96,7 +100,7 @@ def config_from_hf(hf: dict[str, Any], has_pooler: bool) -> ModelConfig:
 def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
     """An HF BertConfig dict for a bertkit encoder; refuses switches BERT cannot express, naming them."""
     required = {"architecture": "encoder", "norm": "layernorm", "norm_position": "post", "activation": "gelu",
-                "positions": "learned", "bias": True, "embedding_norm": True}
+                "positions": "learned", "bias": True, "embedding_norm": True, "scale_embeddings": False}
     for key, value in required.items():
         if getattr(cfg, key) != value:
             raise BertkitError(f"export --format hf: model.{key}={getattr(cfg, key)!r} cannot be expressed as BERT "
@@ -109,7 +113,7 @@ def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
         "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
         "intermediate_size": cfg.d_ff, "hidden_act": "gelu", "hidden_dropout_prob": cfg.dropout,
         "attention_probs_dropout_prob": cfg.attention_dropout, "max_position_embeddings": cfg.max_len,
-        "type_vocab_size": max(cfg.type_vocab_size, 1), "initializer_range": cfg.init_std,
+        "type_vocab_size": cfg.type_vocab_size or 2, "initializer_range": cfg.init_std,
         "layer_norm_eps": cfg.norm_eps, "pad_token_id": cfg.pad_token_id, "position_embedding_type": "absolute",
     }
 
@@ -201,8 +205,8 @@ def export_hf(run: str | Path, out: str | Path, overwrite: bool = False) -> dict
     config, model = load_run(run)
     hf_config = config_to_hf(config.model)
     state = {bertkit_to_hf_key(key): tensor.contiguous() for key, tensor in model.state_dict().items()}
-    if config.model.type_vocab_size == 0:  # BERT always adds a segment embedding: a zero row is the same function
-        state["embeddings.token_type_embeddings.weight"] = torch.zeros(1, config.model.d_model)
+    if config.model.type_vocab_size == 0:  # BERT always adds segment embeddings: zero rows are the same function
+        state["embeddings.token_type_embeddings.weight"] = torch.zeros(2, config.model.d_model)
     with atomic_dir(out, overwrite=overwrite) as tmp:
         (tmp / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n", encoding="utf-8")
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})

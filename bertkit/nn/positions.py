@@ -67,16 +67,21 @@ class RelativePositions(nn.Module):
 
 
 class Rotary(nn.Module):
-    """Rotary position embedding (Su et al. 2021), "rotate half" layout: dimension i pairs with i + d_head/2."""
+    """Rotary position embedding (Su et al. 2021), "rotate half" layout: dimension i pairs with i + d_head/2.
+
+    Angles are always computed in fp32 from (d_head, base), never from a castable buffer: in bf16, positions
+    above 256 would collapse onto each other.
+    """
 
     def __init__(self, d_head: int, base: float = 10000.0):
         super().__init__()
-        inv_freq = 1.0 / (base ** (torch.arange(0, d_head, 2, dtype=torch.float32) / d_head))  # (dh/2,)
-        self.register_buffer("inv_freq", inv_freq, persistent=False)
+        self.d_head, self.base = d_head, base
 
     def cos_sin(self, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(…, T) ids -> cos, sin of shape (…, 1, T, dh): ready to broadcast over heads."""
-        angles = position_ids.to(self.inv_freq.dtype)[..., None] * self.inv_freq  # (…, T, dh/2)
+        """(…, T) ids -> cos, sin of shape (…, 1, T, dh) in fp32: ready to broadcast over heads."""
+        exponents = torch.arange(0, self.d_head, 2, dtype=torch.float32, device=position_ids.device) / self.d_head
+        inv_freq = 1.0 / (self.base ** exponents)  # (dh/2,)
+        angles = position_ids.float()[..., None] * inv_freq  # (…, T, dh/2)
         angles = torch.cat([angles, angles], dim=-1)[..., None, :, :]  # (…, 1, T, dh)
         return angles.cos(), angles.sin()
 

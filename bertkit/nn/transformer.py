@@ -56,6 +56,8 @@ class Embeddings(nn.Module):
                 if input_ids.shape[1] > self.max_len:
                     raise ValueError(f"sequence of {input_ids.shape[1]} tokens is longer than max_len={self.max_len}")
                 position_ids = torch.arange(input_ids.shape[1], device=input_ids.device)
+            elif int(position_ids.max()) >= self.max_len:
+                raise ValueError(f"position id {int(position_ids.max())} is beyond max_len={self.max_len}")
             x = x + self.position(position_ids)
         if self.token_type is not None:
             if token_type_ids is None:

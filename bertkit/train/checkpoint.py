@@ -43,15 +43,24 @@ def atomic_dir(out: str | Path, overwrite: bool = False) -> Iterator[Path]:
         raise BertkitError(f"{out}: already exists and is not empty (choose another output or pass --overwrite)")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a run directory is an ordinary directory
     try:
         yield tmp
         old = None
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
             os.replace(out, old / out.name)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        try:
+            os.replace(tmp, out)
+        except BaseException:
+            if old is not None:  # put the previous run back where it was
+                os.replace(old / out.name, out)
+            raise
+        finally:
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -103,11 +112,11 @@ def load_run(run: str | Path, map_location: str = "cpu") -> tuple[Config, Model]
         raise BertkitError(f"{run}: no {WEIGHTS_FILE}")
     model = Model(config.model)
     try:
-        load_model(model, str(weights), strict=True, device=map_location)
+        load_model(model, str(weights), strict=True)
     except (SafetensorError, RuntimeError, OSError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BertkitError(f"{weights}: weights do not fit the config ({first})") from None
-    return config, model
+    return config, model.to(map_location).eval()
 
 
 __all__ = ["CONFIG_FILE", "TOKENIZER_FILE", "WEIGHTS_FILE", "atomic_dir", "is_run_dir",

@@ -129,17 +129,18 @@ def test_bertkit_trained_model_exports_to_transformers(tmp_path, type_vocab_size
     save_run(tmp_path / "run", model, Config(model=cfg))
     export_hf(tmp_path / "run", tmp_path / "hf")
     hf = BertModel.from_pretrained(str(tmp_path / "hf")).eval()
-    ids, mask, _ = _batch(101, seed=3)
-    with torch.no_grad():
-        got = hf(input_ids=ids, attention_mask=mask).last_hidden_state
-        expected = model(ids, mask).last_hidden_state
+    ids, mask, types = _batch(101, seed=3)
+    with torch.no_grad():  # pairs (token type 1) work even when bertkit has no segment embeddings
+        got = hf(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+        expected = model(ids, mask, token_type_ids=types if type_vocab_size else None).last_hidden_state
     assert _max_diff_on_real_tokens(got, expected, mask) <= ATOL
 
 
 @pytest.mark.parametrize("overrides, key", [(dict(positions="rotary"), "model.positions"),
                                              (dict(norm_position="pre"), "model.norm_position"),
                                              (dict(n_kv_heads=2), "model.n_kv_heads"),
-                                             (dict(architecture="decoder"), "model.architecture")])
+                                             (dict(architecture="decoder"), "model.architecture"),
+                                             (dict(scale_embeddings=True), "model.scale_embeddings")])
 def test_export_refuses_what_bert_cannot_express(tmp_path, overrides, key):
     cfg = tiny(**overrides)
     save_run(tmp_path / "run", Model(cfg), Config(model=cfg))
@@ -156,4 +157,7 @@ def test_import_refuses_non_bert_and_bad_folders(tmp_path):
         model_from_hf(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_act": "relu"}))
     with pytest.raises(BertkitError, match="hidden_act"):
+        model_from_hf(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "is_decoder": True}))
+    with pytest.raises(BertkitError, match="is_decoder"):
         model_from_hf(tmp_path)

@@ -1,6 +1,9 @@
 """Run directories: save → load gives identical parameters; writes are atomic and never damage what exists."""
 
 import json
+import os
+import stat
+from pathlib import Path
 
 import pytest
 import torch
@@ -71,3 +74,30 @@ def test_weights_that_do_not_fit_the_config_are_a_user_error(tmp_path):
         load_run(tmp_path / "run")
     with pytest.raises(BertkitError, match="not a bertkit run directory"):
         load_run(tmp_path / "missing")
+
+
+def test_a_failed_swap_puts_the_old_run_back(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    cfg = tiny()
+    save_run(out, Model(cfg), Config(model=cfg))
+    before = (out / "model.safetensors").read_bytes()
+    real_replace = os.replace
+
+    def failing_replace(src, dst):
+        if Path(dst) == out and ".tmp-" in str(src):  # the new run's rename into place fails (disk full, …)
+            raise OSError("no space left on device")
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(OSError):
+        save_run(out, Model(cfg), Config(model=cfg), overwrite=True)
+    assert (out / "model.safetensors").read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+
+
+def test_run_directories_follow_the_umask(tmp_path):
+    cfg = tiny()
+    save_run(tmp_path / "run", Model(cfg), Config(model=cfg))
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "run").stat().st_mode) == 0o777 & ~umask

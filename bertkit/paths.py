@@ -1,0 +1,32 @@
+"""Where bertkit reads shared data and keeps its caches."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from bertkit.errors import BertkitError
+
+
+def cache_root() -> Path:
+    """Tokenised/packed corpora live here: $BERTKIT_CACHE, else ~/.cache/bertkit."""
+    root = Path(os.environ.get("BERTKIT_CACHE") or Path.home() / ".cache" / "bertkit")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def data_roots() -> list[Path]:
+    """Candidate data roots in search order: $BERTKIT_DATA, ./data, ../shared/data, and the shared/data beside
+    this checkout (so tests find it from any working directory)."""
+    roots = [Path(os.environ["BERTKIT_DATA"])] if os.environ.get("BERTKIT_DATA") else []
+    beside_checkout = Path(__file__).resolve().parents[2] / "shared" / "data"
+    return roots + [Path("data"), Path("..") / "shared" / "data", beside_checkout]
+
+
+def find_dataset(name: str) -> Path:
+    """The folder of a registered dataset (see data/README.md), from the first data root that has it."""
+    for root in data_roots():
+        if (root / name).is_dir():
+            return root / name
+    searched = ", ".join(str(r) for r in data_roots())
+    raise BertkitError(f"dataset '{name}' not found (searched {searched}; set BERTKIT_DATA to the folder holding it)")

@@ -1,0 +1,1 @@
+"""Text to tensors: corpora, tokenizers, packing, collation. No nn.Modules here."""

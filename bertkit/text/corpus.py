@@ -1,0 +1,202 @@
+"""Corpora: files or directories of .txt / .gz / .jsonl / .csv / .tsv / .parquet, read once into an Arrow file.
+
+Reading streams line by line (or Parquet batch by batch) into a `pyarrow` stream file in the cache; the result is
+opened as a memory-mapped `datasets.Dataset`, so peak memory does not grow with the corpus. The cache key is the
+files' paths, sizes and modification times plus the reading options.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+from datasets import Dataset
+
+from bertkit.errors import BertkitError
+from bertkit.paths import cache_root
+
+FORMATS = {".txt": "text", ".text": "text", ".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv",
+           ".parquet": "parquet"}
+_VERSION = "corpus-v1"
+_BATCH = 10_000
+
+
+@dataclass
+class ReadStats:
+    """What reading a corpus found."""
+
+    files: int = 0
+    documents: int = 0
+    characters: int = 0
+    bad_lines: int = 0
+    empty_lines: int = 0
+
+
+def find_files(paths: list[str] | tuple[str, ...]) -> list[Path]:
+    """Expand files and directories into the readable corpus files, sorted; clear errors for what is missing."""
+    if not paths:
+        raise BertkitError("no corpus given (pass --corpus FILE_OR_DIR, or set data.corpus in the recipe)")
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file() and file_format(p, strict=False))
+            if not found:
+                raise BertkitError(f"{path}: directory has no readable text files "
+                                   f"(looked for {', '.join(sorted(FORMATS))}, optionally .gz)")
+            files.extend(found)
+        else:
+            raise BertkitError(f"{path}: no such file or directory")
+    return files
+
+
+def file_format(path: Path, strict: bool = True) -> str | None:
+    """text | jsonl | csv | tsv | parquet, from the suffix (before .gz); unknown suffixes read as text when strict."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes = suffixes[:-1]
+    fmt = FORMATS.get(suffixes[-1]) if suffixes else None
+    if fmt is None and strict:
+        return "text"
+    return fmt
+
+
+def _lines(path: Path, skip_bad_lines: bool, stats: ReadStats) -> Iterator[str]:
+    """Decoded lines of a (possibly gzipped) file; invalid UTF-8 stops with the byte offset, or is skipped."""
+    opener = gzip.open if path.suffix.lower() == ".gz" else open
+    offset = 0
+    try:
+        with opener(path, "rb") as fh:
+            for number, raw in enumerate(fh, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    if not skip_bad_lines:
+                        raise BertkitError(f"{path}: invalid UTF-8 at byte {offset + exc.start} (line {number}); "
+                                           "pass --skip-bad-lines to skip such lines") from None
+                    stats.bad_lines += 1
+                    offset += len(raw)
+                    continue
+                offset += len(raw)
+                yield line.rstrip("\r\n")
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise BertkitError(f"{path}: unreadable ({exc})") from None
+
+
+def _documents(path: Path, text_field: str, skip_bad_lines: bool, stats: ReadStats) -> Iterator[str]:
+    fmt = file_format(path)
+    if fmt == "text":
+        yield from _lines(path, skip_bad_lines, stats)
+    elif fmt == "jsonl":
+        for number, line in enumerate(_lines(path, skip_bad_lines, stats), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise BertkitError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+            if not isinstance(record, dict) or text_field not in record:
+                fields = ", ".join(record) if isinstance(record, dict) else type(record).__name__
+                raise BertkitError(f"{path}:{number}: no field '{text_field}' (found: {fields}); "
+                                   "set --text-field")
+            yield str(record[text_field] or "")
+    elif fmt in ("csv", "tsv"):
+        reader = csv.reader(_lines(path, skip_bad_lines, stats), delimiter="\t" if fmt == "tsv" else ",")
+        header = next(reader, None)
+        if header is None:
+            return
+        if text_field not in header:
+            raise BertkitError(f"{path}: no column '{text_field}' (found: {', '.join(header)}); set --text-field")
+        column = header.index(text_field)
+        for row in reader:
+            if len(row) > column:
+                yield row[column]
+    else:
+        import pyarrow.parquet as pq
+
+        try:
+            parquet = pq.ParquetFile(path)
+        except Exception as exc:  # pyarrow raises ArrowInvalid and friends
+            raise BertkitError(f"{path}: not a readable Parquet file ({exc})") from None
+        if text_field not in parquet.schema_arrow.names:
+            raise BertkitError(f"{path}: no column '{text_field}' (found: {', '.join(parquet.schema_arrow.names)}); "
+                               "set --text-field")
+        for batch in parquet.iter_batches(columns=[text_field], batch_size=_BATCH):
+            yield from (t or "" for t in batch.column(0).to_pylist())
+
+
+def iter_corpus(files: list[Path], text_field: str = "text", skip_bad_lines: bool = False,
+                stats: ReadStats | None = None) -> Iterator[str]:
+    """Every non-empty document of every file, stripped."""
+    stats = stats if stats is not None else ReadStats()
+    for path in files:
+        stats.files += 1
+        for doc in _documents(path, text_field, skip_bad_lines, stats):
+            doc = doc.strip()
+            if not doc:
+                stats.empty_lines += 1
+                continue
+            stats.documents += 1
+            stats.characters += len(doc)
+            yield doc
+
+
+def corpus_fingerprint(files: list[Path], text_field: str, skip_bad_lines: bool) -> str:
+    """Changes whenever a file is added, removed, resized or touched, or a reading option changes."""
+    h = hashlib.sha256(_VERSION.encode())
+    for path in files:
+        st = path.stat()
+        h.update(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    h.update(f"{text_field}|{skip_bad_lines}".encode())
+    return h.hexdigest()[:20]
+
+
+def load_corpus(paths: list[str] | tuple[str, ...], text_field: str = "text", skip_bad_lines: bool = False,
+                ) -> tuple[Dataset, ReadStats, str]:
+    """Read (or reuse the cached) corpus. Returns a memory-mapped Dataset with a `text` column, the read stats and
+    the corpus fingerprint (the key later caches build on)."""
+    files = find_files(paths)
+    key = corpus_fingerprint(files, text_field, skip_bad_lines)
+    folder = cache_root() / "corpus" / key
+    arrow, meta = folder / "corpus.arrow", folder / "stats.json"
+    if not meta.is_file():
+        stats = ReadStats()
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-", dir=folder.parent))
+        try:
+            schema = pa.schema([("text", pa.string())])
+            with pa.OSFile(str(tmp / "corpus.arrow"), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+                batch: list[str] = []
+                for doc in iter_corpus(files, text_field, skip_bad_lines, stats):
+                    batch.append(doc)
+                    if len(batch) == _BATCH:
+                        writer.write_batch(pa.record_batch([pa.array(batch, pa.string())], schema=schema))
+                        batch = []
+                if batch:
+                    writer.write_batch(pa.record_batch([pa.array(batch, pa.string())], schema=schema))
+            if stats.documents == 0:
+                raise BertkitError(f"corpus is empty: {stats.files} file(s) read, no non-empty text "
+                                   f"({', '.join(str(f) for f in files[:3])}{' …' if len(files) > 3 else ''})")
+            (tmp / "stats.json").write_text(json.dumps(stats.__dict__), encoding="utf-8")
+            if folder.exists():
+                shutil.rmtree(folder)
+            os.replace(tmp, folder)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    stats = ReadStats(**json.loads(meta.read_text(encoding="utf-8")))
+    return Dataset.from_file(str(arrow)), stats, key
+
+
+__all__ = ["ReadStats", "corpus_fingerprint", "file_format", "find_files", "iter_corpus", "load_corpus"]

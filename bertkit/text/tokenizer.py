@@ -1,0 +1,140 @@
+"""BPE tokenizers (HF `tokenizers`): train, save as one tokenizer.json, load, check against a model.
+
+The saved file loads unchanged in `transformers.PreTrainedTokenizerFast(tokenizer_file=...)`: same ids, same
+special tokens, same `[CLS] A [SEP]` / `[CLS] A [SEP] B [SEP]` templates with token types.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from bertkit.errors import BertkitError
+
+PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
+SPECIAL_TOKENS = (PAD, UNK, CLS, SEP, MASK)  # ids 0..4, in this order, in every bertkit tokenizer
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    """The ids of the five special tokens in one tokenizer."""
+
+    pad: int
+    unk: int
+    cls: int
+    sep: int
+    mask: int
+
+    @property
+    def all(self) -> tuple[int, ...]:
+        return (self.pad, self.unk, self.cls, self.sep, self.mask)
+
+
+def special_ids(tokenizer: Tokenizer) -> SpecialIds:
+    """Look up the special tokens; a tokenizer without them cannot serve a BERT."""
+    ids = {}
+    for name, token in zip(("pad", "unk", "cls", "sep", "mask"), SPECIAL_TOKENS):
+        idx = tokenizer.token_to_id(token)
+        if idx is None:
+            raise BertkitError(f"tokenizer has no {token} token (bertkit tokenizers need {', '.join(SPECIAL_TOKENS)})")
+        ids[name] = idx
+    return SpecialIds(**ids)
+
+
+def build_untrained(byte_level: bool = True, lowercase: bool = False, nfkc: bool = True) -> Tokenizer:
+    """An empty BPE pipeline: normalizer, pre-tokenizer and decoder for byte-level or Metaspace BPE."""
+    tok = Tokenizer(models.BPE(unk_token=None if byte_level else UNK))
+    steps = ([normalizers.NFKC()] if nfkc else []) + ([normalizers.Lowercase()] if lowercase else [])
+    if steps:
+        tok.normalizer = normalizers.Sequence(steps)
+    if byte_level:  # every byte is in the alphabet: nothing is ever [UNK]
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+        tok.decoder = decoders.ByteLevel()
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
+        tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="always")
+    return tok
+
+
+def add_bert_template(tok: Tokenizer) -> None:
+    """`[CLS] A [SEP]` and `[CLS] A [SEP] B [SEP]` (B and its [SEP] with token type 1)."""
+    ids = special_ids(tok)
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{CLS} $A {SEP}", pair=f"{CLS} $A {SEP} $B:1 {SEP}:1",
+        special_tokens=[(CLS, ids.cls), (SEP, ids.sep)])
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int, byte_level: bool = True, lowercase: bool = False,
+              nfkc: bool = True, min_frequency: int = 2, length: int | None = None,
+              show_progress: bool = False) -> Tokenizer:
+    """Train BPE on an iterator of texts. Refuses a vocab size the corpus cannot support, naming the limit."""
+    floor = len(SPECIAL_TOKENS) + (256 if byte_level else 1)
+    if vocab_size <= floor:
+        raise BertkitError(f"--vocab-size {vocab_size} is too small: the special tokens and the "
+                           f"{'256-byte alphabet' if byte_level else 'alphabet'} alone take {floor}")
+    tok = build_untrained(byte_level, lowercase, nfkc)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet() if byte_level else [], show_progress=show_progress)
+    tok.train_from_iterator(texts, trainer=trainer, length=length)
+    got = tok.get_vocab_size()
+    if got < vocab_size:
+        raise BertkitError(f"the corpus supports only {got:,} tokens at min_frequency={min_frequency}, fewer than "
+                           f"--vocab-size {vocab_size:,}: use a larger corpus or --vocab-size {got} or less")
+    add_bert_template(tok)
+    return tok
+
+
+def save_tokenizer(tok: Tokenizer, directory: str | Path) -> Path:
+    """Write tokenizer.json (+ a tokenizer_config.json so `AutoTokenizer` knows the special tokens)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    tok.save(str(directory / "tokenizer.json"))
+    write_hf_tokenizer_config(directory)
+    return directory / "tokenizer.json"
+
+
+def write_hf_tokenizer_config(directory: Path, model_max_length: int | None = None) -> None:
+    """tokenizer_config.json for transformers: the fast class and which token is which."""
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": PAD, "unk_token": UNK, "cls_token": CLS,
+              "sep_token": SEP, "mask_token": MASK}
+    if model_max_length:
+        config["model_max_length"] = model_max_length
+    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    """Load tokenizer.json, or the one inside a directory (a tokenizer dir or a run dir)."""
+    path = Path(path)
+    file = path / "tokenizer.json" if path.is_dir() else path
+    if not file.is_file():
+        raise BertkitError(f"{path}: no tokenizer.json")
+    try:
+        tok = Tokenizer.from_file(str(file))
+    except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
+        raise BertkitError(f"{file}: not a valid tokenizer ({exc})") from None
+    special_ids(tok)
+    return tok
+
+
+def check_vocab_matches(tok: Tokenizer, vocab_size: int, where: str) -> None:
+    """A model's embedding table must cover every id the tokenizer can produce."""
+    if tok.get_vocab_size() > vocab_size:
+        raise BertkitError(f"tokenizer vocab ({tok.get_vocab_size():,}) is larger than {where} vocab_size "
+                           f"({vocab_size:,}): use the model's tokenizer or --set vocab_size={tok.get_vocab_size()}")
+
+
+def iter_texts_batched(texts: Iterable[str], size: int = 1000) -> Iterator[list[str]]:
+    """Group an iterator of texts into lists (the shape `train_from_iterator` reads fastest)."""
+    batch: list[str] = []
+    for text in texts:
+        batch.append(text)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
