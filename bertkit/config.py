@@ -28,6 +28,7 @@ Objective = Literal["mlm"]
 Schedule = Literal["linear", "cosine", "constant"]
 Precision = Literal["fp32", "bf16", "fp16"]
 OnBadSteps = Literal["reload", "stop"]
+HEADS = ("mlm", "pooler")
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class ModelConfig:
     max_distance: int = 16  # relative positions: offsets are clipped to [-max_distance, max_distance]
     rotary_base: float = 10000.0
     share_embeddings: bool = True  # encoder-decoder: one token embedding for source and target
-    pooler: bool = False  # BERT's dense+tanh pooler over [CLS] (kept for Hugging Face round trips)
+    heads: tuple[str, ...] = ()  # heads the model carries: "mlm" (tied MLM head), "pooler" (BERT's [CLS] pooler)
     pad_token_id: int = 0
     init_std: float = 0.02
 
@@ -96,8 +97,13 @@ class ModelConfig:
             raise ConfigError(f"model.positions: rotary needs an even head size, got d_model/n_heads={self.d_head}")
         if self.pad_token_id >= self.vocab_size:
             raise ConfigError(f"model.pad_token_id: {self.pad_token_id} is outside vocab_size={self.vocab_size}")
-        if self.pooler and self.architecture != "encoder":
-            raise ConfigError("model.pooler: only an encoder has a [CLS] pooler")
+        for head in self.heads:
+            if head not in HEADS:
+                raise ConfigError(f"model.heads: {head!r} is not allowed (allowed: {'|'.join(HEADS)})")
+        if len(set(self.heads)) != len(self.heads):
+            raise ConfigError(f"model.heads: {list(self.heads)} names a head twice")
+        if "pooler" in self.heads and self.architecture != "encoder":
+            raise ConfigError("model.heads: only an encoder has a [CLS] pooler")
 
     @property
     def d_head(self) -> int:
@@ -378,3 +384,15 @@ def _parse_value(raw: str, optional: bool) -> Any:
         return tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         return raw
+
+
+def with_values(config: Config, values: dict[str, Any]) -> Config:
+    """Replace `section.key` values (skipping None, i.e. "not given on the command line"), re-validating."""
+    sections: dict[str, dict[str, Any]] = {}
+    for dotted, value in values.items():
+        if value is None:
+            continue
+        section, key = dotted.split(".", 1)
+        sections.setdefault(section, {})[key] = value
+    updated = {name: dataclasses.replace(getattr(config, name), **changes) for name, changes in sections.items()}
+    return dataclasses.replace(config, **updated)

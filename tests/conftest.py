@@ -1,10 +1,13 @@
 """Shared test set-up: offline Hugging Face, deterministic torch, tiny configs."""
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -37,3 +40,21 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+SAMPLE_CORPUS = Path(__file__).resolve().parents[1] / "data" / "samples" / "corpus.txt"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    """Every test gets its own bertkit cache: no test sees another's tokenised corpora."""
+    monkeypatch.setenv("BERTKIT_CACHE", str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture(scope="session")
+def sample_tokenizer():
+    """A small byte-level BPE trained once on the bundled sample corpus."""
+    from bertkit.text.tokenizer import train_bpe
+
+    lines = [line for line in SAMPLE_CORPUS.read_text().splitlines() if line]
+    return train_bpe(lines * 3, vocab_size=400, min_frequency=1)

@@ -43,19 +43,28 @@ def test_info_on_a_recipe_with_overrides():
 
 
 def test_info_on_a_run_directory(tmp_path):
-    cfg = tiny(pooler=True)
+    cfg = tiny(heads=("pooler",))
     save_run(tmp_path / "run", Model(cfg), Config(model=cfg))
     result = runner.invoke(app, ["info", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output
     assert "(run)" in result.output and "pooler" in result.output
 
 
-def test_demo_runs_every_recipe():
-    result = runner.invoke(app, ["demo"], env={"COLUMNS": "160"})
-    assert result.exit_code == 0, result.output
+def test_demo_runs_end_to_end(tmp_path):
+    """The README's demo command, on a short budget: every recipe, tokenizer, pretraining, fill-mask; rerunnable."""
+    out = tmp_path / "demo"
+    for _ in range(2):  # a second demo replaces the first one's directory
+        result = runner.invoke(app, ["demo", "--out", str(out), "--max-time", "8s"], env={"COLUMNS": "160"})
+        assert result.exit_code == 0, result.output
     for name in ("tiny", "mini", "small", "base", "decoder-mini", "encoder-decoder-small"):
         assert name in result.output
     assert "NO" not in result.output
+    assert "This movie was [MASK]." in result.output and "validation masked-token accuracy" in result.output
+    assert (out / "model.safetensors").is_file() and (out / ".bertkit-demo").is_file()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "file.txt").write_text("keep")
+    refused = runner.invoke(app, ["demo", "--out", str(tmp_path / "mine"), "--max-time", "8s"])
+    assert refused.exit_code == 2 and (tmp_path / "mine" / "file.txt").read_text() == "keep"
 
 
 def test_recipes_lists_them():

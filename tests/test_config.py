@@ -50,7 +50,8 @@ def test_derived_defaults_are_filled_in():
     (dict(vocab_size=10, pad_token_id=10), "model.pad_token_id"),
     (dict(norm_eps=float("nan")), "model.norm_eps: expected a finite number"),
     (dict(init_std=float("inf")), "model.init_std: expected a finite number"),
-    (dict(architecture="decoder", pooler=True), "model.pooler"),
+    (dict(architecture="decoder", heads=("pooler",)), "model.heads: only an encoder"),
+    (dict(heads=("classifier",)), "model.heads: 'classifier' is not allowed (allowed: mlm|pooler)"),
 ])
 def test_invalid_values_name_the_key(overrides, message):
     with pytest.raises(ConfigError, match=None) as err:

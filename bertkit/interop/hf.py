@@ -20,6 +20,7 @@ from safetensors.torch import load_file, save_file
 from bertkit.config import Config, ModelConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
+from bertkit.text.tokenizer import write_hf_tokenizer_config
 from bertkit.train.checkpoint import TOKENIZER_FILE, atomic_dir, load_run, write_run_files
 
 # HF BertModel key (without the "bert." prefix) -> bertkit Model key.
@@ -31,6 +32,11 @@ _GLOBAL = {
     "embeddings.LayerNorm.bias": "backbone.embeddings.norm.bias",
     "pooler.dense.weight": "heads.pooler.dense.weight",
     "pooler.dense.bias": "heads.pooler.dense.bias",
+    "cls.predictions.transform.dense.weight": "heads.mlm.dense.weight",
+    "cls.predictions.transform.dense.bias": "heads.mlm.dense.bias",
+    "cls.predictions.transform.LayerNorm.weight": "heads.mlm.norm.weight",
+    "cls.predictions.transform.LayerNorm.bias": "heads.mlm.norm.bias",
+    "cls.predictions.bias": "heads.mlm.bias",
 }
 _LAYER = {  # inside encoder.layer.{i}. -> backbone.blocks.{i}.
     "attention.self.query": "self_attn.q",
@@ -44,7 +50,8 @@ _LAYER = {  # inside encoder.layer.{i}. -> backbone.blocks.{i}.
 }
 _LAYER_KEY = re.compile(r"^encoder\.layer\.(\d+)\.(.+)\.(weight|bias)$")
 _BK_LAYER_KEY = re.compile(r"^backbone\.blocks\.(\d+)\.(.+)\.(weight|bias)$")
-_IGNORED = ("embeddings.position_ids",)  # a buffer, not a weight
+# A buffer, and the MLM decoder's copies of tied tensors (the token embeddings and cls.predictions.bias).
+_IGNORED = ("embeddings.position_ids", "cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 
 
 def hf_to_bertkit_key(key: str) -> str | None:
@@ -71,7 +78,7 @@ def bertkit_to_hf_key(key: str) -> str:
     raise BertkitError(f"export --format hf: bertkit tensor '{key}' has no place in a BERT checkpoint")
 
 
-def config_from_hf(hf: dict[str, Any], has_pooler: bool) -> ModelConfig:
+def config_from_hf(hf: dict[str, Any], heads: tuple[str, ...] = ()) -> ModelConfig:
     """A bertkit ModelConfig equivalent to an HF BertConfig dict; refuses what bertkit cannot reproduce."""
     if hf.get("model_type") not in ("bert", None):
         raise BertkitError(f"import-hf: model_type '{hf.get('model_type')}' is not BERT (only BERT is supported)")
@@ -91,7 +98,7 @@ def config_from_hf(hf: dict[str, Any], has_pooler: bool) -> ModelConfig:
             max_len=hf.get("max_position_embeddings", 512), type_vocab_size=hf.get("type_vocab_size", 2),
             dropout=hf.get("hidden_dropout_prob", 0.1), attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
             norm="layernorm", norm_eps=hf.get("layer_norm_eps", 1e-12), norm_position="post", embedding_norm=True,
-            activation="gelu", bias=True, positions="learned", pooler=has_pooler,
+            activation="gelu", bias=True, positions="learned", heads=heads,
             pad_token_id=hf.get("pad_token_id") or 0, init_std=hf.get("initializer_range", 0.02))
     except KeyError as exc:
         raise BertkitError(f"import-hf: config.json lacks {exc.args[0]}") from None
@@ -109,7 +116,7 @@ def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
         raise BertkitError(f"export --format hf: model.n_kv_heads={cfg.n_kv_heads} (GQA/MQA) cannot be expressed as "
                            f"BERT (needs n_kv_heads == n_heads = {cfg.n_heads})")
     return {
-        "architectures": ["BertModel"], "model_type": "bert", "vocab_size": cfg.vocab_size,
+        "architectures": ["BertForMaskedLM" if "mlm" in cfg.heads else "BertModel"], "model_type": "bert", "vocab_size": cfg.vocab_size,
         "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
         "intermediate_size": cfg.d_ff, "hidden_act": "gelu", "hidden_dropout_prob": cfg.dropout,
         "attention_probs_dropout_prob": cfg.attention_dropout, "max_position_embeddings": cfg.max_len,
@@ -151,7 +158,7 @@ def read_hf_weights(src: str | Path) -> dict[str, torch.Tensor]:
 def model_from_hf(src: str | Path) -> tuple[Model, list[str]]:
     """Build a bertkit Model holding an HF BERT folder's weights. Returns the model and the skipped HF keys."""
     hf_config = read_hf_config(src)
-    config_from_hf(hf_config, has_pooler=False)  # refuse a non-BERT folder before reading its weights
+    config_from_hf(hf_config)  # refuse a non-BERT folder before reading its weights
     state, skipped = {}, []
     for key, tensor in read_hf_weights(src).items():
         target = hf_to_bertkit_key(key)
@@ -160,7 +167,8 @@ def model_from_hf(src: str | Path) -> tuple[Model, list[str]]:
                 skipped.append(key)
             continue
         state[target] = tensor.float()
-    cfg = config_from_hf(hf_config, has_pooler="heads.pooler.dense.weight" in state)
+    heads = tuple(h for h in ("mlm", "pooler") if f"heads.{h}.dense.weight" in state)
+    cfg = config_from_hf(hf_config, heads)
     model = Model(cfg)
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
@@ -200,11 +208,15 @@ def import_hf(src: str | Path, out: str | Path, overwrite: bool = False) -> dict
 
 
 def export_hf(run: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:
-    """Write an HF BERT folder (config.json, model.safetensors, tokenizer.json) that `transformers.BertModel`
-    loads unchanged. A model without a pooler leaves BERT's pooler to transformers' random init."""
+    """Write an HF BERT folder (config.json, model.safetensors, tokenizer.json + tokenizer_config.json) that
+    `transformers.BertModel` (or, with an MLM head, `AutoModelForMaskedLM`) loads unchanged. A model without a
+    pooler leaves BERT's pooler to transformers' random init."""
     config, model = load_run(run)
     hf_config = config_to_hf(config.model)
     state = {bertkit_to_hf_key(key): tensor.contiguous() for key, tensor in model.state_dict().items()}
+    if "mlm" in config.model.heads:  # BertForMaskedLM layout: the encoder under "bert.", the tied decoder spelled out
+        state = {k if k.startswith("cls.") else f"bert.{k}": v for k, v in state.items()}
+        state["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"].clone()
     if config.model.type_vocab_size == 0:  # BERT always adds segment embeddings: zero rows are the same function
         state["embeddings.token_type_embeddings.weight"] = torch.zeros(2, config.model.d_model)
     with atomic_dir(out, overwrite=overwrite) as tmp:
@@ -212,4 +224,5 @@ def export_hf(run: str | Path, out: str | Path, overwrite: bool = False) -> dict
         save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         if (Path(run) / TOKENIZER_FILE).is_file():
             shutil.copyfile(Path(run) / TOKENIZER_FILE, tmp / TOKENIZER_FILE)
+            write_hf_tokenizer_config(tmp, model_max_length=config.model.max_len)
     return {"out": str(out), "tensors": len(state)}

@@ -51,8 +51,10 @@ def describe(cfg: ModelConfig) -> list[str]:
         lines.append("token embeddings " + ("shared by source and target" if cfg.share_embeddings else "separate"))
     if cfg.norm_position == "pre":
         lines.append(f"final {norm} after the last block")
-    if cfg.pooler:
-        lines.append("heads: pooler (dense + tanh over [CLS])")
+    names = {"mlm": "MLM (dense + gelu + norm, decoder tied to the token embeddings)",
+             "pooler": "pooler (dense + tanh over [CLS])"}
+    if cfg.heads:
+        lines.append("heads: " + "; ".join(names[h] for h in cfg.heads))
     return lines
 
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from bertkit.config import ModelConfig
-from bertkit.nn.heads import DensePooler
+from bertkit.nn.heads import DensePooler, MLMHead
 from bertkit.nn.transformer import build_backbone
 
 
@@ -22,8 +22,8 @@ class Model(nn.Module):
         self.config = cfg
         self.backbone = build_backbone(cfg)
         self.heads = nn.ModuleDict()
-        if cfg.pooler:
-            self.heads["pooler"] = DensePooler(cfg)
+        for name in cfg.heads:
+            self.heads[name] = {"pooler": DensePooler, "mlm": MLMHead}[name](cfg)
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -36,9 +36,26 @@ class Model(nn.Module):
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
 
-    def forward(self, *args, **kwargs):
-        """Runs the backbone; see Encoder / Decoder / EncoderDecoder.forward."""
-        return self.backbone(*args, **kwargs)
+    def forward(self, *args, mlm_select: torch.Tensor | None = None, **kwargs):
+        """Runs the backbone (see Encoder / Decoder / EncoderDecoder.forward). With `mlm_select` (B, T) bool, the
+        MLM head also runs on the selected positions and `.logits` holds their (N, V) scores; doing it inside
+        forward keeps the head under DistributedDataParallel's gradient hooks."""
+        out = self.backbone(*args, **kwargs)
+        if mlm_select is not None:
+            out.logits = self.mlm_logits(out.last_hidden_state[mlm_select])
+        return out
+
+    @property
+    def token_embedding(self) -> nn.Embedding:
+        """The (output-side) token embedding that tied heads project onto."""
+        stack = self.backbone.decoder if hasattr(self.backbone, "decoder") else self.backbone
+        return stack.embeddings.token
+
+    def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Vocabulary logits for selected positions: (N, D) -> (N, V) through the tied MLM head."""
+        if "mlm" not in self.heads:
+            raise ValueError("this model has no MLM head")
+        return self.heads["mlm"](hidden, self.token_embedding.weight)
 
     def parameter_counts(self) -> dict[str, int]:
         """Parameters by part: embeddings / blocks (incl. final norm) / heads / total; tied weights counted once."""

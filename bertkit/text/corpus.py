@@ -22,7 +22,7 @@ import pyarrow as pa
 from datasets import Dataset
 
 from bertkit.errors import BertkitError
-from bertkit.paths import cache_root
+from bertkit.paths import cache_root, data_roots
 
 FORMATS = {".txt": "text", ".text": "text", ".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv",
            ".parquet": "parquet"}
@@ -47,7 +47,7 @@ def find_files(paths: list[str] | tuple[str, ...]) -> list[Path]:
         raise BertkitError("no corpus given (pass --corpus FILE_OR_DIR, or set data.corpus in the recipe)")
     files: list[Path] = []
     for raw in paths:
-        path = Path(raw)
+        path = _resolve(Path(raw))
         if path.is_file():
             files.append(path)
         elif path.is_dir():
@@ -59,6 +59,16 @@ def find_files(paths: list[str] | tuple[str, ...]) -> list[Path]:
         else:
             raise BertkitError(f"{path}: no such file or directory")
     return files
+
+
+def _resolve(path: Path) -> Path:
+    """A path as given, else relative to a data root (so recipes can name `imdb/unsup.txt.gz`)."""
+    if path.exists() or path.is_absolute():
+        return path
+    for root in data_roots():
+        if (root / path).exists():
+            return root / path
+    return path
 
 
 def file_format(path: Path, strict: bool = True) -> str | None:

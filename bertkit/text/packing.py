@@ -14,12 +14,15 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import datasets
 import numpy as np
+import pyarrow as pa
 from datasets import Dataset, Features, Sequence, Value, concatenate_datasets
 from tokenizers import Tokenizer
 
@@ -27,8 +30,8 @@ from bertkit.errors import BertkitError
 from bertkit.paths import cache_root
 from bertkit.text.tokenizer import special_ids
 
-_VERSION = "pack-v1"
-_DOCS_PER_BATCH = 1000  # a batch's last partial block is dropped: < block_size tokens per 1000 documents
+_VERSION = "pack-v2"
+_DOCS_PER_BATCH = 1000
 
 
 @dataclass
@@ -46,25 +49,46 @@ def _tokenizer(tokenizer_json: str) -> Tokenizer:  # one parse per worker proces
     return Tokenizer.from_str(tokenizer_json)
 
 
-def _pack_batch(batch: dict, tokenizer_json: str, block_size: int, cls_id: int, sep_id: int) -> dict:
+def _tokenize_batch(batch: dict, tokenizer_json: str, sep_id: int) -> dict:
+    """Documents -> token ids + [SEP], and per-token word-start flags (the [SEP] is a word of its own)."""
     encodings = _tokenizer(tokenizer_json).encode_batch(batch["text"], add_special_tokens=False)
     ids, starts = [], []
     for enc in encodings:
         words = np.asarray([-1 if w is None else w for w in enc.word_ids], dtype=np.int64)
-        start = np.ones(len(words) + 1, dtype=bool)  # + the closing [SEP], a word of its own
+        start = np.ones(len(words) + 1, dtype=bool)
         start[1:len(words)] = words[1:] != words[:-1]
         ids.append(np.asarray(enc.ids + [sep_id], dtype=np.int64))
         starts.append(start)
-    stream = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
-    stream_starts = np.concatenate(starts) if starts else np.zeros(0, dtype=bool)
+    return {"ids": ids, "starts": starts}
+
+
+def _write_blocks(tokens: Dataset, path: Path, block_size: int, cls_id: int, dtype: str) -> int:
+    """Stream tokenised documents in order into [CLS] + (block_size - 1)-token blocks, carrying the remainder
+    from batch to batch (so the result does not depend on how tokenising was split over workers)."""
     body = block_size - 1
-    n = len(stream) // body
-    blocks = np.empty((n, block_size), dtype=np.int64)
-    blocks[:, 0] = cls_id
-    blocks[:, 1:] = stream[: n * body].reshape(n, body)
-    block_starts = np.ones((n, block_size), dtype=bool)
-    block_starts[:, 1:] = stream_starts[: n * body].reshape(n, body)
-    return {"input_ids": blocks, "word_start": block_starts}
+    schema = pa.schema([("input_ids", pa.list_(pa.from_numpy_dtype(np.dtype(dtype)))),
+                        ("word_start", pa.list_(pa.bool_()))])
+    carry_ids, carry_starts = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    count = 0
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+        for batch in tokens.with_format("numpy").iter(batch_size=_DOCS_PER_BATCH):
+            ids = np.concatenate([carry_ids, *batch["ids"]])
+            starts = np.concatenate([carry_starts, *batch["starts"]])
+            n = len(ids) // body
+            carry_ids, carry_starts = ids[n * body:], starts[n * body:]
+            if n == 0:
+                continue
+            blocks = np.empty((n, block_size), dtype=dtype)
+            blocks[:, 0] = cls_id
+            blocks[:, 1:] = ids[: n * body].reshape(n, body)
+            block_starts = np.ones((n, block_size), dtype=bool)
+            block_starts[:, 1:] = starts[: n * body].reshape(n, body)
+            writer.write_batch(pa.record_batch([
+                pa.FixedSizeListArray.from_arrays(blocks.ravel(), block_size).cast(schema.field(0).type),
+                pa.FixedSizeListArray.from_arrays(block_starts.ravel(), block_size).cast(schema.field(1).type)],
+                schema=schema))
+            count += n
+    return count
 
 
 def pack_key(corpus_key: str, tokenizer: Tokenizer, block_size: int, validation_fraction: float) -> str:
@@ -109,26 +133,31 @@ def _build(folder: Path, corpus: Dataset, tokenizer: Tokenizer, block_size: int,
            workers: int, key: str) -> None:
     ids = special_ids(tokenizer)
     dtype = "uint16" if tokenizer.get_vocab_size() <= np.iinfo(np.uint16).max else "int32"
-    features = Features({"input_ids": Sequence(Value(dtype)), "word_start": Sequence(Value("bool"))})
+    features = Features({"ids": Sequence(Value(dtype)), "starts": Sequence(Value("bool"))})
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-", dir=folder.parent))
-    kwargs = dict(tokenizer_json=tokenizer.to_str(), block_size=block_size, cls_id=ids.cls, sep_id=ids.sep)
     if workers > 1:  # the worker processes are the parallelism: keep tokenizers' own threads from oversubscribing
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    if not sys.stderr.isatty():  # progress bars only where someone watches; logs get the summary line
+        datasets.disable_progress_bars()
     try:
         files, stats = {}, {}
         for name, docs in zip(("train", "validation"), _split(corpus, validation_fraction)):
             if len(docs) == 0:
                 files[name], stats[f"{name}_blocks"], stats[f"{name}_tokens"] = [], 0, 0
                 continue
-            packed = docs.map(_pack_batch, batched=True, batch_size=_DOCS_PER_BATCH, fn_kwargs=kwargs,
+            tokens = docs.map(_tokenize_batch, batched=True, batch_size=_DOCS_PER_BATCH,
+                              fn_kwargs=dict(tokenizer_json=tokenizer.to_str(), sep_id=ids.sep),
                               remove_columns=docs.column_names, features=features,
                               num_proc=workers if workers > 1 and len(docs) >= 2 * _DOCS_PER_BATCH else None,
-                              cache_file_name=str(tmp / f"{name}.arrow"), new_fingerprint=f"{key}-{name}",
-                              desc=f"tokenising and packing {name}")
-            files[name] = [Path(f["filename"]).name for f in packed.cache_files]
-            stats[f"{name}_blocks"] = len(packed)
-            stats[f"{name}_tokens"] = len(packed) * block_size
+                              cache_file_name=str(tmp / f"tokens-{name}.arrow"), new_fingerprint=f"{key}-{name}",
+                              desc=f"tokenising {name}")
+            count = _write_blocks(tokens, tmp / f"{name}.arrow", block_size, ids.cls, dtype)
+            for cache in tokens.cache_files:
+                Path(cache["filename"]).unlink(missing_ok=True)
+            files[name] = [f"{name}.arrow"] if count else []
+            stats[f"{name}_blocks"] = count
+            stats[f"{name}_tokens"] = count * block_size
         stats["documents"] = len(corpus)
         manifest = {"version": _VERSION, "block_size": block_size, "files": files, "stats": stats}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")

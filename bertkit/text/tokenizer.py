@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from bertkit.errors import BertkitError
 
@@ -52,7 +52,9 @@ def build_untrained(byte_level: bool = True, lowercase: bool = False, nfkc: bool
     if steps:
         tok.normalizer = normalizers.Sequence(steps)
     if byte_level:  # every byte is in the alphabet: nothing is ever [UNK]
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+        # No prefix space (as GPT-2 and RoBERTa): text around an added token like [MASK] tokenises as it
+        # did in training ("was [MASK]." -> 'Ġwas' '[MASK]' '.').
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
     else:
         tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always")
@@ -77,8 +79,10 @@ def train_bpe(texts: Iterable[str], vocab_size: int, byte_level: bool = True, lo
         raise BertkitError(f"--vocab-size {vocab_size} is too small: the special tokens and the "
                            f"{'256-byte alphabet' if byte_level else 'alphabet'} alone take {floor}")
     tok = build_untrained(byte_level, lowercase, nfkc)
+    # [MASK] absorbs the space before it ("was [MASK]." -> 'Ġwas' '[MASK]' '.'), as a masked word did in training.
+    specials = [AddedToken(t, special=True, lstrip=(t == MASK), normalized=False) for t in SPECIAL_TOKENS]
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=list(SPECIAL_TOKENS),
+        vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=specials,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet() if byte_level else [], show_progress=show_progress)
     tok.train_from_iterator(texts, trainer=trainer, length=length)
     got = tok.get_vocab_size()
@@ -101,7 +105,8 @@ def save_tokenizer(tok: Tokenizer, directory: str | Path) -> Path:
 def write_hf_tokenizer_config(directory: Path, model_max_length: int | None = None) -> None:
     """tokenizer_config.json for transformers: the fast class and which token is which."""
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": PAD, "unk_token": UNK, "cls_token": CLS,
-              "sep_token": SEP, "mask_token": MASK}
+              "sep_token": SEP, "mask_token": MASK,
+              "model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}  # BERT reads segments
     if model_max_length:
         config["model_max_length"] = model_max_length
     (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")

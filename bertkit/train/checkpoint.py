@@ -16,6 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
@@ -66,10 +67,15 @@ def atomic_dir(out: str | Path, overwrite: bool = False) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def write_run_files(directory: Path, model: Model, config: Config, tokenizer_file: str | Path | None = None) -> None:
-    """Write config.json, model.safetensors and (if given) tokenizer.json into an existing directory."""
+def write_config(directory: Path, config: Config) -> None:
+    """config.json: the resolved config of every section, stamped with the bertkit version."""
     payload = {"bertkit_version": bertkit.__version__, **config.to_dict()}
     (directory / CONFIG_FILE).write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+
+
+def write_run_files(directory: Path, model: Model, config: Config, tokenizer_file: str | Path | None = None) -> None:
+    """Write config.json, model.safetensors and (if given) tokenizer.json into an existing directory."""
+    write_config(directory, config)
     save_model(model, str(directory / WEIGHTS_FILE), metadata={"format": "pt", "bertkit": bertkit.__version__})
     if tokenizer_file is not None:
         shutil.copyfile(tokenizer_file, directory / TOKENIZER_FILE)
@@ -119,5 +125,70 @@ def load_run(run: str | Path, map_location: str = "cpu") -> tuple[Config, Model]
     return config, model.to(map_location).eval()
 
 
-__all__ = ["CONFIG_FILE", "TOKENIZER_FILE", "WEIGHTS_FILE", "atomic_dir", "is_run_dir",
-           "load_config", "load_run", "save_run", "write_run_files"]
+
+
+# ------------------------------------------------------------------------------------------ resumable checkpoints
+
+CHECKPOINTS = "checkpoints"
+LATEST = "latest"
+
+
+def rng_state() -> dict:
+    """This process's RNG state (dropout draws): CPU and, where present, CUDA."""
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what `rng_state` captured."""
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(run_dir: str | Path, step: int, model: Model, optimizer, scheduler, state: dict,
+                    keep: int, rng_states: list[dict]) -> Path:
+    """Write checkpoints/step-N atomically, then flip `latest` to it (one rename), then prune old ones.
+
+    A kill at any moment leaves `latest` naming a complete checkpoint (or none, before the first).
+    """
+    root = Path(run_dir) / CHECKPOINTS
+    final = root / f"step-{step}"
+    with atomic_dir(final, overwrite=True) as tmp:
+        save_model(model, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "step": str(step)})
+        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / "optimizer.pt")
+        torch.save(rng_states, tmp / "rng.pt")
+        (tmp / "state.json").write_text(json.dumps(state, indent=1), encoding="utf-8")
+    pointer = root / f".{LATEST}.tmp"
+    pointer.write_text(final.name, encoding="utf-8")
+    os.replace(pointer, root / LATEST)
+    steps = sorted((int(p.name.split("-")[1]) for p in root.glob("step-*") if p.is_dir()), reverse=True)
+    for old in steps[keep:]:
+        if old != step:
+            shutil.rmtree(root / f"step-{old}", ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The checkpoint `latest` names, or None."""
+    pointer = Path(run_dir) / CHECKPOINTS / LATEST
+    if not pointer.is_file():
+        return None
+    path = pointer.parent / pointer.read_text(encoding="utf-8").strip()
+    return path if (path / "state.json").is_file() else None
+
+
+def load_checkpoint(path: Path, model: Model, optimizer=None, scheduler=None) -> tuple[dict, list[dict]]:
+    """Load weights (and optimizer/scheduler when given) from a checkpoint; returns (state, rng states)."""
+    load_model(model, str(path / WEIGHTS_FILE), strict=True, device=str(next(model.parameters()).device))
+    if optimizer is not None or scheduler is not None:
+        saved = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
+        if optimizer is not None:
+            optimizer.load_state_dict(saved["optimizer"])
+        if scheduler is not None:
+            scheduler.load_state_dict(saved["scheduler"])
+    state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+    rng = torch.load(path / "rng.pt", map_location="cpu", weights_only=True)
+    return state, rng

@@ -70,20 +70,28 @@ def test_random_bert_gives_the_same_hidden_states(tmp_path, shape):
 
 
 def test_pytorch_bin_with_prefix_and_mlm_head(tmp_path):
-    """BertForMaskedLM saved as pytorch_model.bin: 'bert.' prefixes are stripped, the MLM head is reported skipped."""
+    """BertForMaskedLM saved as pytorch_model.bin: 'bert.' prefixes are stripped, the MLM head comes along and
+    gives HF's prediction logits."""
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                      intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     mlm = BertForMaskedLM(cfg).eval()
     cfg.save_pretrained(tmp_path)
+    with torch.no_grad():
+        for name, p in mlm.named_parameters():  # non-trivial head norm and bias
+            if name.startswith("cls.") and "decoder" not in name:
+                p.add_(torch.randn_like(p) * 0.1)
     torch.save(mlm.state_dict(), tmp_path / "pytorch_model.bin")
     ours, skipped = model_from_hf(tmp_path)
-    assert skipped and all(k.startswith("cls.") for k in skipped)
+    assert skipped == [] and ours.config.heads == ("mlm",)
     ids, mask, _ = _batch(120, seed=1)
     with torch.no_grad():
-        expected = mlm.bert(input_ids=ids, attention_mask=mask).last_hidden_state
-        got = ours(ids, mask).last_hidden_state
-    assert _max_diff_on_real_tokens(got, expected, mask) <= ATOL
+        expected = mlm(input_ids=ids, attention_mask=mask)
+        hidden = ours(ids, mask).last_hidden_state
+        logits = ours.mlm_logits(hidden[mask.bool()])
+    assert _max_diff_on_real_tokens(hidden, mlm.bert(input_ids=ids, attention_mask=mask).last_hidden_state,
+                                    mask) <= ATOL
+    assert (logits - expected.logits[mask.bool()]).abs().max().item() <= ATOL
 
 
 @pytest.fixture(scope="module")

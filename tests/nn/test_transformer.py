@@ -85,7 +85,7 @@ VARIANTS = [
     dict(),
     dict(architecture="decoder", norm_position="pre", norm="rmsnorm", activation="swiglu", positions="rotary",
          n_kv_heads=2, bias=False, type_vocab_size=0, embedding_norm=False),
-    dict(architecture="encoder", positions="relative", n_kv_heads=1, pooler=True),
+    dict(architecture="encoder", positions="relative", n_kv_heads=1, heads=("pooler", "mlm")),
     dict(architecture="encoder-decoder", positions="sinusoidal", activation="relu", scale_embeddings=True,
          n_decoder_layers=3),
     dict(architecture="encoder-decoder", positions="learned", share_embeddings=False, norm_position="pre"),
@@ -107,6 +107,9 @@ def test_every_parameter_gets_a_gradient(overrides):
     loss = (out * torch.randn_like(out)).sum()
     if "pooler" in model.heads:
         loss = loss + (model.heads["pooler"](out) * torch.randn(2, 32)).sum()
+    if "mlm" in model.heads:
+        logits = model.mlm_logits(out[:, 1:4].reshape(-1, 32))  # (6, V)
+        loss = loss + torch.nn.functional.cross_entropy(logits, torch.randint(0, 101, (6,)))
     loss.backward()
     for name, p in model.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
@@ -133,7 +136,7 @@ def test_shared_and_separate_embeddings():
 
 
 def test_parameter_counts_add_up():
-    model = Model(tiny(pooler=True))
+    model = Model(tiny(heads=("pooler",)))
     counts = model.parameter_counts()
     assert counts["total"] == sum(p.numel() for p in model.parameters())
     assert counts["heads"] == 32 * 32 + 32

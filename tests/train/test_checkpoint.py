@@ -15,7 +15,7 @@ from bertkit.train.checkpoint import atomic_dir, is_run_dir, load_run, save_run
 from conftest import tiny
 
 
-@pytest.mark.parametrize("overrides", [dict(pooler=True), dict(architecture="decoder", positions="rotary"),
+@pytest.mark.parametrize("overrides", [dict(heads=("pooler", "mlm")), dict(architecture="decoder", positions="rotary"),
                                        dict(architecture="encoder-decoder", positions="relative")])
 def test_save_load_gives_identical_parameters(tmp_path, overrides):
     cfg = tiny(**overrides)

@@ -1,0 +1,114 @@
+"""MLM pretraining throughput: bertkit vs transformers.BertForMaskedLM, same config, same batches, one run.
+
+Each case builds both models with the same shape (post-norm BERT, GELU, learned positions, vocab 16k, seq 128),
+feeds them identical masked batches (15%, 80/10/10), and times full training steps (forward, backward, AdamW)
+alternating ours and HF's step by step, so drift in the machine's speed hits both alike. Prints one line per case
+ending in `ratio X.XX` (bertkit tokens/s ÷ HF tokens/s) and the peak RSS of the process.
+
+    python benchmarks/pretrain_throughput.py [--steps 20] [--batch-size 32] [--cases 4x256,4x512]
+                                             [--precisions fp32,bf16] [--device cpu|cuda]
+    LD_PRELOAD=libtcmalloc_minimal.so.4 python benchmarks/pretrain_throughput.py   # steadier CPU timings
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import resource
+import statistics
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch  # noqa: E402
+from transformers import BertConfig, BertForMaskedLM  # noqa: E402
+
+from bertkit.config import ModelConfig  # noqa: E402
+from bertkit.nn.model import Model  # noqa: E402
+from bertkit.text.collate import IGNORE_INDEX, mlm_mask, step_generator  # noqa: E402
+
+VOCAB, SEQ = 16000, 128
+
+
+def _models(layers: int, width: int, device: str):
+    heads = width // 64
+    ours = Model(ModelConfig(vocab_size=VOCAB, d_model=width, n_layers=layers, n_heads=heads, d_ff=4 * width,
+                             max_len=512, heads=("mlm",))).to(device).train()
+    hf = BertForMaskedLM(BertConfig(vocab_size=VOCAB, hidden_size=width, num_hidden_layers=layers,
+                                    num_attention_heads=heads, intermediate_size=4 * width,
+                                    attn_implementation="sdpa")).to(device).train()
+    return ours, hf
+
+
+def _batches(n: int, batch_size: int):
+    out = []
+    for step in range(n):
+        g = step_generator(0, step)
+        ids = torch.randint(5, VOCAB, (batch_size, SEQ), generator=g)
+        ids[:, 0] = 2
+        out.append(mlm_mask(ids, (0, 1, 2, 3, 4), 4, VOCAB, 0.15, g))
+    return out
+
+
+def _ours_step(model, opt, inputs, labels):
+    selected = labels != IGNORE_INDEX
+    logits = model(inputs, mlm_select=selected).logits
+    loss = torch.nn.functional.cross_entropy(logits.float(), labels[selected])
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def _hf_step(model, opt, inputs, labels):
+    model(input_ids=inputs, labels=labels).loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def run_case(layers: int, width: int, precision: str, steps: int, batch_size: int, device: str) -> str:
+    torch.manual_seed(0)
+    ours, hf = _models(layers, width, device)
+    opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True) for name, m in (("ours", ours), ("hf", hf))}
+    batches = [(i.to(device), l.to(device)) for i, l in _batches(steps + 2, batch_size)]
+    autocast = (torch.autocast(device, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext())
+    times = {"ours": [], "hf": []}
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for index, (inputs, labels) in enumerate(batches):
+        for name, model, fn in (("ours", ours, _ours_step), ("hf", hf, _hf_step)):
+            sync()
+            start = time.perf_counter()
+            with autocast:
+                fn(model, opts[name], inputs, labels)
+            sync()
+            if index >= 2:  # the first two steps warm up allocators and kernels
+                times[name].append(time.perf_counter() - start)
+    tokens = batch_size * SEQ
+    ours_tps = tokens / statistics.median(times["ours"])
+    hf_tps = tokens / statistics.median(times["hf"])
+    params = sum(p.numel() for p in ours.parameters()) / 1e6
+    return (f"{layers}x{width} ({params:.1f}M) {precision} batch {batch_size}x{SEQ} {device}: "
+            f"bertkit {ours_tps:,.0f} tok/s, transformers {hf_tps:,.0f} tok/s, ratio {ours_tps / hf_tps:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--cases", default="4x256,4x512")
+    parser.add_argument("--precisions", default="fp32,bf16")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
+          f"LD_PRELOAD={os.environ.get('LD_PRELOAD', '')!r}", flush=True)
+    for case in args.cases.split(","):
+        layers, width = (int(x) for x in case.split("x"))
+        for precision in args.precisions.split(","):
+            print(run_case(layers, width, precision, args.steps, args.batch_size, args.device), flush=True)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS {peak:,.0f} MB")
+
+
+if __name__ == "__main__":
+    main()

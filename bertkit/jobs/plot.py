@@ -1,0 +1,50 @@
+"""`bertkit plot`: loss and accuracy curves of a run (train and validation), with the unigram baseline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bertkit.errors import BertkitError
+from bertkit.train.loop import METRICS_FILE
+
+
+def run(run_dir: Path, out: Path | None = None) -> Path:
+    """Write a PNG (default RUN/curves.png) and return its path."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        raise BertkitError(f"{run_dir}: no {METRICS_FILE} (is it a training run?)")
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    train = [r for r in records if r["kind"] == "train"]
+    evals = [r for r in records if r["kind"] == "eval" and "val_loss" in r]
+    if not train and not evals:
+        raise BertkitError(f"{path}: no logged steps yet")
+    baseline = {}
+    if (Path(run_dir) / "baseline.json").is_file():
+        baseline = json.loads((Path(run_dir) / "baseline.json").read_text()).get("unigram", {})
+
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt
+
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key, title in ((ax_loss, "loss", "MLM loss (nats / masked token)"),
+                           (ax_acc, "accuracy", "masked-token accuracy")):
+        if train and key in train[0]:
+            ax.plot([r["step"] for r in train], [r[key] for r in train], label="train", alpha=0.6)
+        if evals:
+            ax.plot([r["step"] for r in evals], [r[f"val_{key}"] for r in evals], "o-", label="validation")
+        if f"val_{key}" in baseline:
+            ax.axhline(baseline[f"val_{key}"], color="gray", linestyle="--", label="unigram baseline")
+        ax.set_xlabel("step")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle(Path(run_dir).resolve().name)
+    fig.tight_layout()
+    target = Path(out) if out else Path(run_dir) / "curves.png"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(target, dpi=110)
+    plt.close(fig)
+    return target

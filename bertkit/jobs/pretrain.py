@@ -1,0 +1,148 @@
+"""`bertkit pretrain`: corpus → (BPE tokenizer) → packed blocks → masked-LM pretraining → a run directory.
+
+Runs unchanged on the CPU, one GPU, or N processes (`accelerate launch -m bertkit pretrain …`,
+`torchrun --nproc_per_node 2 -m bertkit pretrain …`): every process builds the same data (the main process first,
+the others then hit the cache) and takes its rows of each global batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from accelerate.utils import set_seed
+from rich.console import Console
+from safetensors.torch import save_model
+
+from bertkit.config import Config
+from bertkit.errors import BertkitError
+from bertkit.jobs.tokenizer import train_on_corpus
+from bertkit.nn.model import Model
+from bertkit.paths import cache_root
+from bertkit.text.corpus import corpus_fingerprint, find_files, load_corpus
+from bertkit.text.packing import pack_corpus
+from bertkit.text.tokenizer import check_vocab_matches, load_tokenizer, save_tokenizer, special_ids
+from bertkit.train.checkpoint import (CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, atomic_dir, latest_checkpoint,
+                                      load_config, write_config)
+from bertkit.train.loop import make_accelerator, train
+from bertkit.train.objectives import MLMObjective
+
+# Train settings a resumed run may change without breaking its exact continuation.
+RESUMABLE_CHANGES = {"max_steps", "max_time", "log_every", "eval_every", "save_every", "keep_checkpoints"}
+
+
+def _check_output(out: Path, config: Config, resume: bool) -> None:
+    """Refuse to touch an existing different run, or to resume what is not there."""
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        if resume:
+            raise BertkitError(f"{out}: nothing to resume (no run there)")
+        return
+    if not (out / CONFIG_FILE).is_file():
+        raise BertkitError(f"{out}: exists and is not a bertkit run (choose another --out)")
+    if not resume:
+        raise BertkitError(f"{out}: already holds a run (pass --resume to continue it, or choose another --out)")
+    existing = load_config(out)
+    for section in ("model", "tokenizer", "data", "train"):
+        old, new = dataclasses.asdict(getattr(existing, section)), dataclasses.asdict(getattr(config, section))
+        for key in old:
+            if section == "train" and key in RESUMABLE_CHANGES:
+                continue
+            if section == "model" and key in ("vocab_size", "heads"):
+                continue  # set by pretraining itself (from the tokenizer; the MLM head)
+            if old[key] != new[key]:
+                raise BertkitError(f"{out}: holds a different run ({section}.{key} = {old[key]!r}, now "
+                                   f"{new[key]!r}); resume with the same recipe or choose another --out")
+    if latest_checkpoint(out) is None:
+        raise BertkitError(f"{out}: has no checkpoint yet to resume from (delete it and start again)")
+
+
+def run(config: Config, out: Path, tokenizer_path: Path | None = None, resume: bool = False,
+        progress: bool = True, console: Console | None = None) -> dict:
+    """Pretrain with the MLM objective; returns the final evaluation and where things are."""
+    console = console or Console(stderr=True)
+    if config.train.objective != "mlm":
+        raise BertkitError(f"train.objective: {config.train.objective!r} is not implemented by pretrain yet")
+    if config.data.block_size > config.model.max_len:
+        raise BertkitError(f"data.block_size: {config.data.block_size} is longer than model.max_len="
+                           f"{config.model.max_len}")
+    if config.model.architecture != "encoder":
+        raise BertkitError(f"model.architecture: masked-LM pretraining needs an encoder, got "
+                           f"{config.model.architecture!r}")
+    accelerator = make_accelerator(config.train.precision)
+    main = accelerator.is_main_process
+    set_seed(config.train.seed)
+    out = Path(out)
+    if resume and (out / CONFIG_FILE).is_file():  # keep the stored vocab size for the comparison below
+        config = dataclasses.replace(config, model=dataclasses.replace(
+            config.model, vocab_size=load_config(out).model.vocab_size))
+    _check_output(out, config, resume)
+
+    # Tokenizer: the run's own on resume, a given one, or a new one trained on the corpus.
+    with accelerator.main_process_first():
+        if resume:
+            tokenizer = load_tokenizer(out)
+        elif tokenizer_path is not None:
+            tokenizer = load_tokenizer(tokenizer_path)
+        else:
+            tokenizer = _cached_tokenizer(config, console if main else Console(quiet=True))
+        dataset, stats, corpus_key = load_corpus(config.data.corpus, config.data.text_field,
+                                                 config.data.skip_bad_lines)
+        packed = pack_corpus(dataset, corpus_key, tokenizer, config.data.block_size,
+                             config.data.validation_fraction, config.data.max_validation_blocks,
+                             config.data.tokenize_workers)
+    if stats.bad_lines and main:
+        console.print(f"[yellow]skipped {stats.bad_lines:,} line(s) that are not valid UTF-8")
+    vocab = tokenizer.get_vocab_size()
+    if resume:
+        check_vocab_matches(tokenizer, config.model.vocab_size, "the run's model")
+    heads = tuple(dict.fromkeys(("mlm",) + config.model.heads))
+    config = dataclasses.replace(config, model=dataclasses.replace(config.model, vocab_size=vocab, heads=heads))
+    special = special_ids(tokenizer)
+    objective = MLMObjective(packed, special, vocab, config.data, config.train, accelerator.num_processes)
+
+    if main:
+        console.print(f"corpus: {stats.documents:,} documents, {packed.stats['train_blocks']:,} training and "
+                      f"{len(packed.validation):,} validation blocks of {config.data.block_size} tokens; "
+                      f"vocab {vocab:,}; global batch {objective.global_batch}")
+        if not resume:
+            with atomic_dir(out) as tmp:
+                write_config(tmp, config)
+                save_tokenizer(tokenizer, tmp)
+                baseline = objective.unigram_baseline()
+                (tmp / "baseline.json").write_text(json.dumps({"unigram": baseline}, indent=2) + "\n")
+    accelerator.wait_for_everyone()
+
+    model = Model(config.model)
+    result = train(model, objective, config.train, out, accelerator, resume=resume, console=console,
+                   progress=progress)
+    if main:
+        final = out / f".{WEIGHTS_FILE}.tmp"
+        save_model(model, str(final), metadata={"format": "pt", "step": str(result["state"]["step"])})
+        os.replace(final, out / WEIGHTS_FILE)
+        (out / "results.json").write_text(json.dumps(
+            {"step": result["state"]["step"], "evaluation": result["evaluation"],
+             "skipped_steps": result["state"]["skipped_steps"],
+             "baseline": json.loads((out / "baseline.json").read_text())["unigram"]}, indent=2) + "\n")
+        console.print(f"wrote {out} (step {result['state']['step']}): "
+                      + "  ".join(f"{k} {v:.4f}" for k, v in result["evaluation"].items()))
+    accelerator.wait_for_everyone()
+    return {"out": str(out), **result}
+
+
+def _cached_tokenizer(config: Config, console: Console):
+    """Train a BPE tokenizer on the corpus once per (corpus, settings); later runs and other processes reuse it."""
+    files = find_files(config.data.corpus)
+    key = hashlib.sha256(json.dumps([corpus_fingerprint(files, config.data.text_field, config.data.skip_bad_lines),
+                                     config.model.vocab_size, dataclasses.asdict(config.tokenizer)]).encode())
+    folder = cache_root() / "tokenizers" / key.hexdigest()[:20]
+    if (folder / TOKENIZER_FILE).is_file():
+        return load_tokenizer(folder)
+    tokenizer = train_on_corpus(config.data.corpus, config.model.vocab_size, config.tokenizer,
+                                config.data.text_field, config.data.skip_bad_lines, console)
+    with atomic_dir(folder, overwrite=True) as tmp:
+        save_tokenizer(tokenizer, tmp)
+    return tokenizer
+

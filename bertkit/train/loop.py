@@ -1,0 +1,297 @@
+"""The one training loop (Hugging Face Accelerate): every objective runs through `train()`.
+
+An objective supplies the global batch of each step (a pure function of the step, so runs resume exactly and give
+the same batches on 1 or N processes), the summed loss of a micro-batch, and its evaluation. The loop owns the
+rest: AdamW (no decay on norms and biases), warmup + linear/cosine decay, accumulation, clipping, mixed
+precision, a wall-clock budget the schedule is fitted to, non-finite step handling, evaluation, logging
+(progress bar, metrics.jsonl, TensorBoard) and atomic checkpoints with exact resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import torch
+from accelerate import Accelerator
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from bertkit.config import TrainConfig
+from bertkit.errors import BertkitError
+from bertkit.nn.model import Model
+from bertkit.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state, rng_state
+
+METRICS_FILE = "metrics.jsonl"
+_CALIBRATION_STEPS = 10  # steps timed before a --max-time budget fixes the number of steps
+
+
+class Objective(Protocol):
+    """What a task gives the loop."""
+
+    def batch(self, step: int) -> dict[str, torch.Tensor]:
+        """The whole global batch of optimiser step `step` (CPU tensors, rows first)."""
+
+    def normalizer(self, batch: dict[str, torch.Tensor]) -> float:
+        """The global batch's loss denominator (e.g. its number of masked tokens)."""
+
+    def loss(self, model: torch.nn.Module, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        """Summed loss of a micro-batch (on the model's device) and summed statistics (tensors)."""
+
+    def evaluate(self, model: Model) -> dict[str, float]:
+        """Validation metrics (model in eval mode, no grad)."""
+
+    def tokens(self, batch: dict[str, torch.Tensor]) -> int:
+        """Tokens in a global batch (for tokens/s)."""
+
+
+@dataclass
+class TrainState:
+    """Everything besides weights, optimiser and RNG that a resumed run needs to continue exactly."""
+
+    step: int = 0  # optimiser steps taken = global batches consumed
+    total_steps: int = 0
+    calibrated: bool = False
+    elapsed: float = 0.0  # training seconds, summed over resumes
+    skipped_steps: int = 0  # non-finite steps skipped in total
+    bad_in_row: int = 0
+    reloads: int = 0
+    window: dict = field(default_factory=dict)  # sums since the last log line
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Decay matrices only: biases, norm weights (all 1-d tensors) are left alone."""
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():
+        if p.requires_grad:
+            (decay if p.ndim >= 2 else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def lr_factor(step: int, total: int, warmup_ratio: float, schedule: str) -> float:
+    """Multiplier of the peak learning rate at `step` (0-based) of `total`."""
+    warmup = round(warmup_ratio * total)
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    if schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    if schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    return max(0.0, 1.0 - progress)
+
+
+def make_accelerator(precision: str) -> Accelerator:
+    """One Accelerator per process: CPU, one GPU or a distributed launch (accelerate launch / torchrun)."""
+    # cpu=True where there is no GPU: Accelerate then runs a torchrun/accelerate launch as a gloo process group
+    # (without it, each CPU process would silently train alone).
+    return Accelerator(cpu=not torch.cuda.is_available(),
+                       mixed_precision={"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision])
+
+
+class _Metrics:
+    """metrics.jsonl (+ TensorBoard) on the main process; a resumed run first drops lines past its checkpoint."""
+
+    def __init__(self, run_dir: Path, enabled: bool, resume_step: int | None):
+        self.enabled = enabled
+        self.path = run_dir / METRICS_FILE
+        self.writer = None
+        if not enabled:
+            return
+        if resume_step is not None and self.path.is_file():
+            kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
+                    if line.strip() and json.loads(line)["step"] <= resume_step]
+            self.path.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=resume_step)
+        except ImportError:  # TensorBoard is optional at run time
+            self.writer = None
+
+    def log(self, record: dict) -> None:
+        if not self.enabled:
+            return
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+        if self.writer is not None:
+            for key, value in record.items():
+                if key not in ("step", "kind") and isinstance(value, (int, float)):
+                    self.writer.add_scalar(f"{record['kind']}/{key}", value, record["step"])
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, accelerator: Accelerator,
+          resume: bool = False, console: Console | None = None, progress: bool = True) -> dict:
+    """Train until `max_steps` (or the `max_time` budget); returns the final state and last evaluation."""
+    console = console or Console(stderr=True)
+    main = accelerator.is_main_process
+    world = accelerator.num_processes
+    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.learning_rate,
+                                  betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
+                                  **_fast_adamw_kwargs(accelerator.device))
+    state = TrainState(total_steps=cfg.max_steps)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_factor(s, state.total_steps, cfg.warmup_ratio, cfg.schedule))
+    resume_step = None
+    if resume:
+        checkpoint = latest_checkpoint(run_dir)
+        if checkpoint is None:
+            raise BertkitError(f"{run_dir}: --resume found no checkpoint to resume from")
+        model.to(accelerator.device)
+        saved, rngs = load_checkpoint(checkpoint, model, optimizer, scheduler)
+        state = TrainState(**saved)
+        set_rng_state(rngs[min(accelerator.process_index, len(rngs) - 1)])
+        resume_step = state.step
+        if main:
+            console.print(f"resuming from {checkpoint.name} (step {state.step} of {state.total_steps})")
+    ddp_model, optimizer = accelerator.prepare(model, optimizer)
+    metrics = _Metrics(run_dir, main, resume_step)
+    evaluation: dict = {}
+
+    bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                   TimeRemainingColumn(), console=console, disable=not (progress and main), transient=False)
+    task = bar.add_task("train", total=state.total_steps, completed=state.step, info="")
+    started = time.perf_counter() - state.elapsed
+    try:
+        with bar:
+            while state.step < state.total_steps:
+                t0 = time.perf_counter()
+                batch = objective.batch(state.step)
+                rows = next(iter(batch.values())).shape[0]
+                micro_rows = rows // (cfg.accumulation_steps * world)
+                norm = objective.normalizer(batch)
+                sums: dict[str, torch.Tensor] = {}
+                ddp_model.train()
+                for a in range(cfg.accumulation_steps):
+                    index = a * world + accelerator.process_index
+                    micro = {k: v[index * micro_rows:(index + 1) * micro_rows].to(accelerator.device)
+                             for k, v in batch.items()}
+                    sync = a == cfg.accumulation_steps - 1
+                    with (contextlib.nullcontext() if sync else accelerator.no_sync(ddp_model)):
+                        with accelerator.autocast():
+                            loss_sum, stats = objective.loss(ddp_model, micro)
+                        # DDP averages gradients over processes: scale so the result is sum / global normaliser.
+                        accelerator.backward(loss_sum * (world / norm))
+                    for key, value in {"loss": loss_sum.detach().float(), **stats}.items():
+                        sums[key] = sums.get(key, 0) + value.detach().float()
+                totals = {k: v.item() for k, v in accelerator.reduce(
+                    {k: v.reshape(1) for k, v in sums.items()}, reduction="sum").items()}
+                grad_norm = accelerator.clip_grad_norm_(ddp_model.parameters(), cfg.max_grad_norm or float("inf"))
+                grad_norm = float(grad_norm)
+                finite = math.isfinite(totals["loss"]) and math.isfinite(grad_norm)
+                if finite:
+                    optimizer.step()
+                    state.bad_in_row = 0
+                else:
+                    state.bad_in_row += 1
+                    state.skipped_steps += 1
+                optimizer.zero_grad(set_to_none=True)
+                scheduler.step()
+                state.step += 1
+                step_time = time.perf_counter() - t0
+                state.elapsed = time.perf_counter() - started
+
+                if not finite:
+                    if main:
+                        console.print(f"[yellow]step {state.step}: non-finite loss or gradient, update skipped "
+                                      f"({state.bad_in_row} in a row, {state.skipped_steps} in all)")
+                    if state.bad_in_row >= cfg.max_bad_steps:
+                        _recover(cfg, state, run_dir, model, optimizer, console, main)
+                else:
+                    w = state.window
+                    for key, value in totals.items():
+                        w[key] = w.get(key, 0.0) + value
+                    w["norm"] = w.get("norm", 0.0) + norm
+                    w["tokens"] = w.get("tokens", 0.0) + objective.tokens(batch)
+                    w["time"] = w.get("time", 0.0) + step_time
+                    w["grad_norm"] = w.get("grad_norm", 0.0) + grad_norm
+                    w["steps"] = w.get("steps", 0) + 1
+
+                # Calibrate after a few steps, or sooner when a short budget is already 10% spent.
+                if cfg.max_seconds and not state.calibrated and (
+                        state.step >= min(_CALIBRATION_STEPS + 1, state.total_steps)
+                        or (state.step >= 2 and state.elapsed >= 0.1 * cfg.max_seconds)):
+                    _fit_budget(cfg, state, step_time, objective)
+                    bar.update(task, total=state.total_steps)
+                if state.step % cfg.log_every == 0 and state.window.get("steps"):
+                    record = _log_record(state, scheduler.get_last_lr()[0])
+                    metrics.log(record)
+                    bar.update(task, info=f"loss {record['loss']:.3f}  {record['tokens_per_s']:,.0f} tok/s")
+                    state.window = {}
+                last = state.step >= state.total_steps or (cfg.max_seconds and state.elapsed >= cfg.max_seconds)
+                if state.step % cfg.eval_every == 0 or last:
+                    evaluation = objective.evaluate(accelerator.unwrap_model(ddp_model))
+                    metrics.log({"kind": "eval", "step": state.step, **evaluation})
+                    if main and evaluation:
+                        console.print(f"step {state.step}: " + "  ".join(f"{k} {v:.4f}" for k, v in evaluation.items()))
+                if state.step % cfg.save_every == 0 or last:
+                    _checkpoint(run_dir, state, accelerator, ddp_model, optimizer, scheduler, cfg.keep_checkpoints)
+                bar.update(task, completed=state.step)
+                if last:
+                    break
+    finally:
+        metrics.close()
+    return {"state": asdict(state), "evaluation": evaluation}
+
+
+def _fast_adamw_kwargs(device: torch.device) -> dict:
+    """fused AdamW where PyTorch has it for this device (CUDA, and CPU in recent releases), else foreach."""
+    return {"fused": True} if device.type in ("cuda", "cpu") else {"foreach": True}
+
+
+def _log_record(state: TrainState, lr: float) -> dict:
+    w = state.window
+    record = {"kind": "train", "step": state.step, "loss": w["loss"] / w["norm"], "lr": lr,
+              "grad_norm": w["grad_norm"] / w["steps"], "tokens_per_s": w["tokens"] / max(w["time"], 1e-9),
+              "elapsed": round(state.elapsed, 2)}
+    for key, value in w.items():  # objective statistics normalised like the loss (e.g. masked-token accuracy)
+        if key not in ("loss", "norm", "tokens", "time", "grad_norm", "steps"):
+            record[key] = value / w["norm"]
+    return record
+
+
+def _fit_budget(cfg: TrainConfig, state: TrainState, step_time: float, objective: Objective) -> None:
+    """Fix the number of steps so training plus evaluations fill the rest of the budget (schedule included)."""
+    per_step = state.elapsed / max(1, state.step)  # includes warm-up costs: errs on the short side
+    per_step = max(per_step, step_time)
+    eval_cost = getattr(objective, "eval_cost_steps", 0.0) * per_step  # an evaluation, in train-step units
+    remaining = cfg.max_seconds - state.elapsed
+    extra = max(0, int(remaining / (per_step + eval_cost / cfg.eval_every)))
+    state.total_steps = max(state.step, min(cfg.max_steps, state.step + extra))
+    state.calibrated = True
+
+
+def _checkpoint(run_dir, state, accelerator, ddp_model, optimizer, scheduler, keep) -> None:
+    rngs = accelerator.gather_for_metrics([rng_state()], use_gather_object=True) if accelerator.num_processes > 1 \
+        else [rng_state()]
+    if accelerator.is_main_process:
+        model = accelerator.unwrap_model(ddp_model)
+        if not all(torch.isfinite(p).all() for p in model.parameters()):
+            raise BertkitError(f"step {state.step}: weights are not finite; refusing to write a NaN checkpoint")
+        save_checkpoint(run_dir, state.step, model, optimizer, scheduler, asdict(state), keep, rngs)
+    accelerator.wait_for_everyone()
+
+
+def _recover(cfg: TrainConfig, state: TrainState, run_dir: Path, model: Model, optimizer, console, main) -> None:
+    """After `max_bad_steps` non-finite steps in a row: reload the last good checkpoint's weights and optimiser
+    (keeping the data position, so the bad batches are not replayed), or stop with a clear message."""
+    checkpoint = latest_checkpoint(run_dir)
+    why = f"{state.bad_in_row} non-finite steps in a row at step {state.step}"
+    if cfg.on_bad_steps == "stop" or checkpoint is None or state.reloads >= 3:
+        reason = ("train.on_bad_steps = stop" if cfg.on_bad_steps == "stop" else
+                  "no checkpoint to reload" if checkpoint is None else "already reloaded 3 times")
+        raise BertkitError(f"{why} ({reason}); lower train.learning_rate or check the data")
+    load_checkpoint(checkpoint, model, optimizer)
+    state.reloads += 1
+    state.bad_in_row = 0
+    if main:
+        console.print(f"[yellow]{why}: reloaded {checkpoint.name} and continue with the next batches")

@@ -1,0 +1,167 @@
+"""`bertkit pretrain` end to end through the CLI: run directory, fill-mask, export to transformers, plot, exact
+resume after kill -9, a 2-process run, and every bad input as one line."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import SAMPLE_CORPUS
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set", "batch_size=4",
+        "--set", "min_frequency=1", "--set", "log_every=2", "--set", "eval_every=10", "--no-progress"]
+
+
+def _cli(*args, env=None, check=True):
+    result = subprocess.run([sys.executable, str(ROOT / "cli.py"), *map(str, args)], capture_output=True, text=True,
+                            env={**os.environ, **(env or {})}, cwd=ROOT)
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    lines = [line for line in SAMPLE_CORPUS.read_text().splitlines() if line]
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(f"{i} {line}" for i in range(30) for line in lines) + "\n")
+    return path
+
+
+def _losses(run):
+    return [(r["step"], r.get("loss"), r.get("val_loss")) for r in
+            (json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines())]
+
+
+def test_pretrain_makes_a_complete_run(tmp_path, corpus):
+    run = tmp_path / "run"
+    _cli("pretrain", *TINY, "--corpus", corpus, "--out", run, "--max-steps", "20", "--set", "save_every=10")
+    for name in ("config.json", "tokenizer.json", "model.safetensors", "metrics.jsonl", "results.json",
+                 "baseline.json"):
+        assert (run / name).is_file(), name
+    assert (run / "checkpoints" / "latest").read_text() == "step-20"
+    assert list((run / "tensorboard").iterdir())
+    config = json.loads((run / "config.json").read_text())
+    assert config["model"]["heads"] == ["mlm"] and config["model"]["vocab_size"] == 400
+    losses = [loss for _, loss, _ in _losses(run) if loss is not None]
+    assert len(losses) == 10 and losses[-1] < losses[0]
+    results = json.loads((run / "results.json").read_text())
+    assert results["step"] == 20 and "val_accuracy" in results["evaluation"]
+
+    filled = _cli("fill-mask", run, "The decoder [MASK] only the words.", "--json", "--top-k", "3")
+    options = json.loads(filled.stdout)
+    assert len(options) == 1 and len(options[0]) == 3 and options[0][0]["score"] >= options[0][1]["score"]
+    assert "[MASK]" not in options[0][0]["sequence"]
+
+    plotted = _cli("plot", run)
+    assert (run / "curves.png").stat().st_size > 10_000 and "curves.png" in plotted.stdout
+
+
+def test_export_fills_masks_in_transformers_like_bertkit(tmp_path, corpus):
+    transformers = pytest.importorskip("transformers")
+    run = tmp_path / "run"
+    _cli("pretrain", *TINY, "--corpus", corpus, "--out", run, "--max-steps", "30")
+    _cli("export", run, "--format", "hf", "-o", tmp_path / "hf")
+    model = transformers.AutoModelForMaskedLM.from_pretrained(str(tmp_path / "hf")).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    fill = transformers.pipeline("fill-mask", model=model, tokenizer=tokenizer, top_k=3)
+    theirs = fill("A small encoder learns to [MASK] in masked words.")
+    ours = json.loads(_cli("fill-mask", run, "A small encoder learns to [MASK] in masked words.", "--json",
+                           "--top-k", "3").stdout)[0]
+    assert [o["token_id"] for o in ours] == [t["token"] for t in theirs]
+    assert [o["score"] for o in ours] == pytest.approx([t["score"] for t in theirs], abs=1e-5)
+
+
+def test_kill_9_and_resume_gives_the_same_loss_curve(tmp_path, corpus):
+    args = [*TINY, "--corpus", corpus, "--max-steps", "120", "--set", "save_every=10", "--set", "eval_every=40"]
+    _cli("pretrain", *args, "--out", tmp_path / "straight")
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "pretrain", *map(str, args), "--out", killed],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    latest = killed / "checkpoints" / "latest"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (latest.is_file() and latest.read_text() not in ("step-10", "step-20")):
+        time.sleep(0.02)
+    time.sleep(0.15)  # land somewhere between checkpoints
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "model.safetensors").exists(), "the run finished before it could be killed"
+    _cli("pretrain", *args, "--out", killed, "--resume")
+    assert _losses(killed) == _losses(tmp_path / "straight")  # exactly, every logged loss
+
+
+def test_two_processes_match_one_with_the_same_global_batch(tmp_path, corpus):
+    args = ["--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set", "min_frequency=1",
+            "--set", "log_every=1", "--set", "eval_every=100", "--set", "dropout=0", "--set", "attention_dropout=0",
+            "--no-progress", "--corpus", corpus,
+            "--max-steps", "8"]
+    _cli("pretrain", *args, "--set", "batch_size=8", "--out", tmp_path / "one")
+    env = {"OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                             "--master_port", "29517", "-m", "bertkit", "pretrain", *map(str, args),
+                             "--set", "batch_size=4", "--out", str(tmp_path / "two")],
+                            capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env})
+    assert result.returncode == 0, result.stderr[-3000:]
+    one = [loss for _, loss, _ in _losses(tmp_path / "one") if loss is not None]
+    two = [loss for _, loss, _ in _losses(tmp_path / "two") if loss is not None]
+    assert len(one) == len(two) == 8
+    # Same rows, same masks, no dropout: only the order of float sums differs.
+    assert two == pytest.approx(one, rel=1e-4)
+
+
+def test_bad_inputs_are_one_line_and_never_damage_a_run(tmp_path, corpus):
+    def fails(*args, match):
+        result = _cli("pretrain", *TINY, *args, check=False)
+        assert result.returncode == 2, result.stderr[-2000:]
+        errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and match in errors[0], result.stderr[-2000:]  # progress lines may precede it
+        assert "Traceback" not in result.stderr and result.stderr.strip().endswith(errors[0])
+        return errors[0]
+
+    fails("--corpus", tmp_path / "missing.txt", "--out", tmp_path / "a", match="no such file or directory")
+    (tmp_path / "blank.txt").write_text("\n\n")
+    fails("--corpus", tmp_path / "blank.txt", "--out", tmp_path / "a", match="corpus is empty")
+    (tmp_path / "dir").mkdir()
+    fails("--corpus", tmp_path / "dir", "--out", tmp_path / "a", match="no readable text files")
+    (tmp_path / "bad.txt").write_bytes(b"fine\nbroken \xc3\x28 here\n")
+    fails("--corpus", tmp_path / "bad.txt", "--out", tmp_path / "a", match="bad.txt: invalid UTF-8 at byte 12")
+    fails("--corpus", corpus, "--out", tmp_path / "a", "--set", "batch_size=4096", match="corpus too small for one batch")
+    fails("--corpus", corpus, "--out", tmp_path / "a", "--set", "vocab_size=60000", match="corpus supports only")
+    assert not (tmp_path / "a").exists()
+
+    run = tmp_path / "run"
+    _cli("pretrain", *TINY, "--corpus", corpus, "--out", run, "--max-steps", "4")
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    fails("--corpus", corpus, "--out", run, "--max-steps", "4", match="already holds a run")
+    fails("--corpus", corpus, "--out", run, "--resume", "--set", "d_model=64", match="holds a different run")
+    assert before == {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    fails("--corpus", corpus, "--out", tmp_path / "other", match="is not a bertkit run")
+
+    big = tmp_path / "big-tok"
+    _cli("tokenizer", "train", corpus, "--vocab-size", "500", "--min-frequency", "1", "-o", big)
+    result = _cli("pretrain", *TINY, "--corpus", corpus, "--out", tmp_path / "b", "--tokenizer", big,
+                  "--max-steps", "2")
+    assert json.loads((tmp_path / "b" / "config.json").read_text())["model"]["vocab_size"] == 500
+    assert result.returncode == 0
+
+
+def test_fill_mask_refuses_models_without_an_mlm_head(tmp_path):
+    from bertkit.config import Config
+    from bertkit.nn.model import Model
+    from bertkit.train.checkpoint import save_run
+    from conftest import tiny
+
+    cfg = tiny()
+    save_run(tmp_path / "run", Model(cfg), Config(model=cfg))
+    result = _cli("fill-mask", tmp_path / "run", "a [MASK] b", check=False)
+    assert result.returncode == 2 and "no MLM head" in result.stderr

@@ -1,0 +1,91 @@
+"""Corpus reading: every format, directories, bad bytes with their offsets, caching keyed by the files."""
+
+import gzip
+import json
+import os
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bertkit.errors import BertkitError
+from bertkit.text.corpus import load_corpus
+
+DOCS = ["first document here", "second one, with a comma", "third: tabs\tinside"]
+
+
+def _write_all_formats(root):
+    (root / "a.txt").write_text("\n".join(DOCS) + "\n\n")
+    with gzip.open(root / "b.txt.gz", "wt", encoding="utf-8") as fh:
+        fh.write("\n".join(DOCS))
+    (root / "c.jsonl").write_text("".join(json.dumps({"id": i, "text": d}) + "\n" for i, d in enumerate(DOCS)))
+    (root / "d.csv").write_text('id,text\n1,"first document here"\n2,"second one, with a comma"\n3,third: tabs\tinside\n')
+    (root / "e.tsv").write_text("id\ttext\n1\tfirst document here\n2\tsecond one, with a comma\n")
+    pq.write_table(pa.table({"text": DOCS, "n": [1, 2, 3]}), root / "f.parquet")
+
+
+def test_every_format_and_directories(tmp_path):
+    _write_all_formats(tmp_path)
+    (tmp_path / "notes.bin").write_bytes(b"\x00\x01")  # ignored in a directory: unknown suffix
+    dataset, stats, _ = load_corpus([str(tmp_path)])
+    texts = dataset["text"]
+    assert stats.files == 6 and stats.documents == len(texts) == 3 + 3 + 3 + 3 + 2 + 3
+    assert texts[:3] == DOCS and texts.count("second one, with a comma") == 6
+    assert stats.empty_lines == 1  # the blank line of a.txt
+
+
+def test_single_files_and_fields(tmp_path):
+    (tmp_path / "x.jsonl").write_text(json.dumps({"body": "hello there"}) + "\n")
+    dataset, _, _ = load_corpus([str(tmp_path / "x.jsonl")], text_field="body")
+    assert dataset["text"] == ["hello there"]
+    with pytest.raises(BertkitError, match=r"x.jsonl:1: no field 'text' \(found: body\)"):
+        load_corpus([str(tmp_path / "x.jsonl")])
+    (tmp_path / "y.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(BertkitError, match=r"no column 'text' \(found: a, b\)"):
+        load_corpus([str(tmp_path / "y.csv")])
+
+
+def test_missing_empty_and_unreadable_inputs(tmp_path):
+    with pytest.raises(BertkitError, match="no such file or directory"):
+        load_corpus([str(tmp_path / "missing.txt")])
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "x.bin").write_bytes(b"1")
+    with pytest.raises(BertkitError, match="directory has no readable text files"):
+        load_corpus([str(tmp_path / "empty")])
+    (tmp_path / "blank.txt").write_text("\n  \n\n")
+    with pytest.raises(BertkitError, match="corpus is empty"):
+        load_corpus([str(tmp_path / "blank.txt")])
+    with pytest.raises(BertkitError, match="no corpus given"):
+        load_corpus([])
+
+
+def test_invalid_utf8_names_file_and_byte_offset_or_is_skipped(tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"good line\nanother good\nbad \xff byte\nlast\n")
+    with pytest.raises(BertkitError, match=r"bad.txt: invalid UTF-8 at byte 27 \(line 3\)"):
+        load_corpus([str(bad)])
+    dataset, stats, _ = load_corpus([str(bad)], skip_bad_lines=True)
+    assert dataset["text"] == ["good line", "another good", "last"] and stats.bad_lines == 1
+
+
+def test_cache_is_reused_and_invalidated_by_changes(tmp_path):
+    path = tmp_path / "a.txt"
+    path.write_text("one\ntwo\n")
+    _, _, key1 = load_corpus([str(path)])
+    _, _, key2 = load_corpus([str(path)])
+    assert key1 == key2
+    time.sleep(0.01)
+    path.write_text("one\ntwo\nthree\n")
+    os.utime(path)
+    dataset, _, key3 = load_corpus([str(path)])
+    assert key3 != key1 and dataset["text"] == ["one", "two", "three"]
+    assert dataset.cache_files  # backed by an Arrow file on disk (memory-mapped), not held in RAM
+
+
+def test_recipe_paths_resolve_against_the_data_root(tmp_path, monkeypatch):
+    (tmp_path / "mydata").mkdir()
+    (tmp_path / "mydata" / "c.txt").write_text("from the data root\n")
+    monkeypatch.setenv("BERTKIT_DATA", str(tmp_path))
+    dataset, _, _ = load_corpus(["mydata/c.txt"])
+    assert dataset["text"] == ["from the data root"]

@@ -1,0 +1,78 @@
+"""Packing: fixed blocks of [CLS] + stream, documents ended by [SEP], word starts, split, cache, workers."""
+
+import numpy as np
+import pytest
+
+from bertkit.errors import BertkitError
+from bertkit.text.corpus import load_corpus
+from bertkit.text.packing import pack_corpus
+from conftest import SAMPLE_CORPUS
+
+
+def _corpus(tmp_path, copies=30):
+    lines = [line for line in SAMPLE_CORPUS.read_text().splitlines() if line]
+    path = tmp_path / "c.txt"
+    path.write_text("\n".join(f"{i}: {line}" for i in range(copies) for line in lines) + "\n")
+    return load_corpus([str(path)])
+
+
+def test_blocks_are_cls_plus_the_document_stream(tmp_path, sample_tokenizer):
+    dataset, _, key = _corpus(tmp_path)
+    packed = pack_corpus(dataset, key, sample_tokenizer, block_size=32, validation_fraction=0.1)
+    blocks = np.array(packed.train["input_ids"])
+    assert blocks.shape[1] == 32 and (blocks[:, 0] == 2).all()
+    stream = blocks[:, 1:].reshape(-1)
+    # rebuild the expected stream of the first training documents: tokens + [SEP] each (every 10th doc is validation)
+    docs = [d for i, d in enumerate(dataset["text"]) if i % 10 != 9]
+    expected = []
+    for doc in docs[:20]:
+        expected += sample_tokenizer.encode(doc, add_special_tokens=False).ids + [3]
+    n = min(len(expected), 31 * 5)  # within the first batch of documents nothing is dropped
+    assert stream[:n].tolist() == expected[:n]
+    assert packed.stats["validation_blocks"] > 0 and packed.stats["documents"] == len(dataset)
+
+
+def test_word_starts_follow_the_pre_tokenizer(tmp_path, sample_tokenizer):
+    dataset, _, key = _corpus(tmp_path, copies=5)
+    packed = pack_corpus(dataset, key, sample_tokenizer, block_size=64, validation_fraction=0.0)
+    ids = np.array(packed.train["input_ids"][0])
+    starts = np.array(packed.train["word_start"][0])
+    tokens = [sample_tokenizer.id_to_token(int(i)) for i in ids]
+    for token, start, prev in zip(tokens[2:], starts[2:], tokens[1:]):
+        if token.startswith("Ġ") or token in ("[SEP]",) or prev == "[SEP]":
+            assert start, token  # a new word (space-led, or a document's first token)
+        elif token.isalpha() and prev[-1:].isalpha():
+            assert not start, token  # a piece continuing a word
+
+
+def test_cache_key_and_reuse(tmp_path, sample_tokenizer, monkeypatch):
+    dataset, _, key = _corpus(tmp_path)
+    first = pack_corpus(dataset, key, sample_tokenizer, block_size=32)
+    import bertkit.text.packing as packing
+
+    monkeypatch.setattr(packing, "_build", lambda *a, **k: pytest.fail("cache not reused"))
+    again = pack_corpus(dataset, key, sample_tokenizer, block_size=32)
+    assert again.train["input_ids"] == first.train["input_ids"]
+    monkeypatch.undo()
+    other = pack_corpus(dataset, key, sample_tokenizer, block_size=16)
+    assert len(other.train[0]["input_ids"]) == 16
+
+
+def test_workers_give_identical_blocks(tmp_path, sample_tokenizer):
+    dataset, _, key = _corpus(tmp_path, copies=250)  # > 2000 documents, so two processes really split the work
+    one = pack_corpus(dataset, key, sample_tokenizer, block_size=32, workers=1)
+    import shutil
+
+    from bertkit.paths import cache_root
+
+    shutil.rmtree(cache_root() / "packed")
+    two = pack_corpus(dataset, key, sample_tokenizer, block_size=32, workers=2)
+    assert len(one.train) == len(two.train) and one.train["input_ids"] == two.train["input_ids"]
+
+
+def test_a_corpus_too_small_for_one_block(tmp_path, sample_tokenizer):
+    path = tmp_path / "tiny.txt"
+    path.write_text("just a few words\n")
+    dataset, _, key = load_corpus([str(path)])
+    with pytest.raises(BertkitError, match="corpus too small"):
+        pack_corpus(dataset, key, sample_tokenizer, block_size=128)

@@ -1,0 +1,75 @@
+"""BPE tokenizers: special tokens and templates, byte-level coverage, transformers compatibility, bad sizes."""
+
+import pytest
+
+from bertkit.errors import BertkitError
+from bertkit.text.tokenizer import (SPECIAL_TOKENS, check_vocab_matches, load_tokenizer, save_tokenizer, special_ids,
+                                    train_bpe)
+from conftest import SAMPLE_CORPUS
+
+LINES = [line for line in SAMPLE_CORPUS.read_text().splitlines() if line]
+
+
+def test_special_tokens_and_bert_templates(sample_tokenizer):
+    tok = sample_tokenizer
+    assert [tok.token_to_id(t) for t in SPECIAL_TOKENS] == [0, 1, 2, 3, 4]
+    single = tok.encode("The decoder reads.")
+    assert single.tokens[0] == "[CLS]" and single.tokens[-1] == "[SEP]" and set(single.type_ids) == {0}
+    pair = tok.encode("First part.", "Second part.")
+    sep = pair.tokens.index("[SEP]")
+    assert pair.tokens[-1] == "[SEP]" and pair.tokens.count("[SEP]") == 2
+    assert set(pair.type_ids[:sep + 1]) == {0} and set(pair.type_ids[sep + 1:]) == {1}
+
+
+def test_byte_level_never_produces_unk(sample_tokenizer):
+    text = "Émoji 🤖, 中文, and ünïcödé never seen in training"
+    ids = sample_tokenizer.encode(text).ids
+    assert special_ids(sample_tokenizer).unk not in ids
+    assert sample_tokenizer.decode(ids) == text
+
+
+def test_metaspace_bpe_falls_back_to_unk():
+    tok = train_bpe(LINES * 3, vocab_size=300, byte_level=False, min_frequency=1)
+    assert special_ids(tok).unk in tok.encode("🤖").ids
+
+
+def test_mask_absorbs_the_space_before_it(sample_tokenizer):
+    tokens = sample_tokenizer.encode("The decoder [MASK] words.").tokens
+    assert tokens.count("Ġ") == 0 and any(t.strip() == "[MASK]" for t in tokens)
+
+
+def test_lowercase_and_nfkc_options():
+    tok = train_bpe(LINES * 3, vocab_size=300, lowercase=True, min_frequency=1)
+    assert tok.encode("THE Decoder").ids == tok.encode("the decoder").ids
+    assert tok.encode("ﬁ").ids == tok.encode("fi").ids  # NFKC folds the ligature
+
+
+def test_transformers_loads_and_encodes_identically(tmp_path, sample_tokenizer):
+    transformers = pytest.importorskip("transformers")
+    save_tokenizer(sample_tokenizer, tmp_path)
+    hf = transformers.PreTrainedTokenizerFast(tokenizer_file=str(tmp_path / "tokenizer.json"))
+    auto = transformers.AutoTokenizer.from_pretrained(str(tmp_path))
+    for args in (("A small encoder learns.",), ("A small encoder learns.", "It fills gaps, 🤖!")):
+        ours = sample_tokenizer.encode(*args)
+        for theirs in (hf(*args), auto(*args)):
+            assert theirs["input_ids"] == ours.ids
+        assert auto(*args)["token_type_ids"] == ours.type_ids
+    assert auto.mask_token == "[MASK]" and auto.mask_token_id == 4 and auto.pad_token_id == 0
+
+
+def test_vocab_sizes_the_corpus_cannot_support():
+    with pytest.raises(BertkitError, match="too small"):
+        train_bpe(LINES, vocab_size=100)
+    with pytest.raises(BertkitError, match=r"corpus supports only [\d,]+ tokens"):
+        train_bpe(LINES, vocab_size=50_000)
+
+
+def test_load_errors_and_vocab_check(tmp_path, sample_tokenizer):
+    with pytest.raises(BertkitError, match="no tokenizer.json"):
+        load_tokenizer(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("{not json")
+    with pytest.raises(BertkitError, match="not a valid tokenizer"):
+        load_tokenizer(tmp_path)
+    with pytest.raises(BertkitError, match="larger than"):
+        check_vocab_matches(sample_tokenizer, 100, "the model's")
+    check_vocab_matches(sample_tokenizer, 400, "the model's")

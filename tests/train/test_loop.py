@@ -1,0 +1,124 @@
+"""The training loop in-process on a tiny model: schedule, decay groups, accumulation, bad steps, time budget."""
+
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+
+from bertkit.config import DataConfig, TrainConfig
+from bertkit.errors import BertkitError
+from bertkit.nn.model import Model
+from bertkit.text.corpus import load_corpus
+from bertkit.text.packing import pack_corpus
+from bertkit.text.tokenizer import special_ids
+from bertkit.train.loop import lr_factor, make_accelerator, param_groups, train
+from bertkit.train.objectives import MLMObjective
+from conftest import SAMPLE_CORPUS, tiny
+
+
+@pytest.fixture
+def packed(tmp_path, sample_tokenizer):
+    lines = [line for line in SAMPLE_CORPUS.read_text().splitlines() if line]
+    path = tmp_path / "c.txt"
+    path.write_text("\n".join(f"{i} {line}" for i in range(20) for line in lines))
+    dataset, _, key = load_corpus([str(path)])
+    return pack_corpus(dataset, key, sample_tokenizer, block_size=32, validation_fraction=0.05)
+
+
+def _run(tmp_path, packed, tokenizer, name="run", **train_overrides):
+    values = dict(batch_size=8, max_steps=6, log_every=1, eval_every=3, save_every=100, learning_rate=1e-3)
+    values.update(train_overrides)
+    cfg = TrainConfig(**values)
+    torch.manual_seed(0)
+    model = Model(tiny(vocab_size=400, heads=("mlm",)))
+    objective = MLMObjective(packed, special_ids(tokenizer), 400, DataConfig(block_size=32), cfg)
+    out = tmp_path / name
+    out.mkdir()
+    result = train(model, objective, cfg, out, make_accelerator("fp32"), progress=False)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return result, records, model
+
+
+def test_lr_schedule_shapes():
+    assert lr_factor(0, 100, 0.1, "linear") < lr_factor(5, 100, 0.1, "linear") < lr_factor(10, 100, 0.1, "linear")
+    assert lr_factor(10, 100, 0.1, "linear") == pytest.approx(1.0)
+    assert lr_factor(100, 100, 0.1, "linear") == 0.0
+    assert lr_factor(55, 100, 0.1, "cosine") == pytest.approx(0.5)
+    assert lr_factor(90, 100, 0.1, "constant") == 1.0
+
+
+def test_no_weight_decay_on_norms_and_biases():
+    model = Model(tiny(heads=("mlm",)))
+    decay, no_decay = param_groups(model, 0.01)
+    assert all(p.ndim >= 2 for p in decay["params"]) and all(p.ndim < 2 for p in no_decay["params"])
+    assert no_decay["weight_decay"] == 0.0
+    assert sum(p.numel() for g in (decay, no_decay) for p in g["params"]) == model.parameter_counts()["total"]
+
+
+def test_accumulation_equals_a_bigger_batch(tmp_path, packed, sample_tokenizer):
+    _, big, _ = _run(tmp_path, packed, sample_tokenizer, "big", batch_size=8)
+    _, accumulated, _ = _run(tmp_path, packed, sample_tokenizer, "acc", batch_size=4, accumulation_steps=2)
+    big_losses = [r["loss"] for r in big if r["kind"] == "train"]
+    acc_losses = [r["loss"] for r in accumulated if r["kind"] == "train"]
+    assert len(big_losses) == 6 and big_losses == pytest.approx(acc_losses, abs=1e-5)
+    assert big_losses[-1] < big_losses[0]  # it learns
+
+
+def test_non_finite_steps_are_skipped_and_counted(tmp_path, packed, sample_tokenizer, monkeypatch):
+    real = MLMObjective.loss
+    calls = {"n": 0}
+
+    def sometimes_nan(model, micro):
+        loss, stats = real(model, micro)
+        if not model.training:  # evaluation stays clean
+            return loss, stats
+        calls["n"] += 1
+        return (loss * float("nan"), stats) if calls["n"] in (3, 4) else (loss, stats)
+
+    monkeypatch.setattr(MLMObjective, "loss", staticmethod(sometimes_nan))
+    result, records, model = _run(tmp_path, packed, sample_tokenizer, max_bad_steps=3)
+    assert result["state"]["skipped_steps"] == 2 and result["state"]["step"] == 6
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    assert all(math.isfinite(r["loss"]) for r in records if r["kind"] == "train")
+
+
+def test_too_many_bad_steps_reload_or_stop(tmp_path, packed, sample_tokenizer, monkeypatch):
+    real = MLMObjective.loss
+    calls = {"n": 0}
+
+    def nan_from_step_5(model, micro):
+        loss, stats = real(model, micro)
+        if not model.training:
+            return loss, stats
+        calls["n"] += 1
+        return (loss * float("nan"), stats) if 5 <= calls["n"] <= 6 else (loss, stats)
+
+    monkeypatch.setattr(MLMObjective, "loss", staticmethod(nan_from_step_5))
+    with pytest.raises(BertkitError, match="no checkpoint to reload"):
+        _run(tmp_path, packed, sample_tokenizer, "none", max_bad_steps=2)
+    calls["n"] = 0
+    result, _, _ = _run(tmp_path, packed, sample_tokenizer, "reload", max_bad_steps=2, save_every=2)
+    assert result["state"]["reloads"] == 1 and result["state"]["step"] == 6
+    calls["n"] = 0
+    with pytest.raises(BertkitError, match="on_bad_steps = stop"):
+        _run(tmp_path, packed, sample_tokenizer, "stop", max_bad_steps=2, save_every=2, on_bad_steps="stop")
+
+
+def test_a_time_budget_fits_the_schedule(tmp_path, packed, sample_tokenizer):
+    result, records, _ = _run(tmp_path, packed, sample_tokenizer, max_steps=100_000, max_time="4s", log_every=5,
+                              eval_every=20)
+    state = result["state"]
+    assert state["calibrated"] and 2 <= state["total_steps"] < 100_000
+    assert state["step"] == state["total_steps"] or state["elapsed"] >= 4
+    assert state["elapsed"] < 10
+    lrs = [r["lr"] for r in records if r["kind"] == "train"]
+    assert lrs[-1] < max(lrs) * 0.2  # the decay really ran to (near) zero within the budget
+
+
+def test_train_config_validation():
+    with pytest.raises(Exception, match="train.max_time"):
+        TrainConfig(max_time="soon")
+    assert TrainConfig(max_time="1.5h").max_seconds == 5400
+    assert dataclasses.replace(TrainConfig(), max_time="90s").max_seconds == 90
