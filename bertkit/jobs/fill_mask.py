@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.text.tokenizer import MASK, load_tokenizer, special_ids
+from bertkit.text.tokenizer import MASK, check_vocab_matches, load_tokenizer, special_ids
 from bertkit.train.checkpoint import load_run
 
 
@@ -18,6 +18,7 @@ def run(model_dir: Path, text: str, top_k: int = 5) -> list[list[dict]]:
         raise BertkitError(f"{model_dir}: this model has no MLM head (pretrain one with `bertkit pretrain`, or import "
                            "a BertForMaskedLM checkpoint)")
     tokenizer = load_tokenizer(model_dir)
+    check_vocab_matches(tokenizer, config.model.vocab_size, "the model's")
     ids = special_ids(tokenizer)
     encoding = tokenizer.encode(text)
     input_ids = torch.tensor([encoding.ids])

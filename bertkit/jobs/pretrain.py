@@ -98,6 +98,9 @@ def run(config: Config, out: Path, tokenizer_path: Path | None = None, resume: b
     vocab = tokenizer.get_vocab_size()
     if resume:
         check_vocab_matches(tokenizer, config.model.vocab_size, "the run's model")
+    elif vocab != config.model.vocab_size and main:
+        console.print(f"model.vocab_size follows the tokenizer: {vocab:,} (the recipe said "
+                      f"{config.model.vocab_size:,})")
     heads = tuple(dict.fromkeys(("mlm",) + config.model.heads))
     config = dataclasses.replace(config, model=dataclasses.replace(config.model, vocab_size=vocab, heads=heads))
     special = special_ids(tokenizer)
