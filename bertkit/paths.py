@@ -1,8 +1,12 @@
-"""Where bertkit reads shared data and keeps its caches."""
+"""Where bertkit reads shared data and keeps its caches, and how it writes directories without damaging them."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from bertkit.errors import BertkitError
@@ -30,3 +34,40 @@ def find_dataset(name: str) -> Path:
             return root / name
     searched = ", ".join(str(r) for r in data_roots())
     raise BertkitError(f"dataset '{name}' not found (searched {searched}; set BERTKIT_DATA to the folder holding it)")
+
+
+@contextlib.contextmanager
+def atomic_dir(out: str | Path, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary directory beside `out`; when the block succeeds it becomes `out` in one rename.
+
+    An existing non-empty `out` is an error unless `overwrite`; then the old one is moved aside and removed only
+    after the new one is in place. On any failure the temporary directory is deleted and `out` is untouched.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise BertkitError(f"{out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise BertkitError(f"{out}: already exists and is not empty (choose another output or pass --overwrite)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a run directory is an ordinary directory
+    try:
+        yield tmp
+        old = None
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.replace(out, old / out.name)
+        try:
+            os.replace(tmp, out)
+        except BaseException:
+            if old is not None:  # put the previous run back where it was
+                os.replace(old / out.name, out)
+            raise
+        finally:
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

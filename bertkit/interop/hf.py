@@ -21,7 +21,8 @@ from bertkit.config import Config, ModelConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
 from bertkit.text.tokenizer import write_hf_tokenizer_config
-from bertkit.train.checkpoint import TOKENIZER_FILE, atomic_dir, load_run, write_run_files
+from bertkit.paths import atomic_dir
+from bertkit.train.checkpoint import TOKENIZER_FILE, load_run, write_run_files
 
 # HF BertModel key (without the "bert." prefix) -> bertkit Model key.
 _GLOBAL = {

@@ -21,12 +21,12 @@ from bertkit.config import Config
 from bertkit.errors import BertkitError
 from bertkit.jobs.tokenizer import train_on_corpus
 from bertkit.nn.model import Model
-from bertkit.paths import cache_root
+from bertkit.paths import atomic_dir, cache_root
 from bertkit.text.corpus import corpus_fingerprint, find_files, load_corpus
 from bertkit.text.packing import pack_corpus
 from bertkit.text.tokenizer import check_vocab_matches, load_tokenizer, save_tokenizer, special_ids
-from bertkit.train.checkpoint import (CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, atomic_dir, latest_checkpoint,
-                                      load_config, write_config)
+from bertkit.train.checkpoint import (CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, latest_checkpoint, load_config,
+                                      write_config)
 from bertkit.train.loop import make_accelerator, train
 from bertkit.train.objectives import MLMObjective
 

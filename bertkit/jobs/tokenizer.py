@@ -12,7 +12,7 @@ from bertkit.config import TokenizerConfig
 from bertkit.errors import BertkitError
 from bertkit.text.corpus import load_corpus
 from bertkit.text.tokenizer import iter_texts_batched, save_tokenizer, train_bpe
-from bertkit.train.checkpoint import atomic_dir
+from bertkit.paths import atomic_dir
 
 
 def train_on_corpus(corpus: list[str] | tuple[str, ...], vocab_size: int, cfg: TokenizerConfig,

@@ -11,9 +11,6 @@ import csv
 import gzip
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +19,7 @@ import pyarrow as pa
 from datasets import Dataset
 
 from bertkit.errors import BertkitError
-from bertkit.paths import cache_root, data_roots
+from bertkit.paths import atomic_dir, cache_root, data_roots
 
 FORMATS = {".txt": "text", ".text": "text", ".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv",
            ".parquet": "parquet"}
@@ -182,9 +179,7 @@ def load_corpus(paths: list[str] | tuple[str, ...], text_field: str = "text", sk
     arrow, meta = folder / "corpus.arrow", folder / "stats.json"
     if not meta.is_file():
         stats = ReadStats()
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-", dir=folder.parent))
-        try:
+        with atomic_dir(folder, overwrite=True) as tmp:
             schema = pa.schema([("text", pa.string())])
             with pa.OSFile(str(tmp / "corpus.arrow"), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
                 batch: list[str] = []
@@ -199,12 +194,6 @@ def load_corpus(paths: list[str] | tuple[str, ...], text_field: str = "text", sk
                 raise BertkitError(f"corpus is empty: {stats.files} file(s) read, no non-empty text "
                                    f"({', '.join(str(f) for f in files[:3])}{' …' if len(files) > 3 else ''})")
             (tmp / "stats.json").write_text(json.dumps(stats.__dict__), encoding="utf-8")
-            if folder.exists():
-                shutil.rmtree(folder)
-            os.replace(tmp, folder)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
     stats = ReadStats(**json.loads(meta.read_text(encoding="utf-8")))
     return Dataset.from_file(str(arrow)), stats, key
 

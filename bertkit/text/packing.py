@@ -13,9 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -27,7 +25,7 @@ from datasets import Dataset, Features, Sequence, Value, concatenate_datasets
 from tokenizers import Tokenizer
 
 from bertkit.errors import BertkitError
-from bertkit.paths import cache_root
+from bertkit.paths import atomic_dir, cache_root
 from bertkit.text.tokenizer import special_ids
 
 _VERSION = "pack-v2"
@@ -134,13 +132,11 @@ def _build(folder: Path, corpus: Dataset, tokenizer: Tokenizer, block_size: int,
     ids = special_ids(tokenizer)
     dtype = "uint16" if tokenizer.get_vocab_size() <= np.iinfo(np.uint16).max else "int32"
     features = Features({"ids": Sequence(Value(dtype)), "starts": Sequence(Value("bool"))})
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-", dir=folder.parent))
     if workers > 1:  # the worker processes are the parallelism: keep tokenizers' own threads from oversubscribing
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     if not sys.stderr.isatty():  # progress bars only where someone watches; logs get the summary line
         datasets.disable_progress_bars()
-    try:
+    with atomic_dir(folder, overwrite=True) as tmp:
         files, stats = {}, {}
         for name, docs in zip(("train", "validation"), _split(corpus, validation_fraction)):
             if len(docs) == 0:
@@ -161,9 +157,3 @@ def _build(folder: Path, corpus: Dataset, tokenizer: Tokenizer, block_size: int,
         stats["documents"] = len(corpus)
         manifest = {"version": _VERSION, "block_size": block_size, "files": files, "stats": stats}
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)

@@ -3,7 +3,6 @@ resume after kill -9, a 2-process run, and every bad input as one line."""
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -11,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from conftest import SAMPLE_CORPUS
 

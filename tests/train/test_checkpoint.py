@@ -11,7 +11,8 @@ import torch
 from bertkit.config import Config
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
-from bertkit.train.checkpoint import atomic_dir, is_run_dir, load_run, save_run
+from bertkit.paths import atomic_dir
+from bertkit.train.checkpoint import is_run_dir, load_run, save_run
 from conftest import tiny
 
 
