@@ -1,0 +1,156 @@
+"""Task data readers: labelled text (CSV / TSV / JSONL) and CoNLL column files, with tag-scheme normalisation.
+
+Every reader returns plain Python records and raises `BertkitError` naming the file (and line) on bad input; the
+finetuning jobs turn the records into batches.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertkit.errors import BertkitError
+
+
+@dataclass(frozen=True)
+class LabelledText:
+    """One classification example: a text, an optional second text (pairs), and its label as a string."""
+
+    text: str
+    pair: str | None
+    label: str
+
+
+@dataclass(frozen=True)
+class TaggedSentence:
+    """One NER example: whitespace tokens and one tag per token (IOB2 after normalisation)."""
+
+    tokens: tuple[str, ...]
+    tags: tuple[str, ...]
+
+
+def _rows(path: Path) -> tuple[list[str], list[dict]]:
+    """Header and rows of a CSV / TSV / JSONL file."""
+    if not path.is_file():
+        raise BertkitError(f"{path}: no such file")
+    suffix = path.suffix.lower()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise BertkitError(f"{path}: invalid UTF-8 at byte {exc.start}") from None
+    if not text.strip():
+        raise BertkitError(f"{path}: empty file")
+    if suffix in (".jsonl", ".json"):
+        rows = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise BertkitError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+                if not isinstance(record, dict):
+                    raise BertkitError(f"{path}:{number}: expected a JSON object per line")
+                rows.append(record)
+        header = list(dict.fromkeys(key for row in rows for key in row))
+        return header, rows
+    delimiter = "\t" if suffix == ".tsv" else ","
+    # TSV files such as GLUE's contain quote characters inside sentences: read them literally.
+    reader = csv.DictReader(text.splitlines(), delimiter=delimiter,
+                            quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
+    rows = list(reader)
+    return list(reader.fieldnames or []), rows
+
+
+def read_labelled(path: str | Path, text_column: str = "text", label_column: str = "label",
+                  text_pair_column: str | None = None) -> list[LabelledText]:
+    """Classification examples from CSV / TSV / JSONL; labels kept as strings (ints become '0', '1', …)."""
+    path = Path(path)
+    header, rows = _rows(path)
+    for role, column in (("text", text_column), ("label", label_column), ("text pair", text_pair_column)):
+        if column is not None and column not in header:
+            raise BertkitError(f"{path}: no {role} column '{column}' (columns found: {', '.join(header) or 'none'})")
+    examples = []
+    for number, row in enumerate(rows, start=2):
+        label, text = row.get(label_column), row.get(text_column)
+        if label is None or text is None or (isinstance(label, str) and not label.strip()):
+            raise BertkitError(f"{path}: row {number} has no {'label' if text is not None else 'text'}")
+        examples.append(LabelledText(str(text).strip(), None if text_pair_column is None else
+                                     str(row.get(text_pair_column) or "").strip(), str(label).strip()))
+    if not examples:
+        raise BertkitError(f"{path}: no examples (only a header?)")
+    return examples
+
+
+def read_conll(path: str | Path, tag_column: int = -1) -> list[TaggedSentence]:
+    """CoNLL column files: whitespace-separated columns, a blank line between sentences, -DOCSTART- skipped.
+
+    Every non-blank line of a file must have the same number of columns (the error names file:line). Tags are
+    normalised to IOB2 whatever the file's scheme (IOB1, IOB2 or BIOES).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise BertkitError(f"{path}: no such file")
+    sentences: list[TaggedSentence] = []
+    tokens: list[str] = []
+    tags: list[str] = []
+    width = None
+
+    def flush():
+        if tokens:
+            sentences.append(TaggedSentence(tuple(tokens), tuple(to_iob2(tags))))
+            tokens.clear()
+            tags.clear()
+
+    with path.open(encoding="utf-8", errors="strict") as fh:
+        try:
+            for number, line in enumerate(fh, start=1):
+                columns = line.split()
+                if not columns:
+                    flush()
+                    continue
+                if columns[0] == "-DOCSTART-":
+                    flush()
+                    continue
+                if width is None:
+                    width = len(columns)
+                    if not -width <= tag_column < width:
+                        raise BertkitError(f"{path}:{number}: tag column {tag_column} does not exist in {width} "
+                                           "columns")
+                elif len(columns) != width:
+                    raise BertkitError(f"{path}:{number}: {len(columns)} columns, expected {width} like the first "
+                                       "line")
+                tokens.append(columns[0])
+                tags.append(columns[tag_column])
+        except UnicodeDecodeError as exc:
+            raise BertkitError(f"{path}: invalid UTF-8 ({exc.reason})") from None
+    flush()
+    if not sentences:
+        raise BertkitError(f"{path}: no sentences")
+    return sentences
+
+
+def _split_tag(tag: str) -> tuple[str, str | None]:
+    if tag == "O":
+        return "O", None
+    if len(tag) < 3 or tag[1] != "-" or tag[0] not in "BIESLU":
+        raise BertkitError(f"tag {tag!r} is not O or PREFIX-TYPE with a prefix of B, I, E, S (or L, U)")
+    return tag[0], tag[2:]
+
+
+def to_iob2(tags: list[str] | tuple[str, ...]) -> list[str]:
+    """Normalise one sentence's tags from IOB1, IOB2 or BIOES/BILOU to IOB2 (every entity starts with B-)."""
+    out = []
+    previous_type = None
+    for tag in tags:
+        prefix, kind = _split_tag(tag)
+        if prefix == "O":
+            out.append("O")
+        elif prefix in ("B", "S", "U"):
+            out.append(f"B-{kind}")
+        else:  # I, E, L: continues the previous entity of the same type, or starts one (IOB1 style)
+            out.append(f"I-{kind}" if previous_type == kind else f"B-{kind}")
+        # after an E/S/L/U the entity is closed: a following I- starts a new one
+        previous_type = kind if prefix in ("B", "I") else None
+    return out
