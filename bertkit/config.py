@@ -28,7 +28,10 @@ Objective = Literal["mlm"]
 Schedule = Literal["linear", "cosine", "constant"]
 Precision = Literal["fp32", "bf16", "fp16"]
 OnBadSteps = Literal["reload", "stop"]
-HEADS = ("mlm", "pooler")
+Pooling = Literal["cls", "mean", "max"]
+TaskKind = Literal["classify", "ner"]
+Init = Literal["pretrained", "random"]
+HEADS = ("mlm", "pooler", "classifier", "tagger")
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,9 @@ class ModelConfig:
     max_distance: int = 16  # relative positions: offsets are clipped to [-max_distance, max_distance]
     rotary_base: float = 10000.0
     share_embeddings: bool = True  # encoder-decoder: one token embedding for source and target
-    heads: tuple[str, ...] = ()  # heads the model carries: "mlm" (tied MLM head), "pooler" (BERT's [CLS] pooler)
+    heads: tuple[str, ...] = ()  # "mlm" (tied MLM head), "pooler" (BERT's [CLS] pooler), "classifier", "tagger"
+    num_labels: int = 0  # outputs of the classifier / tagger head
+    pooling: Pooling = "cls"  # how the classifier head summarises a sequence: [CLS] state, mean or max over tokens
     pad_token_id: int = 0
     init_std: float = 0.02
 
@@ -104,6 +109,10 @@ class ModelConfig:
             raise ConfigError(f"model.heads: {list(self.heads)} names a head twice")
         if "pooler" in self.heads and self.architecture != "encoder":
             raise ConfigError("model.heads: only an encoder has a [CLS] pooler")
+        if self.num_labels < 0:
+            raise ConfigError(f"model.num_labels: must be >= 0, got {self.num_labels}")
+        if ("classifier" in self.heads or "tagger" in self.heads) and self.num_labels < 1:
+            raise ConfigError("model.num_labels: a classifier or tagger head needs at least one label")
 
     @property
     def d_head(self) -> int:
@@ -165,11 +174,15 @@ class TrainConfig:
     warmup_ratio: float = 0.06  # share of the steps spent warming up linearly from 0
     max_grad_norm: float = 1.0  # gradient clipping (0 disables)
     max_steps: int = 1000
+    epochs: float | None = None  # finetuning: passes over the training set (sets max_steps; None: use max_steps)
     max_time: str | None = None  # wall-clock budget ("30m", "2h", "90s"); the schedule is fitted to it
     eval_every: int = 200
     log_every: int = 10
     save_every: int = 500
     keep_checkpoints: int = 2
+    metric: str | None = None  # validation metric that picks the best checkpoint (None: the task's own, e.g. f1)
+    patience: int = 0  # early stopping: evaluations without a better `metric` before stopping (0: never stop early)
+    layer_decay: float = 1.0  # layer-wise lr decay: block l (1..L) trains at lr * layer_decay^(L+1-l)
     precision: Precision = "fp32"  # bf16 autocast pays on CPUs with AMX and on every recent GPU
     seed: int = 0
     max_bad_steps: int = 3  # consecutive non-finite steps tolerated (each skipped) before on_bad_steps
@@ -178,7 +191,11 @@ class TrainConfig:
     def __post_init__(self) -> None:
         _check_types(self, "train")
         _at_least(self, "train", batch_size=1, accumulation_steps=1, max_steps=1, eval_every=1, log_every=1,
-                  save_every=1, keep_checkpoints=1, max_bad_steps=1)
+                  save_every=1, keep_checkpoints=1, max_bad_steps=1, patience=0)
+        if self.epochs is not None and self.epochs <= 0:
+            raise ConfigError(f"train.epochs: must be > 0, got {self.epochs}")
+        if not 0.0 < self.layer_decay <= 1.0:
+            raise ConfigError(f"train.layer_decay: must be in (0, 1], got {self.layer_decay}")
         for key in ("learning_rate", "adam_eps"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"train.{key}: must be > 0, got {getattr(self, key)}")
@@ -218,6 +235,33 @@ def _at_least(obj: Any, prefix: str, **minimums: int) -> None:
 
 
 @dataclass(frozen=True)
+class TaskConfig:
+    """A finetuning task: which files, which columns, how examples become model inputs."""
+
+    kind: TaskKind = "classify"  # classify: a label per text (or text pair); ner: a tag per word
+    train_file: str | None = None  # CSV / TSV / JSONL (classify) or CoNLL columns (ner); data-root relative is fine
+    validation_file: str | None = None  # None: hold out `validation_fraction` of the training file
+    validation_fraction: float = 0.05
+    text_column: str = "text"
+    text_pair_column: str | None = None  # sentence pairs: the second text's column
+    label_column: str = "label"
+    tag_column: int = -1  # CoNLL: which whitespace column holds the tag (-1: the last)
+    pooling: Pooling = "cls"  # classify: the head reads the [CLS] state, or the mean / max over real tokens
+    max_length: int | None = None  # tokens per example, specials included; longer ones are truncated (None: max_len)
+    max_train_examples: int | None = None  # train on the first N examples of the file (a slice, e.g. for the demo)
+    dropout: float | None = 0.1  # dropout while finetuning, backbone and head (None: keep the model's own)
+    init: Init = "pretrained"  # random: the same architecture and tokenizer from random weights (an ablation)
+
+    def __post_init__(self) -> None:
+        _check_types(self, "task")
+        _at_least(self, "task", max_length=4, max_train_examples=1)
+        if not 0.0 < self.validation_fraction < 0.5:
+            raise ConfigError(f"task.validation_fraction: must be in (0, 0.5), got {self.validation_fraction}")
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            raise ConfigError(f"task.dropout: must be in [0, 1), got {self.dropout}")
+
+
+@dataclass(frozen=True)
 class Config:
     """A whole recipe: one section per concern. Jobs add their sections here."""
 
@@ -225,6 +269,7 @@ class Config:
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (TOML/JSON-serialisable)."""
@@ -318,6 +363,12 @@ def list_recipes() -> dict[str, Path]:
         for path in sorted(directory.glob("*.toml")):
             found.setdefault(path.stem, path)
     return found
+
+
+def model_recipes() -> dict[str, Path]:
+    """Recipes that define a model (a [model] table); finetuning recipes take theirs from --model."""
+    return {name: path for name, path in list_recipes().items()
+            if "model" in tomllib.loads(path.read_text(encoding="utf-8"))}
 
 
 def resolve_recipe(name_or_path: str | Path) -> Path:

@@ -36,6 +36,18 @@ def find_dataset(name: str) -> Path:
     raise BertkitError(f"dataset '{name}' not found (searched {searched}; set BERTKIT_DATA to the folder holding it)")
 
 
+def resolve_data_path(path: str | Path) -> Path:
+    """A path as given when it exists (or is absolute), else relative to the first data root that has it, so
+    recipes can name `imdb/unsup.txt.gz` or `sst2/dev.tsv`."""
+    path = Path(path)
+    if path.exists() or path.is_absolute():
+        return path
+    for root in data_roots():
+        if (root / path).exists():
+            return root / path
+    return path
+
+
 @contextlib.contextmanager
 def atomic_dir(out: str | Path, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary directory beside `out`; when the block succeeds it becomes `out` in one rename.
@@ -71,3 +83,21 @@ def atomic_dir(out: str | Path, overwrite: bool = False) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_file(out: str | Path, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary path beside `out`; when the block succeeds it becomes `out` in one rename. An existing
+    `out` is an error unless `overwrite` (and is untouched on failure)."""
+    out = Path(out)
+    if out.is_dir():
+        raise BertkitError(f"{out}: is a directory, expected a file path")
+    if out.exists() and not overwrite:
+        raise BertkitError(f"{out}: already exists (choose another --out or pass --overwrite)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    try:
+        yield tmp
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -51,7 +51,8 @@ def test_info_on_a_run_directory(tmp_path):
 
 
 def test_demo_runs_end_to_end(tmp_path):
-    """The README's demo command, on a short budget: every recipe, tokenizer, pretraining, fill-mask; rerunnable."""
+    """The README's demo command, on a short budget: every recipe, tokenizer, pretraining, fill-mask, finetuning,
+    predictions; rerunnable."""
     out = tmp_path / "demo"
     for _ in range(2):  # a second demo replaces the first one's directory
         result = runner.invoke(app, ["demo", "--out", str(out), "--max-time", "8s"], env={"COLUMNS": "160"})
@@ -60,7 +61,11 @@ def test_demo_runs_end_to_end(tmp_path):
         assert name in result.output
     assert "NO" not in result.output
     assert "This movie was [MASK]." in result.output and "validation masked-token accuracy" in result.output
-    assert (out / "model.safetensors").is_file() and (out / ".bertkit-demo").is_file()
+    assert (out / "pretrain" / "model.safetensors").is_file() and (out / ".bertkit-demo").is_file()
+    assert "finetune a sentiment classifier" in result.output and "predict with the classifier" in result.output
+    assert (out / "classifier" / "labels.json").is_file()
+    for review in ("a gripping", "a dull"):
+        assert review in result.output
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "file.txt").write_text("keep")
     refused = runner.invoke(app, ["demo", "--out", str(tmp_path / "mine"), "--max-time", "8s"])

@@ -2,7 +2,9 @@
 
 1. every bundled recipe's model builds and takes a forward/backward pass (the architecture table);
 2-3. a BPE tokenizer and a small BERT pretrained with the masked-LM objective on IMDB reviews;
-4. fill-mask with it. Later stages grow it: → finetune → embed/search.
+4. fill-mask with it;
+5. a sentiment classifier finetuned from it on a slice of SST-2;
+6. predictions for two sentences. Later stages grow it: → embed/search.
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from bertkit.config import list_recipes, load_recipe, with_values
+from bertkit.config import load_recipe, model_recipes, with_values
 from bertkit.errors import BertkitError
-from bertkit.jobs import fill_mask, pretrain
+from bertkit.inference import TaskModel
+from bertkit.jobs import fill_mask, finetune, pretrain
+from bertkit.jobs.predict import predict
 from bertkit.nn.model import Model
 from bertkit.text.corpus import find_files
 
-SAMPLE_CORPUS = Path(__file__).resolve().parents[2] / "data" / "samples" / "corpus.txt"
+SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
+SAMPLE_CORPUS = SAMPLES / "corpus.txt"
 
 
 def smoke_step(model: Model, batch_size: int = 2, seq_len: int = 32, seed: int = 0) -> dict[str, Any]:
@@ -57,7 +62,7 @@ def architectures(console: Console, batch_size: int = 2, seq_len: int = 32) -> l
     for column in ("recipe", "stack", "switches", "params", "fwd+bwd", "ok"):
         table.add_column(column, justify="right" if column in ("params", "fwd+bwd") else "left")
     results = []
-    for name in list_recipes():
+    for name in model_recipes():
         cfg = load_recipe(name).model
         model = Model(cfg).train()
         step = smoke_step(model, batch_size, seq_len)
@@ -78,17 +83,23 @@ def architectures(console: Console, batch_size: int = 2, seq_len: int = 32) -> l
 
 DEMO_MARKER = ".bertkit-demo"
 SENTENCES = ("This movie was [MASK].", "The acting was [MASK] and the plot was boring.", "I [MASK] this film.")
+REVIEWS = ("a gripping , beautifully acted film with a wonderful ending .",
+           "a dull , lifeless mess that drags on far too long .")
+SST2_SLICE = 4000  # training sentences of SST-2 the demo finetunes on
 
 
 def run(out: Path = Path("runs/demo"), max_time: str | None = None, console: Console | None = None) -> dict:
-    """The main job on defaults: architectures → tokenizer → pretraining → fill-mask, on IMDB reviews from the data
-    root (or the bundled sample corpus where the data is absent)."""
+    """The main job on defaults: architectures → tokenizer → pretraining → fill-mask → finetuning → predict, on IMDB
+    reviews and SST-2 from the data root (or the bundled samples where the data is absent). `max_time` overrides
+    each training stage's budget (2 minutes of pretraining, 1 of finetuning)."""
     console = console or Console()
     out = Path(out)
     if out.exists() and any(out.iterdir()):
         if not (out / DEMO_MARKER).is_file():
             raise BertkitError(f"{out}: exists and is not a previous demo run (choose another --out)")
         shutil.rmtree(out)  # the demo's own earlier output
+    out.mkdir(parents=True)
+    (out / DEMO_MARKER).write_text("written by `bertkit demo`; the next demo replaces this directory\n")
     console.rule("1. the transformer: every recipe")
     built = architectures(console)
 
@@ -103,21 +114,48 @@ def run(out: Path = Path("runs/demo"), max_time: str | None = None, console: Con
         source = f"the bundled sample {SAMPLE_CORPUS.name} (IMDB not found: set BERTKIT_DATA for the real demo)"
     if max_time:
         config = with_values(config, {"train.max_time": max_time})
+    pretrained = out / "pretrain"
     console.rule(f"2-3. tokenizer + masked-LM pretraining on {source}, {config.train.max_time} budget")
-    result = pretrain.run(config, out, progress=console.is_terminal, console=console)
-    (out / DEMO_MARKER).write_text("written by `bertkit demo`; the next demo replaces this directory\n")
+    result = pretrain.run(config, pretrained, progress=console.is_terminal, console=console)
 
     console.rule("4. fill-mask with the pretrained model")
     filled = {}
     for sentence in SENTENCES:
-        options = fill_mask.run(out, sentence, top_k=5)[0]
+        options = fill_mask.run(pretrained, sentence, top_k=5)[0]
         filled[sentence] = options
         guesses = ", ".join(f"{o['token']!r} {o['score']:.2f}" for o in options)
         console.print(f"{sentence:50s} → {guesses}", markup=False, highlight=False)
     evaluation = result["evaluation"]
     console.print(f"\nvalidation masked-token accuracy {evaluation.get('val_accuracy', float('nan')):.3f} "
-                  f"(loss {evaluation.get('val_loss', float('nan')):.3f}) after {result['state']['step']} steps; "
-                  f"the run is in {out}.")
-    console.print(f"Next: `bertkit plot {out}`, `bertkit info {out}`, `bertkit export {out} --format hf -o hf-demo`, "
-                  "or `bertkit pretrain --recipe pretrain-mini-imdb` for the 30-minute model.", markup=False)
-    return {"architectures": built, "pretrain": result, "fill_mask": filled}
+                  f"(loss {evaluation.get('val_loss', float('nan')):.3f}) after {result['state']['step']} steps")
+
+    classifier = out / "classifier"
+    tuned = _finetune(pretrained, classifier, config.model.max_len, max_time, console)
+    console.rule("6. predict with the classifier")
+    records, _ = predict(TaskModel(classifier), [(text, None) for text in REVIEWS])
+    for record in records:
+        console.print(f"{record['label']:>8s} {record['score']:.2f}  {record['text']}", markup=False,
+                      highlight=False)
+    console.print(f"\nThe runs are in {out}. Next: `bertkit plot {pretrained}`, `bertkit evaluate --model "
+                  f"{classifier} --data sst2/dev.tsv`, `bertkit pretrain --recipe pretrain-mini-imdb` for the "
+                  "30-minute model, then `python benchmarks/finetune_table.py`.", markup=False)
+    return {"architectures": built, "pretrain": result, "fill_mask": filled, "finetune": tuned,
+            "predictions": records}
+
+
+def _finetune(pretrained: Path, out: Path, max_len: int, max_time: str | None, console: Console) -> dict:
+    """Step 5: a sentiment classifier from the demo's encoder on a slice of SST-2 (or the bundled sample)."""
+    config = load_recipe("finetune-sst2")
+    values = {"task.max_train_examples": SST2_SLICE, "task.validation_fraction": 0.1, "task.max_length": max_len,
+              "train.learning_rate": 3e-4, "train.max_time": max_time or "1m", "train.eval_every": 50,
+              "train.log_every": 25, "train.save_every": 1000}
+    try:
+        find_files([config.task.train_file])
+        source = f"the first {SST2_SLICE:,} SST-2 training sentences"
+    except BertkitError:
+        values.update({"task.train_file": str(SAMPLES / "sentiment.tsv"), "train.batch_size": 4,
+                       "train.eval_every": 5})
+        source = "the bundled sample sentiment.tsv (SST-2 not found: set BERTKIT_DATA for the real demo)"
+    config = with_values(config, values)
+    console.rule(f"5. finetune a sentiment classifier on {source}, {config.train.max_time} budget")
+    return finetune.run(config, pretrained, out, progress=console.is_terminal, console=console)

@@ -52,7 +52,9 @@ def describe(cfg: ModelConfig) -> list[str]:
     if cfg.norm_position == "pre":
         lines.append(f"final {norm} after the last block")
     names = {"mlm": "MLM (dense + gelu + norm, decoder tied to the token embeddings)",
-             "pooler": "pooler (dense + tanh over [CLS])"}
+             "pooler": "pooler (dense + tanh over [CLS])",
+             "classifier": f"classifier ({cfg.pooling} pooling, dense + tanh, {cfg.num_labels} labels)",
+             "tagger": f"tagger (linear per token, {cfg.num_labels} tags)"}
     if cfg.heads:
         lines.append("heads: " + "; ".join(names[h] for h in cfg.heads))
     return lines

@@ -25,7 +25,7 @@ from bertkit.paths import atomic_dir, cache_root
 from bertkit.text.corpus import corpus_fingerprint, find_files, load_corpus
 from bertkit.text.packing import pack_corpus
 from bertkit.text.tokenizer import check_vocab_matches, load_tokenizer, save_tokenizer, special_ids
-from bertkit.train.checkpoint import (CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, latest_checkpoint, load_config,
+from bertkit.train.checkpoint import (CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, check_run_output, load_config,
                                       write_config)
 from bertkit.train.loop import make_accelerator, train
 from bertkit.train.objectives import MLMObjective
@@ -35,28 +35,9 @@ RESUMABLE_CHANGES = {"max_steps", "max_time", "log_every", "eval_every", "save_e
 
 
 def _check_output(out: Path, config: Config, resume: bool) -> None:
-    """Refuse to touch an existing different run, or to resume what is not there."""
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
-        if resume:
-            raise BertkitError(f"{out}: nothing to resume (no run there)")
-        return
-    if not (out / CONFIG_FILE).is_file():
-        raise BertkitError(f"{out}: exists and is not a bertkit run (choose another --out)")
-    if not resume:
-        raise BertkitError(f"{out}: already holds a run (pass --resume to continue it, or choose another --out)")
-    existing = load_config(out)
-    for section in ("model", "tokenizer", "data", "train"):
-        old, new = dataclasses.asdict(getattr(existing, section)), dataclasses.asdict(getattr(config, section))
-        for key in old:
-            if section == "train" and key in RESUMABLE_CHANGES:
-                continue
-            if section == "model" and key in ("vocab_size", "heads"):
-                continue  # set by pretraining itself (from the tokenizer; the MLM head)
-            if old[key] != new[key]:
-                raise BertkitError(f"{out}: holds a different run ({section}.{key} = {old[key]!r}, now "
-                                   f"{new[key]!r}); resume with the same recipe or choose another --out")
-    if latest_checkpoint(out) is None:
-        raise BertkitError(f"{out}: has no checkpoint yet to resume from (delete it and start again)")
+    # model.vocab_size and model.heads are set by pretraining itself (from the tokenizer; the MLM head)
+    check_run_output(out, config, resume, ("model", "tokenizer", "data", "train"),
+                     {f"train.{k}" for k in RESUMABLE_CHANGES} | {"model.vocab_size", "model.heads"})
 
 
 def run(config: Config, out: Path, tokenizer_path: Path | None = None, resume: bool = False,

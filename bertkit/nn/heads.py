@@ -1,7 +1,7 @@
 """Heads composed on top of a backbone's hidden states.
 
-So far: BERT's [CLS] pooler (kept so Hugging Face checkpoints round-trip) and the tied MLM head. The LM, pooling
-and task heads arrive with the jobs that train them (finetuning, sentence embeddings, generation).
+BERT's [CLS] pooler (kept so Hugging Face checkpoints round-trip), the tied MLM head, sequence pooling
+(cls | mean | max), and the finetuning heads: a sequence classifier and a per-token tagger.
 """
 
 from __future__ import annotations
@@ -41,3 +41,56 @@ class MLMHead(nn.Module):
     def forward(self, hidden: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
         h = self.norm(F.gelu(self.dense(hidden)))  # (N, D)
         return F.linear(h, embedding_weight, self.bias)  # (N, V)
+
+
+class Pooling(nn.Module):
+    """Summarise a sequence: the [CLS] state, or the mean / max over real (unpadded) tokens. (B, T, D) -> (B, D)"""
+
+    def __init__(self, mode: str = "cls"):
+        super().__init__()
+        if mode not in ("cls", "mean", "max"):
+            raise ValueError(f"pooling {mode!r} is not cls, mean or max")
+        self.mode = mode
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if self.mode == "cls":
+            return hidden[:, 0]
+        if attention_mask is None:
+            return hidden.mean(1) if self.mode == "mean" else hidden.amax(1)
+        real = attention_mask.bool().unsqueeze(-1)  # (B, T, 1)
+        if self.mode == "mean":
+            # float32 sums: a bf16 sum over hundreds of tokens loses the low bits
+            total = (hidden.float() * real).sum(1)  # (B, D)
+            return (total / real.sum(1).clamp(min=1)).to(hidden.dtype)
+        return hidden.masked_fill(~real, torch.finfo(hidden.dtype).min).amax(1)
+
+
+class SequenceClassifier(nn.Module):
+    """pool → dropout → dense → tanh → dropout → linear: (B, T, D) -> (B, num_labels).
+
+    The dense + tanh layer is BERT's pooler shape, trained for the task (RoBERTa's classification head), so a
+    backbone pretrained without a pooler classifies as well as one with it.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.pool = Pooling(cfg.pooling)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.dense = nn.Linear(cfg.d_model, cfg.d_model)
+        self.out = nn.Linear(cfg.d_model, cfg.num_labels)
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.dropout(self.pool(hidden, attention_mask))  # (B, D)
+        return self.out(self.dropout(torch.tanh(self.dense(x))))  # (B, C)
+
+
+class TokenClassifier(nn.Module):
+    """dropout → linear on every position: (B, T, D) -> (B, T, num_labels)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.out = nn.Linear(cfg.d_model, cfg.num_labels)
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.out(self.dropout(hidden))

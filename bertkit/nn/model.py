@@ -10,8 +10,12 @@ import torch
 from torch import nn
 
 from bertkit.config import ModelConfig
-from bertkit.nn.heads import DensePooler, MLMHead
+from bertkit.nn.heads import DensePooler, MLMHead, SequenceClassifier, TokenClassifier
 from bertkit.nn.transformer import build_backbone
+
+
+HEAD_TYPES = {"pooler": DensePooler, "mlm": MLMHead, "classifier": SequenceClassifier, "tagger": TokenClassifier}
+TASK_HEADS = ("classifier", "tagger")  # heads whose output `forward(head=...)` returns as `.logits`
 
 
 class Model(nn.Module):
@@ -23,7 +27,7 @@ class Model(nn.Module):
         self.backbone = build_backbone(cfg)
         self.heads = nn.ModuleDict()
         for name in cfg.heads:
-            self.heads[name] = {"pooler": DensePooler, "mlm": MLMHead}[name](cfg)
+            self.heads[name] = HEAD_TYPES[name](cfg)
         self.apply(self._init_weights)
 
     def _init_weights(self, module: nn.Module) -> None:
@@ -36,13 +40,19 @@ class Model(nn.Module):
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
 
-    def forward(self, *args, mlm_select: torch.Tensor | None = None, **kwargs):
+    def forward(self, *args, mlm_select: torch.Tensor | None = None, head: str | None = None, **kwargs):
         """Runs the backbone (see Encoder / Decoder / EncoderDecoder.forward). With `mlm_select` (B, T) bool, the
-        MLM head also runs on the selected positions and `.logits` holds their (N, V) scores; doing it inside
-        forward keeps the head under DistributedDataParallel's gradient hooks."""
+        MLM head also runs on the selected positions and `.logits` holds their (N, V) scores; with
+        `head="classifier"` `.logits` is (B, C), with `head="tagger"` (B, T, C). Heads run inside forward so that
+        they stay under DistributedDataParallel's gradient hooks."""
         out = self.backbone(*args, **kwargs)
         if mlm_select is not None:
             out.logits = self.mlm_logits(out.last_hidden_state[mlm_select])
+        if head is not None:
+            if head not in TASK_HEADS or head not in self.heads:
+                raise ValueError(f"this model has no {head!r} head (heads: {', '.join(self.heads) or 'none'})")
+            mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
+            out.logits = self.heads[head](out.last_hidden_state, mask)
         return out
 
     @property

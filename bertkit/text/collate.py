@@ -1,4 +1,5 @@
-"""Batches from blocks: dynamic MLM masking (80% [MASK] / 10% random / 10% kept, optional whole-word).
+"""Batches: dynamic MLM masking (80% [MASK] / 10% random / 10% kept, optional whole-word), padding, and the
+per-epoch sampling every objective draws its global batches from.
 
 Masking is a pure function of (input rows, seed, step): the same global batch is masked identically whatever the
 number of processes, and a resumed run re-draws exactly the masks of the uninterrupted one.
@@ -6,6 +7,7 @@ number of processes, and a resumed run re-draws exactly the masks of the uninter
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 IGNORE_INDEX = -100  # label of positions that carry no loss
@@ -47,3 +49,33 @@ def mlm_mask(input_ids: torch.Tensor, special_ids: tuple[int, ...], mask_id: int
     replace = selected & (action >= 0.8) & (action < 0.9) & random_ok
     inputs[replace] = random_ids[replace]
     return inputs, labels
+
+
+def pad_sequences(rows: list[list[int]], value: int, length: int | None = None) -> torch.Tensor:
+    """Right-pad lists of ids to one length (default: the longest row). -> (B, T) int64."""
+    length = length or max((len(r) for r in rows), default=1)
+    out = torch.full((len(rows), max(1, length)), value, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, :len(row)] = torch.tensor(row[:length], dtype=torch.long)
+    return out
+
+
+class EpochSampler:
+    """Row indices of each optimiser step's global batch: a fresh permutation per epoch, a pure function of
+    (seed, epoch), so any step's batch can be rebuilt on resume or on another process without saved state."""
+
+    def __init__(self, n: int, global_batch: int, seed: int):
+        self.n, self.global_batch, self.seed = n, global_batch, seed
+        self._orders: dict[int, np.ndarray] = {}
+
+    def _order(self, epoch: int) -> np.ndarray:
+        if epoch not in self._orders:
+            self._orders = {e: o for e, o in self._orders.items() if e >= epoch - 1}
+            self._orders[epoch] = np.random.default_rng([self.seed, epoch]).permutation(self.n)
+        return self._orders[epoch]
+
+    def rows(self, step: int) -> np.ndarray:
+        """Indices of step `step`'s global batch (epochs wrap mid-batch when n is not a multiple)."""
+        stream = step * self.global_batch + np.arange(self.global_batch)
+        epochs, within = np.divmod(stream, self.n)
+        return np.array([self._order(int(e))[i] for e, i in zip(epochs, within)])

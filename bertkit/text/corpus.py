@@ -19,7 +19,7 @@ import pyarrow as pa
 from datasets import Dataset
 
 from bertkit.errors import BertkitError
-from bertkit.paths import atomic_dir, cache_root, data_roots
+from bertkit.paths import atomic_dir, cache_root, resolve_data_path
 
 FORMATS = {".txt": "text", ".text": "text", ".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv",
            ".parquet": "parquet"}
@@ -44,7 +44,7 @@ def find_files(paths: list[str] | tuple[str, ...]) -> list[Path]:
         raise BertkitError("no corpus given (pass --corpus FILE_OR_DIR, or set data.corpus in the recipe)")
     files: list[Path] = []
     for raw in paths:
-        path = _resolve(Path(raw))
+        path = resolve_data_path(Path(raw))
         if path.is_file():
             files.append(path)
         elif path.is_dir():
@@ -56,16 +56,6 @@ def find_files(paths: list[str] | tuple[str, ...]) -> list[Path]:
         else:
             raise BertkitError(f"{path}: no such file or directory")
     return files
-
-
-def _resolve(path: Path) -> Path:
-    """A path as given, else relative to a data root (so recipes can name `imdb/unsup.txt.gz`)."""
-    if path.exists() or path.is_absolute():
-        return path
-    for root in data_roots():
-        if (root / path).exists():
-            return root / path
-    return path
 
 
 def file_format(path: Path, strict: bool = True) -> str | None:

@@ -7,11 +7,14 @@ finetuning jobs turn the records into batches.
 from __future__ import annotations
 
 import csv
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertkit.config import TaskConfig
 from bertkit.errors import BertkitError
+from bertkit.paths import resolve_data_path
 
 
 @dataclass(frozen=True)
@@ -37,14 +40,15 @@ def _rows(path: Path) -> tuple[list[str], list[dict]]:
         raise BertkitError(f"{path}: no such file")
     suffix = path.suffix.lower()
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark is not part of a column name
     except UnicodeDecodeError as exc:
         raise BertkitError(f"{path}: invalid UTF-8 at byte {exc.start}") from None
     if not text.strip():
         raise BertkitError(f"{path}: empty file")
     if suffix in (".jsonl", ".json"):
         rows = []
-        for number, line in enumerate(text.splitlines(), start=1):
+        # split on \n only: str.splitlines() would also split inside texts at U+2028, \x85, \x0c, …
+        for number, line in enumerate(text.split("\n"), start=1):
             if line.strip():
                 try:
                     record = json.loads(line)
@@ -57,9 +61,13 @@ def _rows(path: Path) -> tuple[list[str], list[dict]]:
         return header, rows
     delimiter = "\t" if suffix == ".tsv" else ","
     # TSV files such as GLUE's contain quote characters inside sentences: read them literally.
-    reader = csv.DictReader(text.splitlines(), delimiter=delimiter,
+    # newline="": quoted CSV fields keep their line breaks, and nothing splits at U+2028 & co.
+    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter,
                             quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
-    rows = list(reader)
+    try:
+        rows = list(reader)
+    except csv.Error as exc:
+        raise BertkitError(f"{path}:{reader.line_num}: not valid {suffix[1:].upper()} ({exc})") from None
     return list(reader.fieldnames or []), rows
 
 
@@ -72,15 +80,51 @@ def read_labelled(path: str | Path, text_column: str = "text", label_column: str
         if column is not None and column not in header:
             raise BertkitError(f"{path}: no {role} column '{column}' (columns found: {', '.join(header) or 'none'})")
     examples = []
-    for number, row in enumerate(rows, start=2):
+    for number, row in enumerate(rows, start=1):
         label, text = row.get(label_column), row.get(text_column)
         if label is None or text is None or (isinstance(label, str) and not label.strip()):
-            raise BertkitError(f"{path}: row {number} has no {'label' if text is not None else 'text'}")
+            raise BertkitError(f"{path}: example {number} (after the header) has no {'label' if text is not None else 'text'}")
         examples.append(LabelledText(str(text).strip(), None if text_pair_column is None else
                                      str(row.get(text_pair_column) or "").strip(), str(label).strip()))
     if not examples:
         raise BertkitError(f"{path}: no examples (only a header?)")
     return examples
+
+
+def read_texts(path: str | Path, text_column: str = "text", text_pair_column: str | None = None,
+               ) -> list[tuple[str, str | None]]:
+    """Unlabelled inputs for prediction: (text, pair) per CSV / TSV / JSONL row, or per non-blank line of any other
+    file (a pair model reads `text<TAB>pair` lines)."""
+    path = Path(path)
+    if path.suffix.lower() in (".jsonl", ".json", ".csv", ".tsv"):
+        header, rows = _rows(path)
+        for role, column in (("text", text_column), ("text pair", text_pair_column)):
+            if column is not None and column not in header:
+                raise BertkitError(f"{path}: no {role} column '{column}' (columns found: "
+                                   f"{', '.join(header) or 'none'})")
+        return [(str(row.get(text_column) or ""), None if text_pair_column is None else
+                 str(row.get(text_pair_column) or "")) for row in rows]
+    if not path.is_file():
+        raise BertkitError(f"{path}: no such file")
+    try:
+        lines = path.read_text(encoding="utf-8-sig").split("\n")
+    except UnicodeDecodeError as exc:
+        raise BertkitError(f"{path}: invalid UTF-8 at byte {exc.start}") from None
+    return split_lines(lines, text_pair_column is not None)
+
+
+def split_lines(lines: list[str], pairs: bool) -> list[tuple[str, str | None]]:
+    """Non-blank lines as inputs; with `pairs` each line is `text<TAB>pair`."""
+    out = []
+    for line in lines:
+        if not line.strip():
+            continue
+        if pairs:
+            text, _, pair = line.partition("\t")
+            out.append((text.strip(), pair.strip()))
+        else:
+            out.append((line.strip(), None))
+    return out
 
 
 def read_conll(path: str | Path, tag_column: int = -1) -> list[TaggedSentence]:
@@ -121,6 +165,10 @@ def read_conll(path: str | Path, tag_column: int = -1) -> list[TaggedSentence]:
                 elif len(columns) != width:
                     raise BertkitError(f"{path}:{number}: {len(columns)} columns, expected {width} like the first "
                                        "line")
+                try:
+                    _split_tag(columns[tag_column])
+                except BertkitError as exc:
+                    raise BertkitError(f"{path}:{number}: {exc}") from None
                 tokens.append(columns[0])
                 tags.append(columns[tag_column])
         except UnicodeDecodeError as exc:
@@ -154,3 +202,11 @@ def to_iob2(tags: list[str] | tuple[str, ...]) -> list[str]:
         # after an E/S/L/U the entity is closed: a following I- starts a new one
         previous_type = kind if prefix in ("B", "I") else None
     return out
+
+
+def read_task_file(task: TaskConfig, path: str | Path) -> list[LabelledText] | list[TaggedSentence]:
+    """The examples of one task file (a data-root-relative path is fine), read with the task's columns."""
+    path = resolve_data_path(path)
+    if task.kind == "classify":
+        return read_labelled(path, task.text_column, task.label_column, task.text_pair_column)
+    return read_conll(path, task.tag_column)

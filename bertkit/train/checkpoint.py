@@ -8,6 +8,7 @@ run/
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -69,6 +70,29 @@ def load_config(run: str | Path) -> Config:
         raise BertkitError(f"{path}: not a bertkit config (a Hugging Face folder? use `bertkit import-hf`)")
     data.pop("bertkit_version")
     return Config.from_dict(data, source=str(path))
+
+
+def check_run_output(out: Path, config: Config, resume: bool, sections: tuple[str, ...],
+                     may_change: set[str]) -> None:
+    """Refuse to touch an existing different run, or to resume what is not there. On resume, every key of
+    `sections` must match the stored run except the dotted keys in `may_change` (e.g. "train.max_steps")."""
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        if resume:
+            raise BertkitError(f"{out}: nothing to resume (no run there)")
+        return
+    if not (out / CONFIG_FILE).is_file():
+        raise BertkitError(f"{out}: exists and is not a bertkit run (choose another --out)")
+    if not resume:
+        raise BertkitError(f"{out}: already holds a run (pass --resume to continue it, or choose another --out)")
+    existing = load_config(out)
+    for section in sections:
+        old, new = dataclasses.asdict(getattr(existing, section)), dataclasses.asdict(getattr(config, section))
+        for key, value in old.items():
+            if f"{section}.{key}" not in may_change and value != new[key]:
+                raise BertkitError(f"{out}: holds a different run ({section}.{key} = {value!r}, now {new[key]!r}); "
+                                   "resume with the same settings or choose another --out")
+    if latest_checkpoint(out) is None:
+        raise BertkitError(f"{out}: has no checkpoint yet to resume from (delete it and start again)")
 
 
 def load_run(run: str | Path, map_location: str = "cpu") -> tuple[Config, Model]:

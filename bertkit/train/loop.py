@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,14 +22,18 @@ import torch
 from accelerate import Accelerator
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from safetensors.torch import save_model
 
 from bertkit.config import TrainConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
-from bertkit.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint, set_rng_state, rng_state
+from bertkit.paths import atomic_dir
+from bertkit.train.checkpoint import (CHECKPOINTS, WEIGHTS_FILE, latest_checkpoint, load_checkpoint, rng_state,
+                                      save_checkpoint, set_rng_state)
 
 METRICS_FILE = "metrics.jsonl"
 _CALIBRATION_STEPS = 10  # steps timed before a --max-time budget fixes the number of steps
+BEST = "best"  # checkpoints/best/: the weights with the best validation metric so far
 
 
 class Objective(Protocol):
@@ -62,15 +67,36 @@ class TrainState:
     bad_in_row: int = 0
     reloads: int = 0
     window: dict = field(default_factory=dict)  # sums since the last log line
+    best_value: float | None = None  # best validation metric so far (train(metric=...))
+    best_step: int = 0
+    stale_evals: int = 0  # evaluations since the metric last improved (early stopping)
+    stopped_early: bool = False
 
 
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Decay matrices only: biases, norm weights (all 1-d tensors) are left alone."""
-    decay, no_decay = [], []
-    for _, p in model.named_parameters():
-        if p.requires_grad:
-            (decay if p.ndim >= 2 else no_decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+def layer_depth(name: str, n_layers: int) -> int:
+    """Depth of a parameter for layer-wise learning-rate decay: 0 embeddings, 1..L blocks, L + 1 the rest
+    (final norm, heads)."""
+    if ".embeddings." in f".{name}":
+        return 0
+    found = re.search(r"\.blocks\.(\d+)\.", name)
+    return int(found.group(1)) + 1 if found else n_layers + 1
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float, layer_decay: float = 1.0) -> list[dict]:
+    """Decay matrices only: biases, norm weights (all 1-d tensors) are left alone. With `layer_decay` < 1 every
+    depth gets its own learning-rate scale, layer_decay ** (L + 1 - depth): the heads train at the full rate, the
+    embeddings slowest (ELECTRA / BEiT finetuning)."""
+    n_layers = getattr(getattr(model, "config", None), "n_layers", 0)
+    groups: dict[tuple[int, bool], dict] = {}
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        depth = layer_depth(name, n_layers) if layer_decay < 1.0 else n_layers + 1
+        decay = p.ndim >= 2
+        group = groups.setdefault((depth, decay), {"params": [], "weight_decay": weight_decay if decay else 0.0,
+                                                   "lr_scale": layer_decay ** (n_layers + 1 - depth)})
+        group["params"].append(p)
+    return [groups[key] for key in sorted(groups, key=lambda k: (k[0], not k[1]))]  # decayed group first
 
 
 def lr_factor(step: int, total: int, warmup_ratio: float, schedule: str) -> float:
@@ -130,12 +156,21 @@ class _Metrics:
 
 
 def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, accelerator: Accelerator,
-          resume: bool = False, console: Console | None = None, progress: bool = True) -> dict:
-    """Train until `max_steps` (or the `max_time` budget); returns the final state and last evaluation."""
+          resume: bool = False, console: Console | None = None, progress: bool = True,
+          metric: str | None = None) -> dict:
+    """Train until `max_steps` (or the `max_time` budget); returns the final state and last evaluation.
+
+    With `metric` (a key of the objective's evaluation; higher is better unless it names a loss) the weights of
+    the best evaluation are kept in checkpoints/best/, and `cfg.patience` evaluations without improvement stop
+    the run early.
+    """
     console = console or Console(stderr=True)
     main = accelerator.is_main_process
     world = accelerator.num_processes
-    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.learning_rate,
+    groups = param_groups(model, cfg.weight_decay, cfg.layer_decay)
+    for group in groups:
+        group["lr"] = cfg.learning_rate * group.pop("lr_scale")
+    optimizer = torch.optim.AdamW(groups, lr=cfg.learning_rate,
                                   betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
                                   **_fast_adamw_kwargs(accelerator.device))
     state = TrainState(total_steps=cfg.max_steps)
@@ -151,6 +186,7 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
         state = TrainState(**saved)
         set_rng_state(rngs[min(accelerator.process_index, len(rngs) - 1)])
         resume_step = state.step
+        _drop_newer_best(run_dir, state, main)
         if main:
             console.print(f"resuming from {checkpoint.name} (step {state.step} of {state.total_steps})")
     ddp_model, optimizer = accelerator.prepare(model, optimizer)
@@ -163,7 +199,7 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
     started = time.perf_counter() - state.elapsed
     try:
         with bar:
-            while state.step < state.total_steps:
+            while state.step < state.total_steps and not state.stopped_early:
                 t0 = time.perf_counter()
                 batch = objective.batch(state.step)
                 rows = next(iter(batch.values())).shape[0]
@@ -233,6 +269,12 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                     metrics.log({"kind": "eval", "step": state.step, **evaluation})
                     if main and evaluation:
                         console.print(f"step {state.step}: " + "  ".join(f"{k} {v:.4f}" for k, v in evaluation.items()))
+                    if metric is not None and evaluation:
+                        if _track_best(metric, evaluation, state, cfg, run_dir, accelerator, ddp_model):
+                            last = True
+                            if main:
+                                console.print(f"early stop: {metric} has not improved for {state.stale_evals} "
+                                              f"evaluations (best {state.best_value:.4f} at step {state.best_step})")
                 if state.step % cfg.save_every == 0 or last:
                     _checkpoint(run_dir, state, accelerator, ddp_model, optimizer, scheduler, cfg.keep_checkpoints)
                 bar.update(task, completed=state.step)
@@ -241,6 +283,46 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
     finally:
         metrics.close()
     return {"state": asdict(state), "evaluation": evaluation}
+
+
+def _track_best(metric: str, evaluation: dict, state: TrainState, cfg: TrainConfig, run_dir: Path,
+                accelerator: Accelerator, ddp_model) -> bool:
+    """Keep the best weights in checkpoints/best/; returns True when early stopping should end the run."""
+    if metric not in evaluation:
+        raise BertkitError(f"train.metric: {metric!r} is not a validation metric (available: "
+                           f"{', '.join(evaluation)})")
+    value = evaluation[metric]
+    lower_is_better = "loss" in metric
+    better = state.best_value is None or (value < state.best_value if lower_is_better else value > state.best_value)
+    if better and math.isfinite(value):
+        state.best_value, state.best_step, state.stale_evals = float(value), state.step, 0
+        if accelerator.is_main_process:
+            with atomic_dir(run_dir / CHECKPOINTS / BEST, overwrite=True) as tmp:
+                save_model(accelerator.unwrap_model(ddp_model), str(tmp / WEIGHTS_FILE),
+                           metadata={"format": "pt", "step": str(state.step)})
+                (tmp / "state.json").write_text(json.dumps({"step": state.step, "metric": metric,
+                                                            "value": value}) + "\n", encoding="utf-8")
+        accelerator.wait_for_everyone()
+    else:
+        state.stale_evals += 1
+    state.stopped_early = bool(cfg.patience) and state.stale_evals >= cfg.patience
+    return state.stopped_early
+
+
+def _drop_newer_best(run_dir: Path, state: TrainState, main: bool) -> None:
+    """On resume: best weights saved after the checkpoint we resume from are not in the resumed state's history;
+    drop them (the replayed evaluations write them again) so results and weights never disagree."""
+    path = Path(run_dir) / CHECKPOINTS / BEST / "state.json"
+    if main and path.is_file() and json.loads(path.read_text(encoding="utf-8"))["step"] > state.step:
+        import shutil
+
+        shutil.rmtree(path.parent, ignore_errors=True)
+
+
+def best_weights(run_dir: Path) -> Path | None:
+    """checkpoints/best/model.safetensors when a run kept one."""
+    path = Path(run_dir) / CHECKPOINTS / BEST / WEIGHTS_FILE
+    return path if path.is_file() else None
 
 
 def _fast_adamw_kwargs(device: torch.device) -> dict:

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from bertkit.config import DataConfig, TrainConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
-from bertkit.text.collate import IGNORE_INDEX, mlm_mask, step_generator
+from bertkit.text.collate import IGNORE_INDEX, EpochSampler, mlm_mask, step_generator
 from bertkit.text.packing import Packed
 from bertkit.text.tokenizer import SpecialIds
 
@@ -31,7 +31,7 @@ class MLMObjective:
                                "train.accumulation_steps): add text or lower the batch size")
         self.special, self.vocab_size, self.data, self.seed = special, vocab_size, data, train.seed
         self.eval_batch = train.batch_size
-        self._orders: dict[int, np.ndarray] = {}
+        self.sampler = EpochSampler(self.n, self.global_batch, train.seed)
         self.validation = self._validation_batches(packed)
         # an evaluation costs about a third of a training step per batch (forward only), in train-step units
         self.eval_cost_steps = len(self.validation) * 0.35 / max(1, train.accumulation_steps)
@@ -50,18 +50,9 @@ class MLMObjective:
         return [{"input_ids": inputs[i:i + self.eval_batch], "labels": labels[i:i + self.eval_batch]}
                 for i in range(0, len(inputs), self.eval_batch)]
 
-    def _order(self, epoch: int) -> np.ndarray:
-        """A fresh permutation of the blocks per epoch, a pure function of (seed, epoch)."""
-        if epoch not in self._orders:
-            self._orders = {e: o for e, o in self._orders.items() if e >= epoch - 1}
-            self._orders[epoch] = np.random.default_rng([self.seed, epoch]).permutation(self.n)
-        return self._orders[epoch]
-
     def rows(self, step: int) -> np.ndarray:
         """Block indices of step `step`'s global batch."""
-        stream = step * self.global_batch + np.arange(self.global_batch)
-        epochs, within = np.divmod(stream, self.n)
-        return np.array([self._order(int(e))[i] for e, i in zip(epochs, within)])
+        return self.sampler.rows(step)
 
     def batch(self, step: int) -> dict[str, torch.Tensor]:
         data = self.blocks[self.rows(step).tolist()]

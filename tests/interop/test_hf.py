@@ -2,6 +2,7 @@
 for random BertModels of several shapes and for the real all-MiniLM-L6-v2 weights."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -169,3 +170,25 @@ def test_import_refuses_non_bert_and_bad_folders(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "is_decoder": True}))
     with pytest.raises(BertkitError, match="is_decoder"):
         model_from_hf(tmp_path)
+
+
+def test_imported_minilm_finetunes_through_the_same_path(tmp_path, minilm_dir):
+    """An imported Hugging Face BERT is just another run directory: finetune, predict (its WordPiece tokenizer,
+    whose tokenizer.json pads to 128, is re-set to per-batch padding)."""
+    from typer.testing import CliRunner
+
+    from bertkit.cli import app
+
+    runner = CliRunner()
+    run = tmp_path / "minilm"
+    assert runner.invoke(app, ["import-hf", str(minilm_dir), str(run)]).exit_code == 0
+    data = Path(__file__).resolve().parents[2] / "data" / "samples" / "sentiment.tsv"
+    out = tmp_path / "clf"
+    result = runner.invoke(app, ["finetune", "classify", "--model", str(run), "--train", str(data), "--text-column",
+                                 "sentence", "--max-steps", "3", "--no-progress", "--set", "batch_size=4",
+                                 "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    config = json.loads((out / "config.json").read_text())
+    assert config["model"]["d_model"] == 384 and config["model"]["heads"] == ["classifier"]
+    predicted = runner.invoke(app, ["predict", "--model", str(out)], input="a wonderful film\n")
+    assert json.loads(predicted.stdout.strip().splitlines()[-1])["label"] in ("negative", "positive")

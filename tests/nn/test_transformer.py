@@ -160,3 +160,27 @@ def test_rotary_survives_a_cast_to_bf16():
     cos, _ = rotary.cos_sin(torch.arange(590, 600))
     assert cos.dtype == torch.float32 and len({round(v, 6) for v in cos[0, :, 0].tolist()}) == 10
     assert torch.isfinite(model(ids).last_hidden_state).all() and reference.shape == (1, 600, 32)
+
+
+def test_pooling_ignores_padding_and_heads_have_the_right_shapes():
+    from bertkit.nn.heads import Pooling
+
+    hidden = torch.randn(2, 5, 8)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    torch.testing.assert_close(Pooling("mean")(hidden, mask)[0], hidden[0, :3].mean(0))
+    torch.testing.assert_close(Pooling("max")(hidden, mask)[0], hidden[0, :3].amax(0))
+    torch.testing.assert_close(Pooling("cls")(hidden, mask), hidden[:, 0])
+    ids = torch.randint(5, 100, (2, 7))
+    for pooling in ("cls", "mean", "max"):
+        model = Model(tiny(heads=("classifier",), num_labels=3, pooling=pooling)).eval()
+        out = model(ids, attention_mask=torch.ones_like(ids), head="classifier")
+        assert out.logits.shape == (2, 3)
+        # padding a row does not change its class scores
+        padded = torch.cat([ids, torch.zeros(2, 3, dtype=torch.long)], 1)
+        mask = torch.cat([torch.ones_like(ids), torch.zeros(2, 3, dtype=torch.long)], 1)
+        torch.testing.assert_close(model(padded, attention_mask=mask, head="classifier").logits, out.logits,
+                                   atol=1e-5, rtol=1e-4)
+    tagger = Model(tiny(heads=("tagger",), num_labels=9))
+    assert tagger(ids, head="tagger").logits.shape == (2, 7, 9)
+    with pytest.raises(ValueError, match="no 'classifier' head"):
+        tagger(ids, head="classifier")

@@ -36,8 +36,25 @@ def test_labelled_text_errors_name_what_is_wrong(tmp_path):
     with pytest.raises(BertkitError, match="empty file"):
         read_labelled(tmp_path / "empty.tsv")
     (tmp_path / "b.csv").write_text("text,label\nhello,\n")
-    with pytest.raises(BertkitError, match="row 2 has no label"):
+    with pytest.raises(BertkitError, match="example 1 .after the header. has no label"):
         read_labelled(tmp_path / "b.csv")
+
+
+def test_line_breaks_inside_texts_stay_inside_texts(tmp_path):
+    # a quoted CSV field over two lines, a Unicode line separator, a spreadsheet's byte-order mark
+    (tmp_path / "a.csv").write_text('\ufefftext,label\n"first line\nsecond line",pos\nwith \u2028 inside,neg\n',
+                                    encoding="utf-8")
+    examples = read_labelled(tmp_path / "a.csv")
+    assert [e.text for e in examples] == ["first line\nsecond line", "with \u2028 inside"]
+    (tmp_path / "b.jsonl").write_text(json.dumps({"text": "x\u2028y", "label": 1}, ensure_ascii=False) + "\n",
+                                      encoding="utf-8")
+    assert read_labelled(tmp_path / "b.jsonl")[0].text == "x\u2028y"
+
+
+def test_a_bad_conll_tag_names_file_and_line(tmp_path):
+    (tmp_path / "a.conll").write_text("EU B-ORG\nrejects O\n\nPeter PERSON\n")
+    with pytest.raises(BertkitError, match=r"a.conll:4: tag 'PERSON'"):
+        read_conll(tmp_path / "a.conll")
 
 
 @pytest.mark.parametrize("tags, expected", [

@@ -1,0 +1,176 @@
+"""Inference for task models: length-sorted batches (order restored), constrained IOB2 decoding, entity spans.
+
+Shared by training-time evaluation, `bertkit predict` and `bertkit evaluate`, so the numbers a finetune reports
+are the numbers its predictions give.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertkit.errors import BertkitError
+from bertkit.nn.model import TASK_HEADS, Model
+from bertkit.text.collate import pad_sequences
+from bertkit.text.features import Encoded, TaskEncoder
+
+
+@torch.no_grad()
+def batched_logits(model: Model, examples: list[Encoded], head: str, pad_id: int, batch_size: int = 64,
+                   ) -> list[np.ndarray]:
+    """Logits per example, in input order: (C,) for the classifier, (T_i, C) for the tagger.
+
+    Examples are run shortest first so a batch pads to about its own length; the results are put back in order.
+    """
+    was_training = model.training
+    model.eval()
+    device = model.device
+    order = sorted(range(len(examples)), key=lambda i: len(examples[i].input_ids))
+    out: list[np.ndarray | None] = [None] * len(examples)
+    for start in range(0, len(order), batch_size):
+        chunk = order[start:start + batch_size]
+        ids = pad_sequences([examples[i].input_ids for i in chunk], pad_id).to(device)  # (B, T)
+        types = pad_sequences([examples[i].type_ids for i in chunk], 0).to(device)  # (B, T)
+        mask = (torch.arange(ids.shape[1], device=device)[None, :]
+                < torch.tensor([len(examples[i].input_ids) for i in chunk], device=device)[:, None]).long()
+        logits = model(ids, attention_mask=mask, token_type_ids=types, head=head).logits.float().cpu().numpy()
+        for row, index in enumerate(chunk):
+            out[index] = logits[row] if head == "classifier" else logits[row, :len(examples[index].input_ids)]
+    model.train(was_training)
+    return out  # type: ignore[return-value]
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise log-softmax in float64."""
+    z = logits.astype(np.float64) - logits.max(-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+
+def iob2_constraints(tags: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Which tag may start a sentence (C,) and which may follow which (C, C): I-X only after B-X or I-X."""
+    kinds = [t[2:] if t != "O" else None for t in tags]
+    inside = [t.startswith("I-") for t in tags]
+    start = np.array([not i for i in inside])
+    allowed = np.ones((len(tags), len(tags)), dtype=bool)
+    for j, tag in enumerate(tags):
+        if inside[j]:
+            allowed[:, j] = [kinds[i] == kinds[j] for i in range(len(tags))]
+    return start, allowed
+
+
+def viterbi(log_probs: np.ndarray, start: np.ndarray, allowed: np.ndarray) -> list[int]:
+    """The most probable tag sequence (W, C) -> W tag ids that never breaks the constraints (so never an invalid
+    span: no I-X after O or after another type)."""
+    if len(log_probs) == 0:
+        return []
+    forbid = np.where(allowed, 0.0, -np.inf)  # (C, C)
+    score = np.where(start, log_probs[0], -np.inf)  # (C,)
+    back = []
+    for row in log_probs[1:]:
+        total = score[:, None] + forbid  # (C_prev, C)
+        best = total.argmax(0)
+        back.append(best)
+        score = total[best, np.arange(len(row))] + row
+    path = [int(score.argmax())]
+    for best in reversed(back):
+        path.append(int(best[path[-1]]))
+    return path[::-1]
+
+
+def decode_tags(token_logits: np.ndarray, encoded: Encoded, tags: list[str], constraints) -> tuple[list[str],
+                                                                                                   list[float]]:
+    """Word tags and their probabilities from token logits: each word reads its first subword; words truncated
+    away are O with probability 1 (they were not seen)."""
+    words = encoded.first_token or []
+    seen = [w for w, position in enumerate(words) if position >= 0]
+    log_probs = log_softmax(token_logits[[words[w] for w in seen]]) if seen else np.zeros((0, len(tags)))
+    path = viterbi(log_probs, *constraints)
+    out, scores = ["O"] * len(words), [1.0] * len(words)
+    for k, (w, tag) in enumerate(zip(seen, path)):
+        out[w], scores[w] = tags[tag], float(np.exp(log_probs[k, tag]))
+    return out, scores
+
+
+def entities(tags: list[str], scores: list[float], spans: list[tuple[int, int]], text: str) -> list[dict]:
+    """IOB2 word tags → entities with character offsets into `text` and a score (the mean word probability)."""
+    found, current = [], None
+    for tag, score, (start, end) in zip(tags, scores, spans):
+        if tag.startswith("I-") and current is not None and current["label"] == tag[2:]:
+            current["end"] = end
+            current["_scores"].append(score)
+            continue
+        if current is not None:
+            found.append(current)
+            current = None
+        if tag != "O":  # B-X (a stray I-X cannot come out of viterbi; it would start an entity here)
+            current = {"label": tag[2:], "start": start, "end": end, "_scores": [score]}
+    if current is not None:
+        found.append(current)
+    for entity in found:
+        entity["text"] = text[entity["start"]:entity["end"]]
+        entity["score"] = round(float(np.mean(entity.pop("_scores"))), 4)
+    return found
+
+
+# ------------------------------------------------------------------------------------------- finetuned models
+
+LABELS_FILE = "labels.json"
+
+
+def write_labels(directory: Path, kind: str, labels: list[str]) -> None:
+    """labels.json: the task and its label set, in head-output order."""
+    (Path(directory) / LABELS_FILE).write_text(json.dumps({"task": kind, "labels": labels}, indent=2) + "\n",
+                                               encoding="utf-8")
+
+
+class TaskModel:
+    """A finetuned run directory ready for inference: model, tokenizer, label names, input encoder."""
+
+    def __init__(self, run: str | Path, batch_size: int = 64, device: str | torch.device | None = None):
+        from bertkit.text.tokenizer import load_tokenizer, special_ids
+        from bertkit.train.checkpoint import load_run
+
+        run = Path(run)
+        self.config, self.model = load_run(run)
+        self.model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        heads = [h for h in TASK_HEADS if h in self.config.model.heads]
+        labels_path = run / LABELS_FILE
+        if not heads or not labels_path.is_file():
+            raise BertkitError(f"{run}: has no task head (heads: {', '.join(self.config.model.heads) or 'none'}); "
+                               "finetune it first with `bertkit finetune classify|ner`")
+        try:
+            stored = json.loads(labels_path.read_text(encoding="utf-8"))
+            self.kind, self.labels = stored["task"], list(stored["labels"])
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise BertkitError(f"{labels_path}: not a bertkit labels file ({exc})") from None
+        self.head = heads[0]
+        self.tokenizer = load_tokenizer(run)
+        self.pad_id = special_ids(self.tokenizer).pad
+        max_length = min(self.config.task.max_length or self.config.model.max_len, self.config.model.max_len)
+        self.encoder = TaskEncoder(self.tokenizer, max_length)
+        self.batch_size = batch_size
+        self.constraints = iob2_constraints(self.labels) if self.kind == "ner" else None
+
+    def classify(self, texts: list[str], pairs: list[str] | None = None) -> tuple[list[dict], int]:
+        """Label, its probability and every label's probability per text; and how many were truncated."""
+        encoded = self.encoder.texts(texts, pairs)
+        logits = batched_logits(self.model, encoded, "classifier", self.pad_id, self.batch_size)
+        out = []
+        for row in logits:
+            p = np.exp(log_softmax(row))
+            best = int(p.argmax())
+            out.append({"label": self.labels[best], "score": round(float(p[best]), 4),
+                        "scores": {name: round(float(v), 4) for name, v in zip(self.labels, p)}})
+        return out, sum(e.truncated for e in encoded)
+
+    def tag(self, texts: list[str], spans: list[list[tuple[int, int]]]) -> tuple[list[tuple[list[str],
+                                                                                         list[float]]], int]:
+        """IOB2 tags and probabilities per word (words given as character spans); and how many texts were
+        truncated (their cut-off words are tagged O)."""
+        encoded = self.encoder.words(texts, spans)
+        logits = batched_logits(self.model, encoded, "tagger", self.pad_id, self.batch_size)
+        return ([decode_tags(row, e, self.labels, self.constraints) for row, e in zip(logits, encoded)],
+                sum(e.truncated for e in encoded))

@@ -1,0 +1,195 @@
+"""`bertkit finetune classify|ner`: a pretrained (or imported) encoder + a task head, trained by the one loop.
+
+MODEL is any bertkit run directory with an encoder: pretrained by `bertkit pretrain` or imported with
+`bertkit import-hf` — the same code path. Its backbone weights and tokenizer are reused; the heads it carried
+(MLM, pooler) are dropped and the task head is initialised fresh.
+
+The output is a run directory like every other, plus labels.json (the label set, in head order) and results.json
+(the best checkpoint's validation metrics); model.safetensors holds the best checkpoint's weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+from accelerate.utils import set_seed
+from rich.console import Console
+from safetensors.torch import load_model, save_model
+
+from bertkit.config import Config
+from bertkit.errors import BertkitError
+from bertkit.inference import LABELS_FILE, TaskModel, write_labels
+from bertkit.jobs.evaluate import evaluate_examples
+from bertkit.nn.model import Model
+from bertkit.paths import atomic_dir
+from bertkit.text.features import TaskEncoder, join_words
+from bertkit.text.tasks import read_task_file
+from bertkit.text.tokenizer import load_tokenizer, save_tokenizer, special_ids
+from bertkit.train.checkpoint import WEIGHTS_FILE, check_run_output, load_config, load_run, write_config
+from bertkit.train.loop import best_weights, make_accelerator, train
+from bertkit.train.task_objectives import ClassifyObjective, TagObjective
+
+HEAD = {"classify": "classifier", "ner": "tagger"}
+# Settings a resumed finetune may change without breaking its exact continuation.
+RESUMABLE_CHANGES = {"max_steps", "max_time", "log_every", "eval_every", "save_every", "keep_checkpoints",
+                     "patience"}
+
+
+def label_set(kind: str, examples) -> list[str]:
+    """Label names in head order. classify: sorted (numerically when every label is an integer). ner: O first,
+    then B-X, I-X for every entity type seen (both, so decoding can continue any entity it starts)."""
+    if kind == "classify":
+        names = sorted({e.label for e in examples})
+        if all(re.fullmatch(r"-?[0-9]+", n) for n in names):
+            names.sort(key=int)
+        if len(names) < 2:
+            raise BertkitError(f"the training data has only one label ({names[0]!r}): a classifier needs two or more")
+        return names
+    types = sorted({t[2:] for e in examples for t in e.tags if t != "O"})
+    if not types:
+        raise BertkitError("the training data has no entities (every tag is O)")
+    return ["O"] + [f"{p}-{t}" for t in types for p in ("B", "I")]
+
+
+def _split(examples: list, fraction: float, seed: int) -> tuple[list, list]:
+    """Hold out a seeded `fraction` of the training examples for validation (at least one, and one left)."""
+    if len(examples) < 2:
+        raise BertkitError("need at least 2 training examples to hold one out for validation (or pass --validation)")
+    order = np.random.default_rng([seed, 17]).permutation(len(examples))
+    held = max(1, round(fraction * len(examples)))
+    keep = sorted(order[held:].tolist())
+    return [examples[i] for i in keep], [examples[i] for i in sorted(order[:held].tolist())]
+
+
+def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False, progress: bool = True,
+        console: Console | None = None) -> dict:
+    """Finetune `model_dir` on `config.task`; returns the best validation metrics and where things are."""
+    console = console or Console(stderr=True)
+    task, out = config.task, Path(out)
+    if task.train_file is None:
+        raise BertkitError("task.train_file: no training file (pass --train FILE)")
+    check_run_output(out, config, resume, ("task", "train"), {f"train.{k}" for k in RESUMABLE_CHANGES})
+    if resume:  # the run's own config and tokenizer; the weights come from its checkpoint
+        model_dir, base = out, None
+        base_config = load_config(out)
+    elif model_dir is None:
+        raise BertkitError("no --model: give a bertkit run directory (pretrained, or imported with import-hf)")
+    else:
+        base_config, base = load_run(model_dir)
+    if base_config.model.architecture != "encoder":
+        raise BertkitError(f"{model_dir}: finetuning needs an encoder, this is a {base_config.model.architecture}")
+    tokenizer = load_tokenizer(model_dir)
+    pad_id = special_ids(tokenizer).pad
+    accelerator = make_accelerator(config.train.precision)
+    main = accelerator.is_main_process
+    set_seed(config.train.seed)
+
+    # Data: read, label set, optional slice, validation split.
+    examples = read_task_file(config.task, task.train_file)
+    if task.max_train_examples is not None:
+        examples = examples[:task.max_train_examples]
+    if resume:
+        if not (out / LABELS_FILE).is_file():
+            raise BertkitError(f"{out}: has no {LABELS_FILE}; it is not a finetuning run to resume")
+        labels = json.loads((out / LABELS_FILE).read_text(encoding="utf-8"))["labels"]
+    else:
+        labels = label_set(task.kind, examples)
+    if task.text_pair_column and base_config.model.type_vocab_size < 2:
+        raise BertkitError(f"task.text_pair_column: {model_dir} has no segment embeddings for a second text "
+                           f"(model.type_vocab_size = {base_config.model.type_vocab_size})")
+    if task.validation_file is not None:
+        train_examples, validation = examples, read_task_file(config.task, task.validation_file)
+    else:
+        train_examples, validation = _split(examples, task.validation_fraction, config.train.seed)
+    max_length = task.max_length or base_config.model.max_len
+    if max_length > base_config.model.max_len:
+        raise BertkitError(f"task.max_length: {max_length} is longer than the model's max_len "
+                           f"({base_config.model.max_len})")
+    encoder = TaskEncoder(tokenizer, max_length)
+    index = {name: i for i, name in enumerate(labels)}
+    unknown = sorted({label for e in train_examples for label in ([e.label] if task.kind == "classify" else e.tags)
+                      if label not in index})
+    if unknown:  # only on resume: the training file changed since the run began
+        raise BertkitError(f"{task.train_file}: labels {', '.join(unknown[:5])} are not in {out / LABELS_FILE}; "
+                           "resume with the training file the run began with")
+    world = accelerator.num_processes
+    if task.kind == "classify":
+        encoded = encoder.texts([e.text for e in train_examples],
+                                [e.pair or "" for e in train_examples] if task.text_pair_column else None)
+        val_encoded = encoder.texts([e.text for e in validation],
+                                    [e.pair or "" for e in validation] if task.text_pair_column else None)
+        objective = ClassifyObjective(encoded, [index[e.label] for e in train_examples], val_encoded,
+                                      [e.label for e in validation], labels, pad_id, config.train, world)
+    else:
+        joined = [join_words(e.tokens) for e in train_examples]
+        encoded = encoder.words([t for t, _ in joined], [s for _, s in joined])
+        val_joined = [join_words(e.tokens) for e in validation]
+        val_encoded = encoder.words([t for t, _ in val_joined], [s for _, s in val_joined])
+        objective = TagObjective(encoded, [[index[t] for t in e.tags] for e in train_examples], val_encoded,
+                                 [list(e.tags) for e in validation], labels, pad_id, config.train, world)
+    truncated = sum(e.truncated for e in encoded)
+    if truncated and main:
+        console.print(f"[yellow]warning: {truncated:,} of {len(encoded):,} training examples are longer than "
+                      f"{max_length} tokens and were truncated (task.max_length)")
+    train_cfg = config.train
+    if train_cfg.epochs is not None:
+        train_cfg = dataclasses.replace(train_cfg, max_steps=max(1, math.ceil(train_cfg.epochs
+                                                                               * objective.steps_per_epoch)))
+
+    # The model: the base backbone (or a random one) under a fresh task head.
+    dropout = base_config.model.dropout if task.dropout is None else task.dropout
+    attention_dropout = base_config.model.attention_dropout if task.dropout is None else task.dropout
+    model_cfg = dataclasses.replace(base_config.model, heads=(HEAD[task.kind],), num_labels=len(labels),
+                                    pooling=task.pooling, dropout=dropout, attention_dropout=attention_dropout)
+    config = dataclasses.replace(config, model=model_cfg, tokenizer=base_config.tokenizer,
+                                 train=dataclasses.replace(config.train, max_steps=train_cfg.max_steps))
+    model = Model(model_cfg)
+    if task.init == "pretrained" and base is not None:
+        model.backbone.load_state_dict(base.backbone.state_dict())
+    del base
+    metric = config.train.metric or objective.default_metric
+    if metric not in objective.metric_names:
+        raise BertkitError(f"train.metric: {metric!r} is not a validation metric of {task.kind} (allowed: "
+                           f"{'|'.join(objective.metric_names)})")
+    if main:
+        console.print(f"{task.kind}: {len(train_examples):,} training / {len(validation):,} validation examples, "
+                      f"{len(labels)} labels; {train_cfg.max_steps:,} steps of {objective.global_batch} "
+                      f"({train_cfg.max_steps / objective.steps_per_epoch:.2f} epochs); "
+                      f"{'random init' if task.init == 'random' else f'backbone from {model_dir}'}; "
+                      f"best checkpoint by validation {metric}")
+        if not resume:
+            with atomic_dir(out) as tmp:
+                write_config(tmp, config)
+                save_tokenizer(tokenizer, tmp)
+                write_labels(tmp, task.kind, labels)
+    accelerator.wait_for_everyone()
+
+    result = train(model, objective, train_cfg, out, accelerator, resume=resume, console=console,
+                   progress=progress, metric=metric)
+    best = best_weights(out)
+    if best is not None:
+        load_model(model, str(best), strict=True)
+    summary = {"out": str(out), "best_step": result["state"]["best_step"], "metric": metric,
+               "steps": result["state"]["step"], "stopped_early": result["state"]["stopped_early"]}
+    if main:
+        final = out / f".{WEIGHTS_FILE}.tmp"
+        if best is not None:
+            shutil.copyfile(best, final)
+        else:
+            save_model(model, str(final), metadata={"format": "pt"})
+        os.replace(final, out / WEIGHTS_FILE)
+        task_model = TaskModel(out, device=accelerator.device)
+        summary["validation"] = evaluate_examples(task_model, validation)
+        (out / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        headline = {k: v for k, v in summary["validation"].items() if isinstance(v, float)}
+        console.print(f"wrote {out} (best step {summary['best_step']} of {summary['steps']}): validation "
+                      + "  ".join(f"{k} {v:.4f}" for k, v in headline.items()))
+    accelerator.wait_for_everyone()
+    return summary

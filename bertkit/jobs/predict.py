@@ -1,0 +1,72 @@
+"""`bertkit predict`: a finetuned model over texts from a file or stdin, one JSON line out per input, in order.
+
+classify: {"text", "label", "score", "scores"}; ner: {"text", "entities": [{"label", "start", "end", "text",
+"score"}]} with character offsets into the input text. Inputs run in length-sorted batches; the output keeps the
+input order.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from bertkit.errors import BertkitError
+from bertkit.inference import TaskModel, entities
+from bertkit.paths import atomic_file
+from bertkit.text.features import split_words
+from bertkit.text.tasks import read_texts, split_lines
+
+
+def predict(task_model: TaskModel, inputs: list[tuple[str, str | None]]) -> tuple[list[dict], int]:
+    """One record per input (text, pair) and how many inputs were truncated."""
+    texts = [text for text, _ in inputs]
+    if task_model.kind == "classify":
+        pairs = [pair or "" for _, pair in inputs] if task_model.config.task.text_pair_column else None
+        results, truncated = task_model.classify(texts, pairs)
+        records = []
+        for (text, pair), result in zip(inputs, results):
+            records.append({"text": text, **({"pair": pair} if pairs is not None else {}), **result})
+        return records, truncated
+    spans = [split_words(text) for text in texts]
+    tagged, truncated = task_model.tag(texts, spans)
+    return [{"text": text, "entities": entities(tags, scores, word_spans, text)}
+            for text, word_spans, (tags, scores) in zip(texts, spans, tagged)], truncated
+
+
+def run(model: Path, source: Path | None, out: Path | None = None, text_column: str | None = None,
+        text_pair_column: str | None = None, batch_size: int = 64, overwrite: bool = False,
+        console: Console | None = None) -> list[dict]:
+    """Predict for every input of `source` (a file; None or '-' reads stdin); JSONL to `out` or stdout."""
+    console = console or Console(stderr=True)
+    if out is not None and source is not None and str(source) != "-" and Path(out).resolve() == Path(source).resolve():
+        raise BertkitError(f"{out}: is the input file; write the predictions elsewhere")
+    if out is not None and Path(out).exists() and not overwrite:
+        raise BertkitError(f"{out}: already exists (choose another --out or pass --overwrite)")
+    task_model = TaskModel(model, batch_size=batch_size)
+    task = task_model.config.task
+    pair_column = text_pair_column or task.text_pair_column
+    if source is None or str(source) == "-":
+        inputs = split_lines(sys.stdin.read().split("\n"), pair_column is not None)
+        where = "stdin"
+    else:
+        inputs = read_texts(source, text_column or task.text_column, pair_column)
+        where = str(source)
+    if not inputs:
+        raise BertkitError(f"{where}: no input texts")
+    records, truncated = predict(task_model, inputs)
+    if truncated:
+        console.print(f"[yellow]warning: {truncated:,} of {len(inputs):,} inputs are longer than "
+                      f"{task_model.encoder.max_length} tokens and were truncated"
+                      + (" (their cut-off words are tagged O)" if task_model.kind == "ner" else ""))
+    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    if out is None:
+        sys.stdout.write(lines)
+        sys.stdout.flush()
+    else:
+        with atomic_file(out, overwrite=overwrite) as tmp:
+            tmp.write_text(lines, encoding="utf-8")
+        console.print(f"wrote {len(records):,} predictions to {out}")
+    return records

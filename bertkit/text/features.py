@@ -1,0 +1,102 @@
+"""Task inputs → token ids: texts and text pairs for classification, words for tagging (with the first-subword map).
+
+One `TaskEncoder` per model: it owns the tokenizer's truncation settings (a Hugging Face tokenizer.json may pad to a
+fixed length or truncate elsewhere; bertkit pads per batch and truncates to `max_length`) and counts truncations, so
+a job can report them once instead of silently losing text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+from tokenizers import Tokenizer
+
+from bertkit.text.collate import IGNORE_INDEX
+
+# Words of raw text, close to how CoNLL-2003 tokenises: runs of word characters (keeping inner hyphens, apostrophes
+# and dots: "well-known", "don't", "U.S") and single punctuation marks.
+_WORD = re.compile(r"\w+(?:[-'’.]\w+)*|[^\w\s]")
+
+
+def split_words(text: str) -> list[tuple[int, int]]:
+    """Character spans (start, end) of the words of raw text."""
+    return [m.span() for m in _WORD.finditer(text)]
+
+
+def join_words(words: tuple[str, ...] | list[str]) -> tuple[str, list[tuple[int, int]]]:
+    """Pre-split words (CoNLL) → one text with single spaces, and each word's span in it."""
+    spans, position = [], 0
+    for word in words:
+        spans.append((position, position + len(word)))
+        position += len(word) + 1
+    return " ".join(words), spans
+
+
+@dataclass
+class Encoded:
+    """One example's model input; `first_token[w]` is the index of word w's first subword (-1: truncated away)."""
+
+    input_ids: list[int]
+    type_ids: list[int]
+    first_token: list[int] | None = None
+    truncated: bool = False
+
+
+class TaskEncoder:
+    """Tokenise task inputs for one model: truncation to `max_length` tokens (specials included), no padding."""
+
+    def __init__(self, tokenizer: Tokenizer, max_length: int):
+        # a copy: the caller's tokenizer (saved into run directories, exported) keeps its own settings
+        tokenizer = Tokenizer.from_str(tokenizer.to_str())
+        self.tokenizer = tokenizer
+        self.max_length = max_length
+        tokenizer.no_padding()  # bertkit pads per batch, to the batch's longest example
+        tokenizer.enable_truncation(max_length, strategy="longest_first")
+
+    def texts(self, texts: list[str], pairs: list[str] | None = None) -> list[Encoded]:
+        """Single texts, or (text, pair) inputs as `[CLS] A [SEP] B [SEP]` with token types 0 / 1."""
+        inputs = texts if pairs is None else list(zip(texts, pairs))
+        return [Encoded(e.ids, e.type_ids, None, bool(e.overflowing))
+                for e in self.tokenizer.encode_batch(inputs)]
+
+    def words(self, texts: list[str], spans: list[list[tuple[int, int]]]) -> list[Encoded]:
+        """Texts whose words are given as character spans: each word is mapped to its first subword token.
+
+        Tokens are matched to words by character offsets, so this works for any tokenizer (byte-level BPE, whose
+        tokens carry the preceding space, or WordPiece) without re-tokenising words in isolation (which would
+        change a byte-level BPE's tokens: 'Berlin' at a sentence start is not ' Berlin' after a space).
+        """
+        out = []
+        for text, word_spans, enc in zip(texts, spans, self.tokenizer.encode_batch(texts)):
+            char_word = np.full(len(text) + 1, -1, dtype=np.int64)
+            for index, (start, end) in enumerate(word_spans):
+                char_word[start:end] = index
+            first = [-1] * len(word_spans)
+            for position, ((start, end), special) in enumerate(zip(enc.offsets, enc.special_tokens_mask)):
+                if special or end <= start:
+                    continue
+                # a token may cover several words ("...", "?!" or "(R" are one piece for some tokenizers): it is the
+                # first subword of every covered word that has none yet
+                for word in np.unique(char_word[start:end]):
+                    if word >= 0 and first[word] == -1:
+                        first[word] = position
+            if not enc.overflowing:  # (after a cut, the words past it keep -1 and are tagged O)
+                # a word no token touches (not seen with the usual tokenizers) reads its neighbour's token
+                for word in range(len(first)):
+                    if first[word] == -1 and word > 0:
+                        first[word] = first[word - 1]
+            truncated = bool(enc.overflowing)
+            out.append(Encoded(enc.ids, enc.type_ids, first, truncated))
+        return out
+
+
+def token_labels(encoded: Encoded, word_labels: list[int]) -> list[int]:
+    """Per-token labels for first-subword labelling: the word's label on its first subword, IGNORE_INDEX on the
+    other subwords, the special tokens, and anything whose word was truncated away."""
+    labels = [IGNORE_INDEX] * len(encoded.input_ids)
+    for word, position in enumerate(encoded.first_token or []):
+        if position >= 0 and labels[position] == IGNORE_INDEX:  # a token shared by two words: the first word's
+            labels[position] = word_labels[word]
+    return labels

