@@ -411,6 +411,11 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]
                 raise ConfigError(f"--set {key}: unknown section '{section}' (allowed: {', '.join(sections)})")
         else:
             owners = [s for s, cls in sections.items() if key in {f.name for f in dataclasses.fields(cls)}]
+            if len(owners) > 1:
+                # `dropout` is both model.dropout and task.dropout: a bare key means the one section the recipe
+                # itself has a table for (a pretraining recipe has [model], a finetuning recipe [task]).
+                in_recipe = [s for s in owners if isinstance(data.get(s), dict)]
+                owners = in_recipe if len(in_recipe) == 1 else owners
             if len(owners) != 1:
                 every = sorted(f"{s}.{f.name}" for s, cls in sections.items() for f in dataclasses.fields(cls))
                 hint = _suggest(key, [k.split(".", 1)[1] for k in every])

@@ -51,7 +51,9 @@ def test_derived_defaults_are_filled_in():
     (dict(norm_eps=float("nan")), "model.norm_eps: expected a finite number"),
     (dict(init_std=float("inf")), "model.init_std: expected a finite number"),
     (dict(architecture="decoder", heads=("pooler",)), "model.heads: only an encoder"),
-    (dict(heads=("classifier",)), "model.heads: 'classifier' is not allowed (allowed: mlm|pooler)"),
+    (dict(heads=("crf",)), "model.heads: 'crf' is not allowed (allowed: mlm|pooler|classifier|tagger)"),
+    (dict(heads=("classifier",)), "model.num_labels: a classifier or tagger head needs at least one label"),
+    (dict(heads=("mlm", "mlm")), "names a head twice"),
 ])
 def test_invalid_values_name_the_key(overrides, message):
     with pytest.raises(ConfigError, match=None) as err:
@@ -95,6 +97,17 @@ def test_overrides_bare_dotted_typed_and_none():
         load_recipe("tiny", ["d_model"])
     with pytest.raises(ConfigError, match="unknown section 'optim'"):
         apply_overrides({}, ["optim.lr=1"])
+
+
+def test_a_bare_key_in_two_sections_means_the_one_the_recipe_has():
+    # dropout and pooling are keys of both [model] and [task]
+    assert load_recipe("tiny", ["dropout=0.2"]).model.dropout == 0.2
+    tuned = load_recipe("finetune-classify", ["dropout=0.2", "pooling=mean"])
+    assert (tuned.task.dropout, tuned.task.pooling, tuned.model.dropout) == (0.2, "mean", ModelConfig().dropout)
+    with pytest.raises(ConfigError, match="ambiguous, say one of model.dropout, task.dropout"):
+        apply_overrides({"model": {}, "task": {}}, ["dropout=0.2"])
+    with pytest.raises(ConfigError, match="ambiguous"):
+        apply_overrides({}, ["dropout=0.2"])
 
 
 def test_config_round_trips_through_a_dict():
