@@ -29,9 +29,10 @@ Schedule = Literal["linear", "cosine", "constant"]
 Precision = Literal["fp32", "bf16", "fp16"]
 OnBadSteps = Literal["reload", "stop"]
 Pooling = Literal["cls", "mean", "max"]
-TaskKind = Literal["classify", "ner"]
+TaskKind = Literal["classify", "ner", "sentence"]
 Init = Literal["pretrained", "random"]
-HEADS = ("mlm", "pooler", "classifier", "tagger")
+SentenceLoss = Literal["cosine", "mnrl", "softmax"]
+HEADS = ("mlm", "pooler", "classifier", "tagger", "pair_classifier")
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,9 @@ class ModelConfig:
     max_distance: int = 16  # relative positions: offsets are clipped to [-max_distance, max_distance]
     rotary_base: float = 10000.0
     share_embeddings: bool = True  # encoder-decoder: one token embedding for source and target
-    heads: tuple[str, ...] = ()  # "mlm" (tied MLM head), "pooler" (BERT's [CLS] pooler), "classifier", "tagger"
+    # "mlm" (tied MLM head), "pooler" (BERT's [CLS] pooler), "classifier", "tagger", "pair_classifier" (SBERT's
+    # softmax objective over (u, v, |u - v|))
+    heads: tuple[str, ...] = ()
     num_labels: int = 0  # outputs of the classifier / tagger head
     pooling: Pooling = "cls"  # how the classifier head summarises a sequence: [CLS] state, mean or max over tokens
     pad_token_id: int = 0
@@ -111,7 +114,7 @@ class ModelConfig:
             raise ConfigError("model.heads: only an encoder has a [CLS] pooler")
         if self.num_labels < 0:
             raise ConfigError(f"model.num_labels: must be >= 0, got {self.num_labels}")
-        if ("classifier" in self.heads or "tagger" in self.heads) and self.num_labels < 1:
+        if {"classifier", "tagger", "pair_classifier"} & set(self.heads) and self.num_labels < 1:
             raise ConfigError("model.num_labels: a classifier or tagger head needs at least one label")
 
     @property
@@ -251,6 +254,13 @@ class TaskConfig:
     max_train_examples: int | None = None  # train on the first N examples of the file (a slice, e.g. for the demo)
     dropout: float | None = 0.1  # dropout while finetuning, backbone and head (None: keep the model's own)
     init: Init = "pretrained"  # random: the same architecture and tokenizer from random weights (an ablation)
+    # sentence: text_column / text_pair_column are the two sentences (anchor / positive for mnrl), label_column
+    # the gold score (cosine) or the pair's label (softmax)
+    loss: SentenceLoss = "cosine"  # cosine: regression of cos(u, v) on score / max_score; mnrl: multiple negatives
+    #                                ranking with in-batch negatives; softmax: a classifier over (u, v, |u - v|)
+    negative_column: str | None = None  # mnrl: a hard negative per row (optional)
+    max_score: float = 5.0  # cosine: gold scores are divided by this (STS-B's 0..5 -> 0..1)
+    scale: float = 20.0  # mnrl: cosine similarities are multiplied by this before the softmax
 
     def __post_init__(self) -> None:
         _check_types(self, "task")
@@ -259,6 +269,26 @@ class TaskConfig:
             raise ConfigError(f"task.validation_fraction: must be in (0, 0.5), got {self.validation_fraction}")
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"task.dropout: must be in [0, 1), got {self.dropout}")
+        for key in ("max_score", "scale"):
+            if getattr(self, key) <= 0:
+                raise ConfigError(f"task.{key}: must be > 0, got {getattr(self, key)}")
+
+
+@dataclass(frozen=True)
+class SentenceConfig:
+    """How an encoder's token states become one sentence embedding (`embed`, `similarity`, `index`, SBERT).
+
+    Every encoder run has these settings (the defaults where its config.json predates them); an import from
+    sentence-transformers takes them from the model's own modules.json.
+    """
+
+    pooling: Pooling = "mean"  # mean over real tokens (SBERT's default), the [CLS] state, or max over tokens
+    normalize: bool = True  # L2-normalise embeddings (cosine similarity becomes a dot product)
+    max_length: int | None = None  # tokens per sentence, specials included; longer ones are cut (None: max_len)
+
+    def __post_init__(self) -> None:
+        _check_types(self, "sentence")
+        _at_least(self, "sentence", max_length=2)
 
 
 @dataclass(frozen=True)
@@ -270,6 +300,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
+    sentence: SentenceConfig = field(default_factory=SentenceConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (TOML/JSON-serialisable)."""

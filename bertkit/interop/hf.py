@@ -17,7 +17,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from bertkit.config import Config, ModelConfig
+from bertkit.config import Config, ModelConfig, SentenceConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
 from bertkit.text.tokenizer import write_hf_tokenizer_config
@@ -199,13 +199,20 @@ def _tokenizer_for(src: Path, dest: Path) -> bool:
 
 
 def import_hf(src: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:
-    """Make a bertkit run directory from an HF BERT folder. Returns a summary (parameters, skipped, tokenizer)."""
-    model, skipped = model_from_hf(src)
+    """Make a bertkit run directory from an HF BERT folder, or a sentence-transformers folder (whose pooling,
+    normalisation and max_seq_length become the run's `[sentence]` settings). Returns a summary (parameters,
+    skipped, tokenizer, sentence)."""
+    from bertkit.interop.sentence_transformers import read_sentence_config
+
+    src = Path(src)
+    sentence_transformers = read_sentence_config(src)
+    bert_folder, sentence = sentence_transformers or (src, SentenceConfig())
+    model, skipped = model_from_hf(bert_folder)
     with atomic_dir(out, overwrite=overwrite) as tmp:
-        write_run_files(tmp, model, Config(model=model.config))
-        has_tokenizer = _tokenizer_for(Path(src), tmp)
+        write_run_files(tmp, model, Config(model=model.config, sentence=sentence))
+        has_tokenizer = _tokenizer_for(bert_folder, tmp) or _tokenizer_for(src, tmp)
     return {"out": str(out), "parameters": model.parameter_counts()["total"], "skipped": skipped,
-            "tokenizer": has_tokenizer}
+            "tokenizer": has_tokenizer, "sentence": sentence if sentence_transformers else None}
 
 
 def export_hf(run: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:
@@ -213,17 +220,30 @@ def export_hf(run: str | Path, out: str | Path, overwrite: bool = False) -> dict
     `transformers.BertModel` (or, with an MLM head, `AutoModelForMaskedLM`) loads unchanged. A model without a
     pooler leaves BERT's pooler to transformers' random init."""
     config, model = load_run(run)
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        tensors = write_hf_folder(tmp, Path(run), config, model, with_mlm=True)
+    return {"out": str(out), "tensors": tensors}
+
+
+def write_hf_folder(folder: Path, run: Path, config: Config, model: Model, with_mlm: bool) -> int:
+    """The HF files of a run's encoder into `folder`; task heads are refused (BERT has no place for them), an MLM
+    head is kept (BertForMaskedLM layout) only `with_mlm`. Returns the number of tensors written."""
     hf_config = config_to_hf(config.model)
-    state = {bertkit_to_hf_key(key): tensor.contiguous() for key, tensor in model.state_dict().items()}
-    if "mlm" in config.model.heads:  # BertForMaskedLM layout: the encoder under "bert.", the tied decoder spelled out
+    kept = {key: tensor for key, tensor in model.state_dict().items()
+            if with_mlm or not key.startswith("heads.mlm.")}
+    state = {bertkit_to_hf_key(key): tensor.contiguous() for key, tensor in kept.items()}
+    if with_mlm and "mlm" in config.model.heads:  # BertForMaskedLM: the encoder under "bert.", the tied decoder
         state = {k if k.startswith("cls.") else f"bert.{k}": v for k, v in state.items()}
         state["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"].clone()
+    else:
+        hf_config["architectures"] = ["BertModel"]
     if config.model.type_vocab_size == 0:  # BERT always adds segment embeddings: zero rows are the same function
-        state["embeddings.token_type_embeddings.weight"] = torch.zeros(2, config.model.d_model)
-    with atomic_dir(out, overwrite=overwrite) as tmp:
-        (tmp / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n", encoding="utf-8")
-        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        if (Path(run) / TOKENIZER_FILE).is_file():
-            shutil.copyfile(Path(run) / TOKENIZER_FILE, tmp / TOKENIZER_FILE)
-            write_hf_tokenizer_config(tmp, model_max_length=config.model.max_len)
-    return {"out": str(out), "tensors": len(state)}
+        key = "bert.embeddings.token_type_embeddings.weight" if "bert.embeddings.word_embeddings.weight" in state \
+            else "embeddings.token_type_embeddings.weight"
+        state[key] = torch.zeros(2, config.model.d_model)
+    (folder / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n", encoding="utf-8")
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    if (run / TOKENIZER_FILE).is_file():
+        shutil.copyfile(run / TOKENIZER_FILE, folder / TOKENIZER_FILE)
+        write_hf_tokenizer_config(folder, model_max_length=config.model.max_len)
+    return len(state)

@@ -1,11 +1,13 @@
-"""`bertkit finetune classify|ner`: a pretrained (or imported) encoder + a task head, trained by the one loop.
+"""`bertkit finetune classify|ner|sentence`: a pretrained (or imported) encoder + a task head (or, for SBERT, a
+pooling), trained by the one loop.
 
 MODEL is any bertkit run directory with an encoder: pretrained by `bertkit pretrain` or imported with
 `bertkit import-hf` — the same code path. Its backbone weights and tokenizer are reused; the heads it carried
 (MLM, pooler) are dropped and the task head is initialised fresh.
 
 The output is a run directory like every other, plus labels.json (the label set, in head order) and results.json
-(the best checkpoint's validation metrics); model.safetensors holds the best checkpoint's weights.
+(the best checkpoint's validation metrics); model.safetensors holds the best checkpoint's weights. A sentence run
+also stores its `[sentence]` settings (pooling, normalisation, length), which `embed` and `search` use.
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ from bertkit.jobs.evaluate import evaluate_examples
 from bertkit.nn.model import Model
 from bertkit.paths import atomic_dir
 from bertkit.text.features import TaskEncoder, join_words
-from bertkit.text.tasks import read_task_file
+from bertkit.text.tasks import SentencePair, read_task_file
 from bertkit.text.tokenizer import load_tokenizer, save_tokenizer, special_ids
 from bertkit.train.checkpoint import WEIGHTS_FILE, check_run_output, load_config, load_run, write_config
 from bertkit.train.loop import best_weights, make_accelerator, train
+from bertkit.train.sentence_objectives import SentenceObjective
 from bertkit.train.task_objectives import ClassifyObjective, TagObjective
 
 HEAD = {"classify": "classifier", "ner": "tagger"}
@@ -43,9 +46,12 @@ RESUMABLE_CHANGES = {"max_steps", "max_time", "log_every", "eval_every", "save_e
 
 
 def label_set(kind: str, examples) -> list[str]:
-    """Label names in head order. classify: sorted (numerically when every label is an integer). ner: O first,
-    then B-X, I-X for every entity type seen (both, so decoding can continue any entity it starts)."""
-    if kind == "classify":
+    """Label names in head order. classify (and sentence pairs with labels): sorted (numerically when every label is
+    an integer). ner: O first, then B-X, I-X for every entity type seen (both, so decoding can continue any entity
+    it starts). Sentence pairs with scores (or none): no labels."""
+    if kind == "sentence" and not any(e.label is not None for e in examples):
+        return []
+    if kind in ("classify", "sentence"):
         names = sorted({e.label for e in examples})
         if all(re.fullmatch(r"-?[0-9]+", n) for n in names):
             names.sort(key=int)
@@ -66,6 +72,38 @@ def _split(examples: list, fraction: float, seed: int) -> tuple[list, list]:
     held = max(1, round(fraction * len(examples)))
     keep = sorted(order[held:].tolist())
     return [examples[i] for i in keep], [examples[i] for i in sorted(order[:held].tolist())]
+
+
+def _sentence_objective(config: Config, train_examples: list[SentencePair], validation: list[SentencePair],
+                        labels: list[str], encoder: TaskEncoder, pad_id: int, world: int):
+    """SBERT training data: each side of the pairs tokenised once (a hard-negative side when every row has one)."""
+    task = config.task
+    negatives = task.loss == "mnrl" and all(e.negative for e in train_examples)
+    if task.loss == "mnrl" and task.negative_column and not negatives:
+        missing = sum(not e.negative for e in train_examples)
+        raise BertkitError(f"task.negative_column: {missing:,} training rows have no hard negative in "
+                           f"'{task.negative_column}' (give one per row, or leave the column out)")
+
+    def sides(examples: list[SentencePair], with_negatives: bool):
+        texts = [[e.text for e in examples], [e.pair for e in examples]]
+        if with_negatives:
+            texts.append([e.negative or "" for e in examples])
+        return [encoder.texts(t) for t in texts]
+
+    def targets(examples: list[SentencePair], gold: bool):
+        if task.loss == "cosine":
+            return [e.score / task.max_score for e in examples]
+        if task.loss == "softmax":
+            index = {name: i for i, name in enumerate(labels)}
+            return [e.label for e in examples] if gold else [index[e.label] for e in examples]
+        return None
+
+    train_sides = sides(train_examples, negatives)
+    validation_negatives = negatives and all(e.negative for e in validation)
+    objective = SentenceObjective(task.loss, train_sides, targets(train_examples, False),
+                                  sides(validation, validation_negatives), targets(validation, True),
+                                  config.sentence.pooling, task.scale, pad_id, config.train, world, labels)
+    return objective, [e for side in train_sides for e in side]
 
 
 def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False, progress: bool = True,
@@ -101,26 +139,34 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
         labels = json.loads((out / LABELS_FILE).read_text(encoding="utf-8"))["labels"]
     else:
         labels = label_set(task.kind, examples)
-    if task.text_pair_column and base_config.model.type_vocab_size < 2:
+    if task.kind == "classify" and task.text_pair_column and base_config.model.type_vocab_size < 2:
         raise BertkitError(f"task.text_pair_column: {model_dir} has no segment embeddings for a second text "
                            f"(model.type_vocab_size = {base_config.model.type_vocab_size})")
     if task.validation_file is not None:
         train_examples, validation = examples, read_task_file(config.task, task.validation_file)
     else:
         train_examples, validation = _split(examples, task.validation_fraction, config.train.seed)
-    max_length = task.max_length or base_config.model.max_len
+    sentence = config.sentence if task.kind == "sentence" else base_config.sentence
+    if task.kind == "sentence":  # the embedding length: what training saw (task.max_length) unless set, or the base's
+        sentence = dataclasses.replace(sentence, max_length=sentence.max_length or task.max_length
+                                       or base_config.sentence.max_length)
+    max_length = (sentence.max_length if task.kind == "sentence" else task.max_length) or base_config.model.max_len
     if max_length > base_config.model.max_len:
-        raise BertkitError(f"task.max_length: {max_length} is longer than the model's max_len "
-                           f"({base_config.model.max_len})")
+        raise BertkitError(f"{'sentence' if task.kind == 'sentence' else 'task'}.max_length: {max_length} is longer "
+                           f"than the model's max_len ({base_config.model.max_len})")
     encoder = TaskEncoder(tokenizer, max_length)
     index = {name: i for i, name in enumerate(labels)}
-    unknown = sorted({label for e in train_examples for label in ([e.label] if task.kind == "classify" else e.tags)
+    unknown = sorted({label for e in train_examples
+                      for label in (e.tags if task.kind == "ner" else [e.label] if e.label is not None else [])
                       if label not in index})
     if unknown:  # only on resume: the training file changed since the run began
         raise BertkitError(f"{task.train_file}: labels {', '.join(unknown[:5])} are not in {out / LABELS_FILE}; "
                            "resume with the training file the run began with")
     world = accelerator.num_processes
-    if task.kind == "classify":
+    if task.kind == "sentence":
+        objective, encoded = _sentence_objective(config, train_examples, validation, labels, encoder, pad_id,
+                                                 world)
+    elif task.kind == "classify":
         encoded = encoder.texts([e.text for e in train_examples],
                                 [e.pair or "" for e in train_examples] if task.text_pair_column else None)
         val_encoded = encoder.texts([e.text for e in validation],
@@ -146,9 +192,10 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
     # The model: the base backbone (or a random one) under a fresh task head.
     dropout = base_config.model.dropout if task.dropout is None else task.dropout
     attention_dropout = base_config.model.attention_dropout if task.dropout is None else task.dropout
-    model_cfg = dataclasses.replace(base_config.model, heads=(HEAD[task.kind],), num_labels=len(labels),
+    heads = (HEAD[task.kind],) if task.kind != "sentence" else ("pair_classifier",) if labels else ()
+    model_cfg = dataclasses.replace(base_config.model, heads=heads, num_labels=len(labels),
                                     pooling=task.pooling, dropout=dropout, attention_dropout=attention_dropout)
-    config = dataclasses.replace(config, model=model_cfg, tokenizer=base_config.tokenizer,
+    config = dataclasses.replace(config, model=model_cfg, tokenizer=base_config.tokenizer, sentence=sentence,
                                  train=dataclasses.replace(config.train, max_steps=train_cfg.max_steps))
     model = Model(model_cfg)
     if task.init == "pretrained" and base is not None:
@@ -159,8 +206,10 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
         raise BertkitError(f"train.metric: {metric!r} is not a validation metric of {task.kind} (allowed: "
                            f"{'|'.join(objective.metric_names)})")
     if main:
+        what = f"{len(labels)} labels" if task.kind != "sentence" else \
+            f"loss {task.loss}" + (f", {len(labels)} labels" if labels else "") + f", {sentence.pooling} pooling"
         console.print(f"{task.kind}: {len(train_examples):,} training / {len(validation):,} validation examples, "
-                      f"{len(labels)} labels; {train_cfg.max_steps:,} steps of {objective.global_batch} "
+                      f"{what}; {train_cfg.max_steps:,} steps of {objective.global_batch} "
                       f"({train_cfg.max_steps / objective.steps_per_epoch:.2f} epochs); "
                       f"{'random init' if task.init == 'random' else f'backbone from {model_dir}'}; "
                       f"best checkpoint by validation {metric}")
@@ -185,8 +234,10 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
         else:
             save_model(model, str(final), metadata={"format": "pt"})
         os.replace(final, out / WEIGHTS_FILE)
-        task_model = TaskModel(out, device=accelerator.device)
-        summary["validation"] = evaluate_examples(task_model, validation)
+        if task.kind == "sentence":  # the best weights, through the embedding path `embed` and `evaluate-sts` use
+            summary["validation"] = objective.evaluate(model.to(accelerator.device))
+        else:
+            summary["validation"] = evaluate_examples(TaskModel(out, device=accelerator.device), validation)
         (out / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         headline = {k: v for k, v in summary["validation"].items() if isinstance(v, float)}
         console.print(f"wrote {out} (best step {summary['best_step']} of {summary['steps']}): validation "

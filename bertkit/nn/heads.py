@@ -1,7 +1,8 @@
 """Heads composed on top of a backbone's hidden states.
 
 BERT's [CLS] pooler (kept so Hugging Face checkpoints round-trip), the tied MLM head, sequence pooling
-(cls | mean | max), and the finetuning heads: a sequence classifier and a per-token tagger.
+(cls | mean | max), and the finetuning heads: a sequence classifier, a per-token tagger, and SBERT's pair
+classifier (the softmax objective over two sentence embeddings).
 """
 
 from __future__ import annotations
@@ -43,8 +44,24 @@ class MLMHead(nn.Module):
         return F.linear(h, embedding_weight, self.bias)  # (N, V)
 
 
-class Pooling(nn.Module):
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None, mode: str) -> torch.Tensor:
     """Summarise a sequence: the [CLS] state, or the mean / max over real (unpadded) tokens. (B, T, D) -> (B, D)"""
+    if mode == "cls":
+        return hidden[:, 0]
+    if mode not in ("mean", "max"):
+        raise ValueError(f"pooling {mode!r} is not cls, mean or max")
+    if attention_mask is None:
+        return hidden.mean(1) if mode == "mean" else hidden.amax(1)
+    real = attention_mask.bool().unsqueeze(-1)  # (B, T, 1)
+    if mode == "mean":
+        # float32 sums: a bf16 sum over hundreds of tokens loses the low bits
+        total = (hidden.float() * real).sum(1)  # (B, D)
+        return (total / real.sum(1).clamp(min=1)).to(hidden.dtype)
+    return hidden.masked_fill(~real, torch.finfo(hidden.dtype).min).amax(1)
+
+
+class Pooling(nn.Module):
+    """`pool` as a module (cls | mean | max). (B, T, D) -> (B, D)"""
 
     def __init__(self, mode: str = "cls"):
         super().__init__()
@@ -53,16 +70,7 @@ class Pooling(nn.Module):
         self.mode = mode
 
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        if self.mode == "cls":
-            return hidden[:, 0]
-        if attention_mask is None:
-            return hidden.mean(1) if self.mode == "mean" else hidden.amax(1)
-        real = attention_mask.bool().unsqueeze(-1)  # (B, T, 1)
-        if self.mode == "mean":
-            # float32 sums: a bf16 sum over hundreds of tokens loses the low bits
-            total = (hidden.float() * real).sum(1)  # (B, D)
-            return (total / real.sum(1).clamp(min=1)).to(hidden.dtype)
-        return hidden.masked_fill(~real, torch.finfo(hidden.dtype).min).amax(1)
+        return pool(hidden, attention_mask, self.mode)
 
 
 class SequenceClassifier(nn.Module):
@@ -82,6 +90,19 @@ class SequenceClassifier(nn.Module):
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         x = self.dropout(self.pool(hidden, attention_mask))  # (B, D)
         return self.out(self.dropout(torch.tanh(self.dense(x))))  # (B, C)
+
+
+class PairClassifier(nn.Module):
+    """SBERT's softmax objective: linear(u, v, |u - v|) over two sentence embeddings. (2N, D) -> (N, num_labels),
+    the first N rows being the u's and the last N the v's."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.out = nn.Linear(3 * cfg.d_model, cfg.num_labels)
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        u, v = pooled.chunk(2)  # (N, D) each
+        return self.out(torch.cat([u, v, (u - v).abs()], dim=-1))  # (N, C)
 
 
 class TokenClassifier(nn.Module):

@@ -10,12 +10,15 @@ import torch
 from torch import nn
 
 from bertkit.config import ModelConfig
-from bertkit.nn.heads import DensePooler, MLMHead, SequenceClassifier, TokenClassifier
+from bertkit.nn.heads import DensePooler, MLMHead, PairClassifier, SequenceClassifier, TokenClassifier
+from bertkit.nn.heads import pool as pool_states
 from bertkit.nn.transformer import build_backbone
 
 
-HEAD_TYPES = {"pooler": DensePooler, "mlm": MLMHead, "classifier": SequenceClassifier, "tagger": TokenClassifier}
-TASK_HEADS = ("classifier", "tagger")  # heads whose output `forward(head=...)` returns as `.logits`
+HEAD_TYPES = {"pooler": DensePooler, "mlm": MLMHead, "classifier": SequenceClassifier, "tagger": TokenClassifier,
+              "pair_classifier": PairClassifier}
+TASK_HEADS = ("classifier", "tagger")  # heads of finetuned task models (predict / evaluate)
+LOGIT_HEADS = TASK_HEADS + ("pair_classifier",)  # heads whose output `forward(head=...)` returns as `.logits`
 
 
 class Model(nn.Module):
@@ -40,19 +43,29 @@ class Model(nn.Module):
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
 
-    def forward(self, *args, mlm_select: torch.Tensor | None = None, head: str | None = None, **kwargs):
+    def forward(self, *args, mlm_select: torch.Tensor | None = None, head: str | None = None,
+                pool: str | None = None, **kwargs):
         """Runs the backbone (see Encoder / Decoder / EncoderDecoder.forward). With `mlm_select` (B, T) bool, the
         MLM head also runs on the selected positions and `.logits` holds their (N, V) scores; with
-        `head="classifier"` `.logits` is (B, C), with `head="tagger"` (B, T, C). Heads run inside forward so that
-        they stay under DistributedDataParallel's gradient hooks."""
+        `head="classifier"` `.logits` is (B, C), with `head="tagger"` (B, T, C). With `pool` (cls | mean | max)
+        `.pooled` holds one (B, D) vector per sequence (not normalised); `head="pair_classifier"` reads those as
+        [u; v] and gives (B/2, C). Heads run inside forward so that they stay under DistributedDataParallel's
+        gradient hooks."""
         out = self.backbone(*args, **kwargs)
+        mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
         if mlm_select is not None:
             out.logits = self.mlm_logits(out.last_hidden_state[mlm_select])
+        if pool is not None:
+            out.pooled = pool_states(out.last_hidden_state, mask, pool)  # (B, D)
         if head is not None:
-            if head not in TASK_HEADS or head not in self.heads:
+            if head not in LOGIT_HEADS or head not in self.heads:
                 raise ValueError(f"this model has no {head!r} head (heads: {', '.join(self.heads) or 'none'})")
-            mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
-            out.logits = self.heads[head](out.last_hidden_state, mask)
+            if head == "pair_classifier":
+                if out.pooled is None:
+                    raise ValueError("the pair classifier reads pooled embeddings: pass pool=")
+                out.logits = self.heads[head](out.pooled)
+            else:
+                out.logits = self.heads[head](out.last_hidden_state, mask)
         return out
 
     @property

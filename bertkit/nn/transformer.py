@@ -24,6 +24,7 @@ class StackOutput:
     hidden_states: list[torch.Tensor] | None = None  # n_layers + 1 entries; [0] is the embeddings output
     attentions: list[dict[str, torch.Tensor]] | None = None  # per layer: {"self": (B,H,T,T)[, "cross": (B,H,T,S)]}
     logits: torch.Tensor | None = None  # set by Model when a head ran inside forward, e.g. MLM logits (N, V)
+    pooled: torch.Tensor | None = None  # set by Model(pool=...): one vector per sequence (B, D)
 
 
 class Embeddings(nn.Module):

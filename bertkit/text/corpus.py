@@ -91,10 +91,28 @@ def _lines(path: Path, skip_bad_lines: bool, stats: ReadStats) -> Iterator[str]:
         raise BertkitError(f"{path}: unreadable ({exc})") from None
 
 
-def _documents(path: Path, text_field: str, skip_bad_lines: bool, stats: ReadStats) -> Iterator[str]:
+@dataclass(frozen=True)
+class Record:
+    """One document as read: its 1-based line (or row) number in the file, its id (when an id field is read), and
+    its text (not stripped; may be empty)."""
+
+    number: int
+    id: str | None
+    text: str
+
+
+def iter_records(path: Path, text_field: str = "text", skip_bad_lines: bool = False,
+                 stats: ReadStats | None = None, id_field: str | None = None) -> Iterator[Record]:
+    """Every document of one file in order, streamed: a line of .txt (.gz), a record of .jsonl, a row of .csv /
+    .tsv / .parquet. Blank JSONL lines are not records; empty texts are (the caller decides)."""
+    stats = stats if stats is not None else ReadStats()
     fmt = file_format(path)
     if fmt == "text":
-        yield from _lines(path, skip_bad_lines, stats)
+        if id_field is not None:
+            raise BertkitError(f"{path}: a plain text file has no id field; use .jsonl / .csv / .tsv / .parquet "
+                               "for ids")
+        for number, line in enumerate(_lines(path, skip_bad_lines, stats), start=1):
+            yield Record(number, None, line)
     elif fmt == "jsonl":
         for number, line in enumerate(_lines(path, skip_bad_lines, stats), start=1):
             if not line.strip():
@@ -103,22 +121,24 @@ def _documents(path: Path, text_field: str, skip_bad_lines: bool, stats: ReadSta
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise BertkitError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-            if not isinstance(record, dict) or text_field not in record:
-                fields = ", ".join(record) if isinstance(record, dict) else type(record).__name__
-                raise BertkitError(f"{path}:{number}: no field '{text_field}' (found: {fields}); "
-                                   "set --text-field")
-            yield str(record[text_field] or "")
+            for field, role in ((text_field, "--text-field"), (id_field, "--id-field")):
+                if field is not None and (not isinstance(record, dict) or field not in record):
+                    fields = ", ".join(record) if isinstance(record, dict) else type(record).__name__
+                    raise BertkitError(f"{path}:{number}: no field '{field}' (found: {fields}); set {role}")
+            yield Record(number, None if id_field is None else str(record[id_field]), str(record[text_field] or ""))
     elif fmt in ("csv", "tsv"):
         reader = csv.reader(_lines(path, skip_bad_lines, stats), delimiter="\t" if fmt == "tsv" else ",")
         header = next(reader, None)
         if header is None:
             return
-        if text_field not in header:
-            raise BertkitError(f"{path}: no column '{text_field}' (found: {', '.join(header)}); set --text-field")
-        column = header.index(text_field)
+        columns = []
+        for field, role in ((text_field, "--text-field"), (id_field, "--id-field")):
+            if field is not None and field not in header:
+                raise BertkitError(f"{path}: no column '{field}' (found: {', '.join(header)}); set {role}")
+            columns.append(None if field is None else header.index(field))
         for row in reader:
-            if len(row) > column:
-                yield row[column]
+            if len(row) > columns[0]:
+                yield Record(reader.line_num, None if columns[1] is None else row[columns[1]], row[columns[0]])
     else:
         import pyarrow.parquet as pq
 
@@ -126,11 +146,23 @@ def _documents(path: Path, text_field: str, skip_bad_lines: bool, stats: ReadSta
             parquet = pq.ParquetFile(path)
         except Exception as exc:  # pyarrow raises ArrowInvalid and friends
             raise BertkitError(f"{path}: not a readable Parquet file ({exc})") from None
-        if text_field not in parquet.schema_arrow.names:
-            raise BertkitError(f"{path}: no column '{text_field}' (found: {', '.join(parquet.schema_arrow.names)}); "
-                               "set --text-field")
-        for batch in parquet.iter_batches(columns=[text_field], batch_size=_BATCH):
-            yield from (t or "" for t in batch.column(0).to_pylist())
+        wanted = [f for f in (text_field, id_field) if f is not None]
+        for field, role in zip(wanted, ("--text-field", "--id-field")):
+            if field not in parquet.schema_arrow.names:
+                raise BertkitError(f"{path}: no column '{field}' (found: {', '.join(parquet.schema_arrow.names)}); "
+                                   f"set {role}")
+        number = 0
+        for batch in parquet.iter_batches(columns=wanted, batch_size=_BATCH):
+            texts = batch.column(0).to_pylist()
+            ids = batch.column(1).to_pylist() if id_field is not None else [None] * len(texts)
+            for text, key in zip(texts, ids):
+                number += 1
+                yield Record(number, None if key is None else str(key), text or "")
+
+
+def _documents(path: Path, text_field: str, skip_bad_lines: bool, stats: ReadStats) -> Iterator[str]:
+    for record in iter_records(path, text_field, skip_bad_lines, stats):
+        yield record.text
 
 
 def iter_corpus(files: list[Path], text_field: str = "text", skip_bad_lines: bool = False,
@@ -188,4 +220,5 @@ def load_corpus(paths: list[str] | tuple[str, ...], text_field: str = "text", sk
     return Dataset.from_file(str(arrow)), stats, key
 
 
-__all__ = ["ReadStats", "corpus_fingerprint", "file_format", "find_files", "iter_corpus", "load_corpus"]
+__all__ = ["ReadStats", "Record", "corpus_fingerprint", "file_format", "find_files", "iter_corpus", "iter_records",
+           "load_corpus"]

@@ -34,8 +34,26 @@ class TaggedSentence:
     tags: tuple[str, ...]
 
 
-def _rows(path: Path) -> tuple[list[str], list[dict]]:
-    """Header and rows of a CSV / TSV / JSONL file."""
+@dataclass(frozen=True)
+class SentencePair:
+    """One sentence-training example: two texts (anchor and positive for mnrl), an optional hard negative, and a
+    target: the gold score (cosine) or the pair's label (softmax); neither for mnrl."""
+
+    text: str
+    pair: str
+    negative: str | None = None
+    score: float | None = None
+    label: str | None = None
+
+
+def is_index(column: str | None) -> bool:
+    """A column given as a 0-based position ("4") rather than a name: the file has no header row."""
+    return column is not None and str(column).isdigit()
+
+
+def _rows(path: Path, header: bool = True) -> tuple[list[str], list[dict]]:
+    """Header and rows of a CSV / TSV / JSONL file. Without a header (`header=False`), a row's columns are named
+    by their 0-based position: "0", "1", …"""
     if not path.is_file():
         raise BertkitError(f"{path}: no such file")
     suffix = path.suffix.lower()
@@ -45,6 +63,8 @@ def _rows(path: Path) -> tuple[list[str], list[dict]]:
         raise BertkitError(f"{path}: invalid UTF-8 at byte {exc.start}") from None
     if not text.strip():
         raise BertkitError(f"{path}: empty file")
+    if suffix in (".jsonl", ".json") and not header:
+        raise BertkitError(f"{path}: JSON lines have field names; name the columns instead of giving positions")
     if suffix in (".jsonl", ".json"):
         rows = []
         # split on \n only: str.splitlines() would also split inside texts at U+2028, \x85, \x0c, …
@@ -59,26 +79,44 @@ def _rows(path: Path) -> tuple[list[str], list[dict]]:
                 rows.append(record)
         header = list(dict.fromkeys(key for row in rows for key in row))
         return header, rows
-    delimiter = "\t" if suffix == ".tsv" else ","
+    # A .csv whose first line holds a tab is tab-separated (the STS benchmark's files are).
+    delimiter = "\t" if suffix == ".tsv" or "\t" in text.split("\n", 1)[0] else ","
     # TSV files such as GLUE's contain quote characters inside sentences: read them literally.
     # newline="": quoted CSV fields keep their line breaks, and nothing splits at U+2028 & co.
-    reader = csv.DictReader(io.StringIO(text, newline=""), delimiter=delimiter,
-                            quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter,
+                        quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
     try:
-        rows = list(reader)
+        table = list(reader)
     except csv.Error as exc:
         raise BertkitError(f"{path}:{reader.line_num}: not valid {suffix[1:].upper()} ({exc})") from None
-    return list(reader.fieldnames or []), rows
+    table = [row for row in table if row]  # blank lines
+    if header:
+        names = table[0] if table else []
+        return names, [dict(zip(names, row)) for row in table[1:]]
+    width = max((len(row) for row in table), default=0)
+    return [str(i) for i in range(width)], [{str(i): value for i, value in enumerate(row)} for row in table]
+
+
+def _columns(path: Path, roles: dict[str, str | None]) -> tuple[list[str], list[dict]]:
+    """Rows of a file read for the named columns (role -> column); columns given as positions mean no header."""
+    given = {role: column for role, column in roles.items() if column is not None}
+    positions = [is_index(c) for c in given.values()]
+    if any(positions) and not all(positions):
+        raise BertkitError(f"{path}: give every column as a name (a file with a header row) or every one as a "
+                           f"0-based position (no header), not a mix: {', '.join(map(str, given.values()))}")
+    header, rows = _rows(path, header=not all(positions) or not positions)
+    for role, column in given.items():
+        if str(column) not in header:
+            found = f"{len(header)} columns per row" if all(positions) else f"columns found: {', '.join(header) or 'none'}"
+            raise BertkitError(f"{path}: no {role} column '{column}' ({found})")
+    return header, rows
 
 
 def read_labelled(path: str | Path, text_column: str = "text", label_column: str = "label",
                   text_pair_column: str | None = None) -> list[LabelledText]:
     """Classification examples from CSV / TSV / JSONL; labels kept as strings (ints become '0', '1', …)."""
     path = Path(path)
-    header, rows = _rows(path)
-    for role, column in (("text", text_column), ("label", label_column), ("text pair", text_pair_column)):
-        if column is not None and column not in header:
-            raise BertkitError(f"{path}: no {role} column '{column}' (columns found: {', '.join(header) or 'none'})")
+    _, rows = _columns(path, {"text": text_column, "label": label_column, "text pair": text_pair_column})
     examples = []
     for number, row in enumerate(rows, start=1):
         label, text = row.get(label_column), row.get(text_column)
@@ -204,9 +242,58 @@ def to_iob2(tags: list[str] | tuple[str, ...]) -> list[str]:
     return out
 
 
-def read_task_file(task: TaskConfig, path: str | Path) -> list[LabelledText] | list[TaggedSentence]:
+def read_pairs(path: str | Path, text_column: str, pair_column: str, target: str | None = None,
+               target_column: str | None = None, negative_column: str | None = None,
+               max_score: float | None = None) -> list[SentencePair]:
+    """Sentence pairs from CSV / TSV / JSONL. `target` "score": a number in [0, max_score] per row (cosine);
+    "label": a string label (softmax); None: no target (mnrl). Columns are names, or 0-based positions for a file
+    without a header (the STS benchmark: `--text-column 5 --text-pair-column 6 --label-column 4`)."""
+    path = Path(path)
+    roles = {"first sentence": text_column, "second sentence": pair_column, "negative": negative_column}
+    if target is not None:
+        roles[target] = target_column
+    _, rows = _columns(path, roles)
+    examples = []
+    for number, row in enumerate(rows, start=1):
+        texts = [row.get(str(c)) for c in (text_column, pair_column)]
+        if any(t is None or not str(t).strip() for t in texts):
+            raise BertkitError(f"{path}: row {number} has an empty or missing sentence")
+        negative = None if negative_column is None else str(row.get(str(negative_column)) or "").strip()
+        score = label = None
+        raw = row.get(str(target_column)) if target is not None else None
+        if target == "score":
+            try:
+                score = float(raw)
+            except (TypeError, ValueError):
+                raise BertkitError(f"{path}: row {number}: score {raw!r} is not a number"
+                                   + (" (a header row? name the columns instead of giving positions)"
+                                      if number == 1 and is_index(target_column) else "")) from None
+            if max_score is not None and not 0.0 <= score <= max_score:
+                raise BertkitError(f"{path}: row {number}: score {score} is outside [0, {max_score}] "
+                                   "(set task.max_score to the scale's top)")
+        elif target == "label":
+            if raw is None or not str(raw).strip():
+                raise BertkitError(f"{path}: row {number} has no label")
+            label = str(raw).strip()
+        examples.append(SentencePair(str(texts[0]).strip(), str(texts[1]).strip(), negative or None, score, label))
+    if not examples:
+        raise BertkitError(f"{path}: no sentence pairs (only a header?)")
+    return examples
+
+
+SENTENCE_TARGET = {"cosine": "score", "softmax": "label", "mnrl": None}
+
+
+def read_task_file(task: TaskConfig, path: str | Path) -> list[LabelledText] | list[TaggedSentence] | \
+        list[SentencePair]:
     """The examples of one task file (a data-root-relative path is fine), read with the task's columns."""
     path = resolve_data_path(path)
     if task.kind == "classify":
         return read_labelled(path, task.text_column, task.label_column, task.text_pair_column)
+    if task.kind == "sentence":
+        if task.text_pair_column is None:
+            raise BertkitError("task.text_pair_column: sentence training reads pairs; name the second sentence's "
+                               "column (--text-pair-column)")
+        return read_pairs(path, task.text_column, task.text_pair_column, SENTENCE_TARGET[task.loss],
+                          task.label_column, task.negative_column if task.loss == "mnrl" else None, task.max_score)
     return read_conll(path, task.tag_column)

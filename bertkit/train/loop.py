@@ -62,6 +62,7 @@ class TrainState:
     step: int = 0  # optimiser steps taken = global batches consumed
     total_steps: int = 0
     calibrated: bool = False
+    calibrated_at: tuple[int, float] = (0, 0.0)  # (step, elapsed) of the first fit: steady-state timing starts there
     elapsed: float = 0.0  # training seconds, summed over resumes
     skipped_steps: int = 0  # non-finite steps skipped in total
     bad_in_row: int = 0
@@ -252,11 +253,17 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                     w["grad_norm"] = w.get("grad_norm", 0.0) + grad_norm
                     w["steps"] = w.get("steps", 0) + 1
 
-                # Calibrate after a few steps, or sooner when a short budget is already 10% spent.
+                # Calibrate after a few steps, or sooner when a short budget is already 10% spent; then re-fit from
+                # steady-state timing (the first steps pay one-off warm-up costs) while under half the budget is spent.
                 if cfg.max_seconds and not state.calibrated and (
                         state.step >= min(_CALIBRATION_STEPS + 1, state.total_steps)
                         or (state.step >= 2 and state.elapsed >= 0.1 * cfg.max_seconds)):
                     _fit_budget(cfg, state, step_time, objective)
+                    bar.update(task, total=state.total_steps)
+                elif (cfg.max_seconds and state.calibrated and state.step % cfg.log_every == 0
+                      and state.step - state.calibrated_at[0] >= _CALIBRATION_STEPS
+                      and state.elapsed < 0.5 * cfg.max_seconds and state.step < state.total_steps):
+                    _refit_budget(cfg, state, objective)
                     bar.update(task, total=state.total_steps)
                 if state.step % cfg.log_every == 0 and state.window.get("steps"):
                     record = _log_record(state, scheduler.get_last_lr()[0])
@@ -350,6 +357,17 @@ def _fit_budget(cfg: TrainConfig, state: TrainState, step_time: float, objective
     extra = max(0, int(remaining / (per_step + eval_cost / cfg.eval_every)))
     state.total_steps = max(state.step, min(cfg.max_steps, state.step + extra))
     state.calibrated = True
+    state.calibrated_at = (state.step, state.elapsed)
+
+
+def _refit_budget(cfg: TrainConfig, state: TrainState, objective: Objective) -> None:
+    """Re-fit the number of steps from the time per step since the first fit (steady state, evaluations
+    included); the schedule follows the new total from the next step on."""
+    step0, elapsed0 = state.calibrated_at
+    per_step = (state.elapsed - elapsed0) / (state.step - step0)
+    eval_cost = getattr(objective, "eval_cost_steps", 0.0) * per_step
+    extra = max(0, int((cfg.max_seconds - state.elapsed) / (per_step + eval_cost / cfg.eval_every)))
+    state.total_steps = max(state.step + 1, min(cfg.max_steps, state.step + extra))
 
 
 def _checkpoint(run_dir, state, accelerator, ddp_model, optimizer, scheduler, keep) -> None:

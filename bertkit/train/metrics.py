@@ -55,3 +55,15 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     z = logits.astype(np.float64) - logits.max(-1, keepdims=True)
     e = np.exp(z)
     return e / e.sum(-1, keepdims=True)
+
+
+def correlation_metrics(gold: list[float] | np.ndarray, predicted: list[float] | np.ndarray) -> dict:
+    """Spearman and Pearson correlation of predicted similarities with gold scores (scipy), as in SBERT's STS
+    evaluation; NaN when either side is constant."""
+    from scipy.stats import pearsonr, spearmanr
+
+    gold, predicted = np.asarray(gold, dtype=np.float64), np.asarray(predicted, dtype=np.float64)
+    if len(gold) < 2 or np.ptp(gold) == 0 or np.ptp(predicted) == 0:
+        return {"spearman": float("nan"), "pearson": float("nan"), "pairs": len(gold)}
+    return {"spearman": float(spearmanr(gold, predicted).statistic), "pearson": float(pearsonr(gold, predicted)[0]),
+            "pairs": len(gold)}

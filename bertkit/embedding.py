@@ -1,0 +1,106 @@
+"""Sentence embeddings from any encoder run: backbone → pooling (mean | cls | max) → optional L2 normalisation.
+
+`SentenceEncoder` is what `bertkit embed`, `similarity`, `index`, `search`, `evaluate-sts` and the SBERT
+objectives' evaluation share: one tokenisation (truncation counted), one length-sorted batching with the input
+order restored (`inference.run_sorted`), and one identity per model so an index can refuse queries embedded by
+another model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bertkit.config import Config, SentenceConfig
+from bertkit.errors import BertkitError
+from bertkit.inference import run_sorted
+from bertkit.nn.model import Model
+from bertkit.text.features import Encoded, TaskEncoder
+from bertkit.text.tokenizer import load_tokenizer, special_ids
+from bertkit.train.checkpoint import TOKENIZER_FILE, WEIGHTS_FILE, load_run
+
+
+def normalize_rows(vectors: np.ndarray) -> np.ndarray:
+    """L2-normalise each row (a zero row stays zero). (N, D) -> (N, D) float32"""
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return (vectors / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+
+
+def model_identity(run: str | Path, sentence: SentenceConfig) -> str:
+    """A fingerprint of what decides an embedding: the weights, the tokenizer and the pooling settings. Two runs
+    with the same fingerprint embed every text identically; a retrained or different model never shares one."""
+    digest = hashlib.sha256()
+    for name in (WEIGHTS_FILE, TOKENIZER_FILE):
+        path = Path(run) / name
+        if path.is_file():
+            with path.open("rb") as fh:
+                for block in iter(lambda: fh.read(1 << 22), b""):
+                    digest.update(block)
+    digest.update(repr(dataclasses.asdict(sentence)).encode())
+    return digest.hexdigest()[:24]
+
+
+def embed_encoded(model: Model, encoded: list[Encoded], pad_id: int, batch_size: int, pooling: str,
+                  normalize: bool, on_batch: Callable[[int], None] | None = None) -> np.ndarray:
+    """Pooled (and optionally normalised) embeddings of tokenised texts: (N, D) float32, in input order."""
+    if not encoded:
+        return np.zeros((0, model.config.d_model), dtype=np.float32)
+    rows = run_sorted(model, encoded, pad_id, batch_size,
+                      lambda ids, mask, types: model(ids, attention_mask=mask, token_type_ids=types,
+                                                     pool=pooling).pooled, on_batch)
+    vectors = np.stack(rows).astype(np.float32, copy=False)  # (N, D)
+    return normalize_rows(vectors) if normalize else vectors
+
+
+class SentenceEncoder:
+    """An encoder run ready to embed sentences: (N texts) -> (N, D) float32, in input order.
+
+    `pooling`, `normalize` and `max_length` default to the run's `[sentence]` settings.
+    """
+
+    def __init__(self, run: str | Path, batch_size: int = 64, device: str | torch.device | None = None,
+                 model: tuple[Config, Model] | None = None):
+        self.run = Path(run)
+        config, net = model if model is not None else load_run(self.run)
+        if config.model.architecture != "encoder":
+            raise BertkitError(f"{run}: sentence embeddings need an encoder, this is a {config.model.architecture}")
+        self.config, self.model = config, net
+        if device is not None or model is None:
+            self.model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.sentence = config.sentence
+        self.tokenizer = load_tokenizer(self.run)
+        self.pad_id = special_ids(self.tokenizer).pad
+        max_length = min(self.sentence.max_length or config.model.max_len, config.model.max_len)
+        self.encoder = TaskEncoder(self.tokenizer, max_length)
+        self.batch_size = batch_size
+        self.dim = config.model.d_model
+        self.truncated = 0  # texts cut to max_length so far
+        self._identity: str | None = None
+
+    @property
+    def max_length(self) -> int:
+        return self.encoder.max_length
+
+    @property
+    def identity(self) -> str:
+        """The model's fingerprint (`model_identity`), computed once."""
+        if self._identity is None:
+            self._identity = model_identity(self.run, self.sentence)
+        return self._identity
+
+    def encode(self, texts: list[str], on_batch: Callable[[int], None] | None = None) -> np.ndarray:
+        """Embed texts: (N,) -> (N, D) float32, rows in input order (batches run sorted by length)."""
+        encoded = self.encoder.texts(list(texts)) if texts else []
+        self.truncated += sum(e.truncated for e in encoded)
+        return embed_encoded(self.model, encoded, self.pad_id, self.batch_size, self.sentence.pooling,
+                             self.sentence.normalize, on_batch)
+
+    def similarity(self, a: list[str], b: list[str]) -> np.ndarray:
+        """Cosine similarity of a[i] and b[i] for every i (one length-sorted pass over both sides). -> (N,)"""
+        both = normalize_rows(self.encode(list(a) + list(b)))
+        return (both[:len(a)] * both[len(a):]).sum(1)

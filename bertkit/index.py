@@ -1,0 +1,332 @@
+"""Vector indexes over sentence embeddings: exact search (numpy) for small ones, FAISS IVF for large ones.
+
+INDEX/ (a directory)
+  index.json            format, version, the model (path, identity, settings), dim, count, shards, backend
+  shard-00000.f32       (n, D) float32 L2-normalised embeddings, raw (the shape is in index.json)
+  shard-00000.jsonl     one {"id", "text"} per row
+  shard-00000.offsets   int64 byte offset of each jsonl line, plus the file's size (n + 1 values)
+  ivf-00000.faiss       FAISS IndexIVFFlat (inner product) over every row, when the backend is faiss
+
+Vectors are normalised, so the inner product is the cosine similarity on both paths. Building writes a temporary
+directory and renames it into place; appending writes new shard files (and a new FAISS file) under fresh names and
+then replaces index.json in one rename, so a crash at any moment leaves the previous index whole. Every file's size
+is checked against index.json on opening: a truncated or corrupt index is an error, never a wrong answer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bertkit.errors import BertkitError
+
+INDEX_FILE = "index.json"
+FORMAT = "bertkit-index"
+VERSION = 1
+BACKENDS = ("auto", "exact", "faiss")
+# `auto` switches to FAISS at this many vectors: below it exact numpy search answers a query in a few ms on 2 cores
+# (benchmarks/search_latency.py), and an IVF index would only cost recall.
+FAISS_MIN = 100_000
+# FAISS computes query-vector distances with BLAS only from this many queries at once; below it, a per-query loop
+# that is ~12x slower on 2 cores for batched flat search (faiss 1.15's default is 20). Measured in
+# benchmarks/search_latency.py; 1 makes every batch take the BLAS path.
+BLAS_THRESHOLD = 1
+_EXACT_CHUNK = 1 << 17  # rows of a shard scored at once by exact search (64 MB of scores at 128 queries)
+
+
+def _faiss():
+    try:
+        import faiss
+    except ImportError:  # pragma: no cover - faiss-cpu is a dependency
+        raise BertkitError("the faiss backend needs faiss-cpu (pip install faiss-cpu)") from None
+    faiss.cvar.distance_compute_blas_threshold = BLAS_THRESHOLD
+    import torch
+
+    faiss.omp_set_num_threads(torch.get_num_threads())
+    return faiss
+
+
+def ivf_params(count: int) -> tuple[int, int]:
+    """(nlist, nprobe) for an IVF index of `count` vectors: ~4 sqrt(N) lists, and enough probes for recall@10 of
+    about 0.95 on sentence embeddings (benchmarks/search_latency.py)."""
+    nlist = int(min(65536, max(16, 4 * math.sqrt(count))))
+    return nlist, max(8, nlist // 32)
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result: global row, cosine similarity, and the document."""
+
+    row: int
+    score: float
+    id: str
+    text: str
+
+
+class VectorIndex:
+    """An index directory opened for search and appends; every file is checked against index.json."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.meta = read_meta(self.path)
+        self.dim = int(self.meta["dim"])
+        self.shards = self.meta["shards"]
+        self.count = sum(s["count"] for s in self.shards)
+        if self.count != self.meta["count"]:
+            raise BertkitError(f"{self.path}: corrupt index ({INDEX_FILE} says {self.meta['count']} rows, its shards "
+                               f"hold {self.count})")
+        for shard in self.shards:
+            self._check_shard(shard)
+        self._vectors: list[np.ndarray] = []
+        self._offsets: list[np.ndarray] = []
+        self._faiss = None
+
+    @property
+    def model(self) -> dict:
+        """The model this index was built with: path, identity, pooling, normalize, max_length."""
+        return self.meta["model"]
+
+    @property
+    def backend(self) -> str:
+        return self.meta["backend"]
+
+    def _check_shard(self, shard: dict) -> None:
+        n = shard["count"]
+        expected = {shard["vectors"]: n * self.dim * 4, shard["offsets"]: (n + 1) * 8}
+        for name, size in expected.items():
+            file = self.path / name
+            if not file.is_file():
+                raise BertkitError(f"{file}: missing (the index is incomplete or was moved in parts)")
+            if file.stat().st_size != size:
+                raise BertkitError(f"{file}: truncated or corrupt ({file.stat().st_size:,} bytes, expected "
+                                   f"{size:,})")
+        docs = self.path / shard["docs"]
+        if not docs.is_file() or docs.stat().st_size != shard["docs_bytes"]:
+            raise BertkitError(f"{docs}: missing, truncated or corrupt (expected {shard['docs_bytes']:,} bytes)")
+
+    def vectors(self) -> list[np.ndarray]:
+        """Each shard's (n, D) vectors, memory-mapped read-only."""
+        if not self._vectors:
+            self._vectors = [np.memmap(self.path / s["vectors"], dtype=np.float32, mode="r",
+                                       shape=(s["count"], self.dim)) for s in self.shards]
+        return self._vectors
+
+    # --------------------------------------------------------------------------------------------------- search
+
+    def search(self, queries: np.ndarray, k: int = 10, exact: bool | None = None, nprobe: int | None = None,
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k rows by cosine similarity for each normalised query (Q, D) -> scores (Q, k'), rows (Q, k'), with
+        k' = min(k, count). `exact` None: the index's backend; True forces numpy over every vector."""
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        if queries.ndim != 2 or queries.shape[1] != self.dim:
+            raise BertkitError(f"queries of shape {queries.shape} do not fit an index of dimension {self.dim}")
+        k = min(k, self.count)
+        if k < 1:
+            return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
+        if exact or (exact is None and self.backend != "faiss"):
+            return exact_search(self.vectors(), queries, k)
+        index = self.faiss_index()
+        index.nprobe = min(nprobe or self.meta["faiss"]["nprobe"], index.nlist)
+        scores, rows = index.search(queries, k)
+        return scores, rows
+
+    def faiss_index(self):
+        """The FAISS index, read once (checked against the row count)."""
+        if self._faiss is None:
+            if self.backend != "faiss":
+                raise BertkitError(f"{self.path}: has no FAISS index (backend {self.backend})")
+            faiss = _faiss()
+            file = self.path / self.meta["faiss"]["file"]
+            try:
+                self._faiss = faiss.read_index(str(file))
+            except RuntimeError as exc:
+                raise BertkitError(f"{file}: unreadable FAISS index ({str(exc).splitlines()[0][:120]})") from None
+            if self._faiss.ntotal != self.count or self._faiss.d != self.dim:
+                raise BertkitError(f"{file}: holds {self._faiss.ntotal} vectors of dimension {self._faiss.d}, "
+                                   f"expected {self.count} of {self.dim} (corrupt index)")
+        return self._faiss
+
+    def docs(self, rows: list[int]) -> list[dict]:
+        """The {"id", "text"} of global rows, read by offset."""
+        if not self._offsets:
+            self._offsets = [np.fromfile(self.path / s["offsets"], dtype=np.int64) for s in self.shards]
+        starts = np.cumsum([0] + [s["count"] for s in self.shards])
+        out = []
+        for row in rows:
+            shard = int(np.searchsorted(starts, row, side="right") - 1)
+            local = row - starts[shard]
+            begin, end = self._offsets[shard][local], self._offsets[shard][local + 1]
+            with (self.path / self.shards[shard]["docs"]).open("rb") as fh:
+                fh.seek(int(begin))
+                raw = fh.read(int(end - begin))
+            try:
+                out.append(json.loads(raw))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                raise BertkitError(f"{self.path / self.shards[shard]['docs']}: corrupt document at row {row}") \
+                    from None
+        return out
+
+    def hits(self, scores: np.ndarray, rows: np.ndarray) -> list[list[Hit]]:
+        """Search results with their documents, per query (FAISS's -1 for "no result" dropped)."""
+        flat = sorted({int(r) for r in rows.ravel() if r >= 0})
+        docs = dict(zip(flat, self.docs(flat)))
+        return [[Hit(int(r), float(s), docs[int(r)]["id"], docs[int(r)]["text"]) for s, r in zip(qs, qr) if r >= 0]
+                for qs, qr in zip(scores, rows)]
+
+    def ids(self) -> Iterator[str]:
+        """Every document id, in row order (streamed)."""
+        for shard in self.shards:
+            with (self.path / shard["docs"]).open("rb") as fh:
+                for line in fh:
+                    yield json.loads(line)["id"]
+
+
+def exact_search(shards: list[np.ndarray], queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact inner-product top-k over memory-mapped shards, a chunk at a time (memory does not grow with N)."""
+    best_scores = np.full((len(queries), 0), -np.inf, dtype=np.float32)
+    best_rows = np.zeros((len(queries), 0), dtype=np.int64)
+    base = 0
+    for shard in shards:
+        for start in range(0, len(shard), _EXACT_CHUNK):
+            block = np.asarray(shard[start:start + _EXACT_CHUNK])  # (n, D)
+            scores = queries @ block.T  # (Q, n)
+            take = min(k, scores.shape[1])
+            top = np.argpartition(-scores, take - 1, axis=1)[:, :take]  # (Q, take), unordered
+            best_scores = np.concatenate([best_scores, np.take_along_axis(scores, top, 1)], axis=1)
+            best_rows = np.concatenate([best_rows, top + base + start], axis=1)
+            if best_scores.shape[1] > k:
+                keep = np.argpartition(-best_scores, k - 1, axis=1)[:, :k]
+                best_scores = np.take_along_axis(best_scores, keep, 1)
+                best_rows = np.take_along_axis(best_rows, keep, 1)
+        base += len(shard)
+    order = np.argsort(-best_scores, axis=1, kind="stable")
+    return np.take_along_axis(best_scores, order, 1), np.take_along_axis(best_rows, order, 1)
+
+
+# ----------------------------------------------------------------------------------------------------- writing
+
+def read_meta(path: Path) -> dict:
+    """index.json, checked: a clear error for anything that is not a bertkit index."""
+    file = Path(path) / INDEX_FILE
+    if not Path(path).is_dir():
+        raise BertkitError(f"{path}: no such index (a directory made by `bertkit index build`)")
+    if not file.is_file():
+        raise BertkitError(f"{path}: not a bertkit index (no {INDEX_FILE})")
+    try:
+        meta = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BertkitError(f"{file}: corrupt ({exc})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise BertkitError(f"{file}: not a bertkit index")
+    if meta.get("version") != VERSION:
+        raise BertkitError(f"{file}: index format version {meta.get('version')} (this bertkit reads {VERSION})")
+    for key in ("dim", "count", "shards", "model", "backend"):
+        if key not in meta:
+            raise BertkitError(f"{file}: corrupt (no '{key}')")
+    return meta
+
+
+def write_meta(path: Path, meta: dict) -> None:
+    """Replace index.json in one rename (the commit point of a build or an append)."""
+    tmp = Path(path) / f".{INDEX_FILE}.tmp-{os.getpid()}"
+    tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, Path(path) / INDEX_FILE)
+
+
+class ShardWriter:
+    """Rows of (vector, id, text) streamed into one new shard's three files."""
+
+    def __init__(self, directory: Path, number: int, dim: int):
+        self.directory, self.dim, self.count, self.position = Path(directory), dim, 0, 0
+        self.names = {"vectors": f"shard-{number:05d}.f32", "docs": f"shard-{number:05d}.jsonl",
+                      "offsets": f"shard-{number:05d}.offsets"}
+        for name in self.names.values():
+            if (self.directory / name).exists():
+                (self.directory / name).unlink()  # an earlier, uncommitted attempt
+        self._vectors = (self.directory / self.names["vectors"]).open("wb")
+        self._docs = (self.directory / self.names["docs"]).open("wb")
+        self._offsets = (self.directory / self.names["offsets"]).open("wb")
+
+    def add(self, vectors: np.ndarray, ids: list[str], texts: list[str]) -> None:
+        self._vectors.write(np.ascontiguousarray(vectors, dtype=np.float32).tobytes())
+        offsets = []
+        for key, text in zip(ids, texts):
+            line = (json.dumps({"id": key, "text": text}, ensure_ascii=False) + "\n").encode("utf-8")
+            offsets.append(self.position)
+            self.position += len(line)
+            self._docs.write(line)
+        self._offsets.write(np.asarray(offsets, dtype=np.int64).tobytes())
+        self.count += len(ids)
+
+    def close(self) -> dict:
+        """Flush to disk; the shard's entry for index.json."""
+        self._offsets.write(np.asarray([self.position], dtype=np.int64).tobytes())
+        for fh in (self._vectors, self._docs, self._offsets):
+            fh.flush()
+            os.fsync(fh.fileno())
+            fh.close()
+        return {**self.names, "count": self.count, "docs_bytes": self.position}
+
+    def discard(self) -> None:
+        for fh in (self._vectors, self._docs, self._offsets):
+            fh.close()
+        for name in self.names.values():
+            (self.directory / name).unlink(missing_ok=True)
+
+
+def build_faiss(shards: list[np.ndarray], dim: int, nlist: int | None = None, seed: int = 0):
+    """An IndexIVFFlat (inner product) trained on a sample of the vectors, holding all of them in row order."""
+    faiss = _faiss()
+    count = sum(len(s) for s in shards)
+    nlist = nlist or ivf_params(count)[0]
+    nlist = max(1, min(nlist, count // 4))  # k-means needs points per centroid
+    quantizer = faiss.IndexFlatIP(dim)
+    index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+    index.cp.seed = seed
+    index.cp.niter = 10
+    # k-means on at most 64 points per list: enough for stable centroids, and bounded time on large corpora
+    sample_size = min(count, 64 * nlist)
+    rows = np.sort(np.random.default_rng(seed).choice(count, sample_size, replace=False))
+    index.train(gather_rows(shards, rows))
+    for shard in shards:
+        for start in range(0, len(shard), _EXACT_CHUNK):
+            index.add(np.ascontiguousarray(shard[start:start + _EXACT_CHUNK]))
+    return index
+
+
+def gather_rows(shards: list[np.ndarray], rows: np.ndarray) -> np.ndarray:
+    """Rows (sorted global indices) from memory-mapped shards. -> (len(rows), D) float32"""
+    out, base = [], 0
+    for shard in shards:
+        local = rows[(rows >= base) & (rows < base + len(shard))] - base
+        if len(local):
+            out.append(np.asarray(shard[local]))
+        base += len(shard)
+    return np.ascontiguousarray(np.concatenate(out), dtype=np.float32)
+
+
+def write_faiss(index, path: Path, number: int) -> str:
+    """Write a FAISS index under a fresh name (renamed into place); returns the name."""
+    faiss = _faiss()
+    name = f"ivf-{number:05d}.faiss"
+    tmp = path / f".{name}.tmp-{os.getpid()}"
+    faiss.write_index(index, str(tmp))
+    os.replace(tmp, path / name)
+    return name
+
+
+def resolve_backend(choice: str, count: int) -> str:
+    """auto -> exact below FAISS_MIN vectors, faiss from there on."""
+    if choice not in BACKENDS:
+        raise BertkitError(f"--backend {choice!r}: not allowed (allowed: {'|'.join(BACKENDS)})")
+    if choice == "auto":
+        return "faiss" if count >= FAISS_MIN else "exact"
+    if choice == "faiss" and count < 64:
+        raise BertkitError(f"--backend faiss: {count} vectors are too few to train an IVF index (use exact)")
+    return choice

@@ -1,0 +1,199 @@
+"""`bertkit index build|add|info`, `bertkit search` and `bertkit similarity`: semantic search over a corpus.
+
+An index remembers the model that embedded it (path and identity, see `embedding.model_identity`); appends and
+queries are embedded by that same model, and a different one is refused, so a query is never compared with vectors
+from another embedding space.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from bertkit.embedding import SentenceEncoder, normalize_rows
+from bertkit.errors import BertkitError
+from bertkit.index import (FORMAT, VERSION, Hit, ShardWriter, VectorIndex, build_faiss, ivf_params, read_meta,
+                           resolve_backend, write_faiss, write_meta)
+from bertkit.jobs.embed import chunks, record_id, scan
+from bertkit.paths import atomic_dir
+from bertkit.text.corpus import find_files
+
+
+def _fill(writer: ShardWriter, encoder: SentenceEncoder, files: list[Path], text_field: str, id_field: str | None,
+          rows: int, chunk_size: int, progress: bool, console: Console) -> None:
+    """Embed the corpus chunk by chunk into a shard (normalised vectors: inner product = cosine)."""
+    bar = Progress(TextColumn("[bold]index"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                   console=console, disable=not progress)
+    with bar:
+        task = bar.add_task("index", total=rows)
+        for chunk in chunks(files, text_field, id_field, False, chunk_size):
+            texts = [record.text for _, _, record in chunk]
+            vectors = normalize_rows(encoder.encode(texts, on_batch=lambda n: bar.advance(task, n)))
+            writer.add(vectors, [record_id(path, record) for _, path, record in chunk], [t.strip() for t in texts])
+
+
+def _report_skips(console: Console, found, encoder: SentenceEncoder) -> None:
+    if found.empty:
+        console.print(f"[yellow]skipped {found.empty:,} empty lines")
+    if encoder.truncated:
+        console.print(f"[yellow]warning: {encoder.truncated:,} texts are longer than {encoder.max_length} tokens and "
+                      "were truncated before embedding (sentence.max_length)")
+
+
+def _model_entry(encoder: SentenceEncoder) -> dict:
+    return {"path": str(encoder.run.resolve()), "identity": encoder.identity, "pooling": encoder.sentence.pooling,
+            "normalize": encoder.sentence.normalize, "max_length": encoder.max_length}
+
+
+def build(model: Path, corpus: list[str], out: Path, text_field: str = "text", id_field: str | None = None,
+          backend: str = "auto", nlist: int | None = None, nprobe: int | None = None, batch_size: int = 64,
+          chunk_size: int = 8192, overwrite: bool = False, progress: bool = True,
+          console: Console | None = None) -> dict:
+    """Embed every non-empty text of `corpus` with `model` into a new index directory `out` (atomically)."""
+    console = console or Console(stderr=True)
+    out = Path(out)
+    if out.exists() and not overwrite:
+        hint = "append with `bertkit index add`, or pass --overwrite" if (out / "index.json").is_file() else \
+            "choose another --out or pass --overwrite"
+        raise BertkitError(f"{out}: already exists ({hint})")
+    for key, value in (("--nlist", nlist), ("--nprobe", nprobe)):
+        if value is not None and value < 1:
+            raise BertkitError(f"{key}: must be >= 1, got {value}")
+    files = find_files(corpus)
+    encoder = SentenceEncoder(model, batch_size=batch_size)
+    found = scan(files, text_field, id_field, keep_empty=False, check_ids=True)
+    if found.rows == 0:
+        raise BertkitError(f"{', '.join(corpus)}: no texts to index" + (f" ({found.empty:,} empty lines)"
+                                                                      if found.empty else ""))
+    chosen = resolve_backend(backend, found.rows)
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        writer = ShardWriter(tmp, 0, encoder.dim)
+        _fill(writer, encoder, files, text_field, id_field, found.rows, chunk_size, progress, console)
+        shard = writer.close()
+        meta = {"format": FORMAT, "version": VERSION, "model": _model_entry(encoder), "dim": encoder.dim,
+                "count": shard["count"], "shards": [shard], "backend": chosen, "backend_choice": backend}
+        if chosen == "faiss":
+            meta["faiss"] = _new_faiss(tmp, meta, nlist, nprobe, 0, console)
+        write_meta(tmp, meta)
+    _report_skips(console, found, encoder)
+    console.print(f"wrote {out}: {meta['count']:,} × {encoder.dim} vectors, {chosen} search")
+    return {"out": str(out), "count": meta["count"], "backend": chosen, "empty": found.empty,
+            "truncated": encoder.truncated}
+
+
+def _new_faiss(path: Path, meta: dict, nlist: int | None, nprobe: int | None, number: int, console: Console) -> dict:
+    """Train and write an IVF index over every row of the index at `path` (its shards as listed in `meta`)."""
+    count = meta["count"]
+    default_nlist, default_nprobe = ivf_params(count)
+    shards = [np.memmap(path / s["vectors"], dtype=np.float32, mode="r", shape=(s["count"], meta["dim"]))
+              for s in meta["shards"]]
+    console.print(f"training a FAISS IVF index ({nlist or default_nlist:,} lists) on {count:,} vectors")
+    index = build_faiss(shards, meta["dim"], nlist or default_nlist)
+    return {"file": write_faiss(index, path, number), "nlist": int(index.nlist),
+            "nprobe": int(nprobe or max(1, math.ceil(default_nprobe * index.nlist / default_nlist)))}
+
+
+def _encoder_for(index: VectorIndex, model: Path | None, batch_size: int = 64) -> SentenceEncoder:
+    """The index's own model (or `model`, which must embed identically)."""
+    recorded = Path(index.model["path"])
+    if model is None and not recorded.is_dir():
+        raise BertkitError(f"{index.path}: its model {recorded} is gone; pass --model with the same model")
+    encoder = SentenceEncoder(model or recorded, batch_size=batch_size)
+    if encoder.identity != index.model["identity"]:
+        raise BertkitError(f"{model or recorded}: not the model {index.path} was built with ({recorded}, identity "
+                           f"{index.model['identity']}; this one is {encoder.identity}): its embeddings are not "
+                           "comparable; use that model or rebuild the index")
+    return encoder
+
+
+def add(path: Path, corpus: list[str], model: Path | None = None, text_field: str = "text",
+        id_field: str | None = None, batch_size: int = 64, chunk_size: int = 8192, progress: bool = True,
+        console: Console | None = None) -> dict:
+    """Append a corpus to an index: new shard files, then one rename of index.json (the previous index stays whole
+    if anything fails)."""
+    console = console or Console(stderr=True)
+    index = VectorIndex(path)
+    encoder = _encoder_for(index, model, batch_size)
+    files = find_files(corpus)
+    found = scan(files, text_field, id_field, keep_empty=False, check_ids=True, existing=set(index.ids()))
+    if found.rows == 0:
+        raise BertkitError(f"{', '.join(corpus)}: no texts to add")
+    meta = dict(index.meta)
+    number = 1 + max(int(s["vectors"].split("-")[1].split(".")[0]) for s in meta["shards"])
+    writer = ShardWriter(index.path, number, index.dim)
+    old_faiss = meta.get("faiss", {}).get("file")
+    new_files = list(writer.names.values())
+    try:
+        _fill(writer, encoder, files, text_field, id_field, found.rows, chunk_size, progress, console)
+        shard = writer.close()
+        meta["shards"] = meta["shards"] + [shard]
+        meta["count"] = meta["count"] + shard["count"]
+        if meta["backend"] == "faiss":
+            faiss_index = index.faiss_index()
+            vectors = np.memmap(index.path / shard["vectors"], dtype=np.float32, mode="r",
+                                shape=(shard["count"], index.dim))
+            for start in range(0, len(vectors), 1 << 16):
+                faiss_index.add(np.ascontiguousarray(vectors[start:start + (1 << 16)]))
+            meta["faiss"] = {**meta["faiss"], "file": write_faiss(faiss_index, index.path, number)}
+            new_files.append(meta["faiss"]["file"])
+        elif resolve_backend(meta.get("backend_choice", "exact"), meta["count"]) == "faiss":
+            meta["backend"] = "faiss"
+            meta["faiss"] = _new_faiss(index.path, meta, None, None, number, console)
+            new_files.append(meta["faiss"]["file"])
+        write_meta(index.path, meta)  # the commit
+    except BaseException:
+        writer.discard()
+        for name in new_files:
+            (index.path / name).unlink(missing_ok=True)
+        raise
+    if old_faiss and old_faiss != meta.get("faiss", {}).get("file"):
+        (index.path / old_faiss).unlink(missing_ok=True)
+    _report_skips(console, found, encoder)
+    console.print(f"added {shard['count']:,} vectors to {path}: {meta['count']:,} in all, {meta['backend']} search")
+    return {"out": str(path), "added": shard["count"], "count": meta["count"], "backend": meta["backend"]}
+
+
+def search(path: Path, queries: list[str], k: int = 5, model: Path | None = None, exact: bool | None = None,
+           nprobe: int | None = None, truncate: bool = False) -> list[list[Hit]]:
+    """The k nearest documents of each query (cosine similarity), embedded by the index's own model."""
+    if k < 1:
+        raise BertkitError(f"-k: must be >= 1, got {k}")
+    if nprobe is not None and nprobe < 1:
+        raise BertkitError(f"--nprobe: must be >= 1, got {nprobe}")
+    queries = [q.strip() for q in queries]
+    if not queries or any(not q for q in queries):
+        raise BertkitError("an empty query: give the text to search for")
+    index = VectorIndex(path)
+    encoder = _encoder_for(index, model)
+    if not truncate:
+        for query, encoded in zip(queries, encoder.encoder.texts(queries)):
+            if encoded.truncated:
+                length = len(encoder.tokenizer.encode(query).ids)
+                raise BertkitError(f"the query {query[:40]!r}… is {length} tokens, longer than the model's "
+                                   f"{encoder.max_length}: shorten it, or pass --truncate to search with its first "
+                                   f"{encoder.max_length}")
+    vectors = normalize_rows(encoder.encode(queries))
+    scores, rows = index.search(vectors, k, exact=exact, nprobe=nprobe)
+    return index.hits(scores, rows)
+
+
+def info(path: Path) -> dict:
+    """What an index holds (checks every file)."""
+    index = VectorIndex(path)
+    return {"path": str(path), "count": index.count, "dim": index.dim, "backend": index.backend,
+            "shards": len(index.shards), "model": index.model, **({"faiss": index.meta["faiss"]}
+                                                                   if index.backend == "faiss" else {})}
+
+
+def similarity(model: Path, a: str, b: str) -> float:
+    """Cosine similarity of two texts' embeddings."""
+    if not a.strip() or not b.strip():
+        raise BertkitError("similarity needs two non-empty texts")
+    return float(SentenceEncoder(model).similarity([a], [b])[0])
+
+
+__all__ = ["add", "build", "info", "read_meta", "search", "similarity"]

@@ -1,0 +1,75 @@
+"""`bertkit embed`: chunked streaming gives exactly the one-shot embeddings, rows never shift silently, memory is
+bounded by the chunk, and outputs are never half-written or overwritten by accident."""
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from bertkit.embedding import SentenceEncoder
+from conftest import cli_error, cli_ok
+
+LINES = ["the first review", "", "a second, much longer review about a film and its actors", "third",
+         "   ", "the fifth line is here", "six", "seven seven seven", "eight is the last one"]
+
+
+def _corpus(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(LINES) + "\n")
+    return path
+
+
+def test_chunked_streaming_equals_one_pass_and_maps_skipped_rows(tmp_path, base, monkeypatch):
+    corpus = _corpus(tmp_path)
+    expected = SentenceEncoder(base).encode([t for t in LINES if t.strip()])
+    seen = []
+    original = SentenceEncoder.encode
+    monkeypatch.setattr(SentenceEncoder, "encode", lambda self, texts, on_batch=None: (
+        seen.append(len(texts)), original(self, texts, on_batch))[1])
+    result = cli_ok("embed", "--model", base, corpus, "-o", tmp_path / "e.npy", "--chunk-size", "3",
+                    "--batch-size", "2", "--no-progress")
+    assert max(seen) == 3  # never more than a chunk in memory
+    np.testing.assert_allclose(np.load(tmp_path / "e.npy"), expected, atol=1e-5)
+    assert "skipped 2 empty texts (input positions 1, 4)" in result.output
+    rows = np.load(tmp_path / "e.rows.npy")
+    assert rows.tolist() == [i for i, t in enumerate(LINES) if t.strip()]
+
+    cli_ok("embed", "--model", base, corpus, "-o", tmp_path / "all.npy", "--keep-empty", "--no-progress")
+    everything = np.load(tmp_path / "all.npy")
+    assert everything.shape == (len(LINES), 32) and not (tmp_path / "all.rows.npy").exists()
+    np.testing.assert_allclose(everything[[i for i, t in enumerate(LINES) if t.strip()]], expected, atol=1e-5)
+
+
+def test_parquet_rows_carry_file_line_and_id(tmp_path, base):
+    records = tmp_path / "docs.jsonl"
+    records.write_text("".join(json.dumps({"doc": f"d{i}", "body": t}) + "\n" for i, t in enumerate(LINES)))
+    cli_ok("embed", "--model", base, records, "-o", tmp_path / "e.parquet", "--text-field", "body", "--id-field",
+           "doc", "--no-progress", "--chunk-size", "4", "--batch-size", "2")
+    table = pq.read_table(tmp_path / "e.parquet")
+    kept = [i for i, t in enumerate(LINES) if t.strip()]
+    assert table.column("id").to_pylist() == [f"d{i}" for i in kept]
+    assert table.column("line").to_pylist() == [i + 1 for i in kept]
+    vectors = np.array(table.column("embedding").to_pylist(), dtype=np.float32)
+    np.testing.assert_allclose(vectors, SentenceEncoder(base).encode([LINES[i] for i in kept]), atol=1e-5)
+
+
+def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
+    corpus = _corpus(tmp_path)
+    kept = tmp_path / "kept.npy"
+    np.save(kept, np.zeros(3))
+    before = kept.read_bytes()
+    assert "already exists" in cli_error("embed", "--model", base, corpus, "-o", kept)
+    assert kept.read_bytes() == before
+    assert "unknown output format" in cli_error("embed", "--model", base, corpus, "-o", tmp_path / "e.csv")
+    dupes = tmp_path / "dupes.jsonl"
+    dupes.write_text('{"id": "a", "text": "x"}\n{"id": "b", "text": "y"}\n{"id": "a", "text": "z"}\n')
+    line = cli_error("embed", "--model", base, dupes, "-o", tmp_path / "d.parquet", "--id-field", "id")
+    assert "dupes.jsonl:3: duplicate id 'a' (first at" in line and not (tmp_path / "d.parquet").exists()
+    assert "ids need a .parquet output" in cli_error("embed", "--model", base, dupes, "-o", tmp_path / "d.npy",
+                                                     "--id-field", "id")
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n \n")
+    assert "no texts to embed (2 empty)" in cli_error("embed", "--model", base, blank, "-o", tmp_path / "b.npy")
+    assert "no such file" in cli_error("embed", "--model", base, tmp_path / "nope.txt", "-o", tmp_path / "n.npy")
+    assert "not a bertkit run directory" in cli_error("embed", "--model", tmp_path, corpus, "-o", tmp_path / "m.npy")
+    assert not list(tmp_path.glob(".*tmp*"))

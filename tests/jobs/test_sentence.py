@@ -1,0 +1,152 @@
+"""`bertkit finetune sentence`, `evaluate-sts` and `similarity` end to end on a tiny model: each loss learns, the
+validation numbers are the ones `evaluate-sts` gives, runs resume exactly, and bad input is one clear line."""
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from bertkit.paths import find_dataset
+from bertkit.text.tasks import read_pairs
+from bertkit.train.sentence_objectives import SentenceObjective
+from conftest import cli_error, cli_invoke, cli_ok
+
+TOPICS = {"animals": ["cat", "dog", "horse", "bird"], "weather": ["rain", "snow", "wind", "storm"],
+          "food": ["bread", "soup", "rice", "cheese"]}
+FAST = ["--no-progress", "--set", "batch_size=16", "--set", "learning_rate=2e-3", "--set", "eval_every=10",
+        "--set", "log_every=5", "--set", "warmup_ratio=0.0"]
+
+
+def _pairs(path: Path, n: int, seed: int = 0, kind: str = "score") -> Path:
+    """Pairs about the same topic score 5 (label 'same'), about different topics 0 ('different')."""
+    rng = random.Random(seed)
+    topics = list(TOPICS)
+    rows = []
+    for i in range(n):
+        t1 = rng.choice(topics)
+        t2 = t1 if i % 2 else rng.choice([t for t in topics if t != t1])
+        a, b = f"the {rng.choice(TOPICS[t1])} is here", f"a {rng.choice(TOPICS[t2])} was there"
+        negative = f"the {rng.choice(TOPICS[rng.choice([t for t in topics if t != t1])])} today"
+        rows.append({"sentence1": a, "sentence2": b, "score": 5.0 if t1 == t2 else 0.0,
+                     "label": "same" if t1 == t2 else "different", "negative": negative})
+    if kind == "mnrl":
+        rows = [r for r in rows if r["label"] == "same"]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_cosine_training_learns_and_evaluate_sts_agrees(tmp_path, base):
+    train, valid = _pairs(tmp_path / "train.jsonl", 240), _pairs(tmp_path / "valid.jsonl", 60, seed=1)
+    before = cli_ok("evaluate-sts", "--model", base, "--data", valid, "--out", tmp_path / "before.json")
+    out = tmp_path / "sbert"
+    cli_ok("finetune", "sentence", "--model", base, "--train", train, "--validation", valid, "--out", out,
+           "--max-steps", "60", *FAST)
+    results = json.loads((out / "results.json").read_text())
+    config = json.loads((out / "config.json").read_text())
+    assert config["sentence"] == {"pooling": "mean", "normalize": True, "max_length": None}
+    assert config["model"]["heads"] == []
+    cli_ok("evaluate-sts", "--model", out, "--data", valid, "--out", tmp_path / "after.json")
+    after = json.loads((tmp_path / "after.json").read_text())
+    assert after["spearman"] == pytest.approx(results["validation"]["spearman"], abs=1e-6)  # one code path
+    # gold scores are 0 or 5, so a perfect ranking has Spearman ~0.87 (ties)
+    assert after["spearman"] > 0.7 and after["spearman"] > json.loads((tmp_path / "before.json").read_text())[
+        "spearman"] + 0.3
+    assert "Spearman" in before.output
+    same = float(cli_ok("similarity", out, "the cat is here", "a dog was there").output)
+    different = float(cli_ok("similarity", out, "the cat is here", "a storm was there").output)
+    assert same > different
+
+
+def test_mnrl_with_hard_negatives_and_softmax_learn(tmp_path, base):
+    train = _pairs(tmp_path / "train.jsonl", 400, kind="mnrl")
+    out = tmp_path / "mnrl"
+    cli_ok("finetune", "sentence", "--model", base, "--train", train, "--loss", "mnrl", "--negative-column",
+           "negative", "--out", out, "--max-steps", "40", *FAST, "--set", "validation_fraction=0.2")
+    validation = json.loads((out / "results.json").read_text())["validation"]
+    assert set(validation) == {"val_loss", "accuracy", "mrr"} and validation["mrr"] > 0
+
+    labelled = _pairs(tmp_path / "nli.jsonl", 200)
+    out = tmp_path / "softmax"
+    cli_ok("finetune", "sentence", "--model", base, "--train", labelled, "--loss", "softmax", "--label-column",
+           "label", "--out", out, "--max-steps", "120", *FAST, "--set", "validation_fraction=0.2")
+    assert json.loads((out / "labels.json").read_text())["labels"] == ["different", "same"]
+    assert json.loads((out / "results.json").read_text())["validation"]["accuracy"] >= 0.8
+    assert "has no task head" in cli_error("predict", "--model", out, labelled)  # not a classifier for predict
+
+
+def test_sentence_training_resumes_exactly(tmp_path, base, monkeypatch):
+    train = _pairs(tmp_path / "train.jsonl", 80)
+    args = ["finetune", "sentence", "--model", base, "--train", train, "--max-steps", "8", *FAST,
+            "--set", "log_every=1", "--set", "eval_every=2", "--set", "save_every=2", "--set", "task.dropout=0.1"]
+    cli_ok(*args, "--out", tmp_path / "straight")
+    original = SentenceObjective.batch
+
+    def crash_at_step_5(self, step):
+        if step == 5:
+            raise KeyboardInterrupt
+        return original(self, step)
+
+    monkeypatch.setattr(SentenceObjective, "batch", crash_at_step_5)
+    assert cli_invoke(*args, "--out", tmp_path / "resumed").exit_code != 0
+    monkeypatch.setattr(SentenceObjective, "batch", original)
+    cli_ok(*args, "--out", tmp_path / "resumed", "--resume")
+
+    def curve(run):
+        keep = ("step", "kind", "loss", "val_loss", "spearman", "lr", "grad_norm")
+        return [{k: r[k] for k in keep if k in r} for r in
+                map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+
+    assert curve(tmp_path / "resumed") == curve(tmp_path / "straight")
+    key = "backbone.blocks.1.ffn.w_out.weight"
+    assert load_file(tmp_path / "resumed" / "model.safetensors")[key].equal(
+        load_file(tmp_path / "straight" / "model.safetensors")[key])
+
+
+def test_headerless_files_by_column_position(tmp_path):
+    path = tmp_path / "sts.csv"  # the STS benchmark's layout: tab-separated, no header, 7 or 9 fields
+    path.write_text('main-news\tx\t2012\t0001\t3.5\tA "quoted" man, walking.\tA man walks.\n'
+                    "main-news\tx\t2012\t0002\t0.0\tRain.\tA cat.\textra\tfields\n")
+    pairs = read_pairs(path, "5", "6", "score", "4", max_score=5.0)
+    assert [(p.text, p.pair, p.score) for p in pairs] == [('A "quoted" man, walking.', "A man walks.", 3.5),
+                                                          ("Rain.", "A cat.", 0.0)]
+
+
+@pytest.mark.data
+def test_real_stsb_splits_read():
+    try:
+        folder = find_dataset("stsb")
+    except Exception:
+        pytest.skip("STS-B not found in the data root (../shared/data)")
+    counts = {split: len(read_pairs(folder / f"sts-{split}.csv", "5", "6", "score", "4", max_score=5.0))
+              for split in ("train", "dev", "test")}
+    assert counts == {"train": 5749, "dev": 1500, "test": 1379}
+
+
+def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
+    train = _pairs(tmp_path / "train.jsonl", 40)
+    common = ["finetune", "sentence", "--model", base, "--max-steps", "2", "--no-progress"]
+    line = cli_error(*common, "--train", train, "--label-column", "stars", "--out", tmp_path / "a")
+    assert "no score column 'stars'" in line and "columns found: sentence1, sentence2, score" in line
+    assert not (tmp_path / "a").exists()
+
+    headed = tmp_path / "headed.tsv"
+    headed.write_text("s1\ts2\tscore\nA man.\tA woman.\t2.5\n")
+    line = cli_error(*common, "--train", headed, "--text-column", "0", "--text-pair-column", "1",
+                     "--label-column", "2", "--out", tmp_path / "b")
+    assert "row 1: score 'score' is not a number (a header row?" in line
+    line = cli_error(*common, "--train", headed, "--text-column", "s1", "--text-pair-column", "1",
+                     "--label-column", "score", "--out", tmp_path / "b")
+    assert "not a mix" in line
+    bad_score = tmp_path / "bad.tsv"
+    bad_score.write_text("sentence1\tsentence2\tscore\nA man.\tA woman.\t7\n")
+    assert "score 7.0 is outside [0, 5.0]" in cli_error(*common, "--train", bad_score, "--out", tmp_path / "b")
+    empty_side = tmp_path / "empty_side.tsv"
+    empty_side.write_text("sentence1\tsentence2\tscore\nA man.\t\t2\n")
+    assert "row 1 has an empty or missing sentence" in cli_error(*common, "--train", empty_side, "--out",
+                                                                 tmp_path / "b")
+    assert "loss" in cli_error(*common, "--train", train, "--loss", "triplet", "--out", tmp_path / "b")
+    assert not (tmp_path / "b").exists()
+    assert "cannot tell its columns" in cli_error("evaluate-sts", "--model", base, "--data", headed)
+    assert "similarity needs two non-empty texts" in cli_error("similarity", base, "a", " ")

@@ -1,0 +1,90 @@
+"""Sentence embeddings: pooling over real tokens only, sorted batches that restore the input order, normalisation,
+and a model identity that changes exactly when embeddings would."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from bertkit.config import Config, SentenceConfig
+from bertkit.embedding import SentenceEncoder, model_identity
+from bertkit.nn.heads import pool
+from bertkit.nn.model import Model
+from bertkit.train.checkpoint import save_run
+from conftest import tiny
+
+TEXTS = ["a short one", "", "a much longer sentence about films and actors and plots that goes on",
+         "medium length text here", "x"]
+
+
+@pytest.fixture
+def run(tmp_path, sample_tokenizer):
+    from bertkit.text.tokenizer import save_tokenizer
+
+    save_tokenizer(sample_tokenizer, tmp_path / "tok")
+    cfg = tiny(vocab_size=400)
+    return save_run(tmp_path / "run", Model(cfg), Config(model=cfg), tmp_path / "tok" / "tokenizer.json")
+
+
+@pytest.mark.parametrize("mode", ["mean", "max", "cls"])
+def test_pooling_ignores_padding(mode):
+    hidden = torch.randn(2, 5, 8)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]])
+    padded = hidden.clone()
+    padded[0, 3:] = 1e4  # garbage at padded positions must not leak into the summary
+    expected = {"mean": hidden[0, :3].mean(0), "max": hidden[0, :3].amax(0), "cls": hidden[0, 0]}[mode]
+    assert torch.allclose(pool(padded, mask, mode)[0], expected, atol=1e-5)
+
+
+def test_sorted_batches_give_each_text_its_own_embedding_in_input_order(run):
+    encoder = SentenceEncoder(run, batch_size=2)
+    together = encoder.encode(TEXTS)
+    alone = np.stack([SentenceEncoder(run, batch_size=1).encode([t])[0] for t in TEXTS])
+    assert together.shape == (len(TEXTS), 32) and together.dtype == np.float32
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)  # normalised by default
+    # the order is the input's, not the sorted one
+    np.testing.assert_allclose(encoder.encode(TEXTS[::-1]), together[::-1], atol=1e-5)
+
+
+def test_pooling_and_normalisation_follow_the_run(run, tmp_path):
+    config, model = Config(model=tiny(vocab_size=400)), None
+    from bertkit.train.checkpoint import load_run
+
+    config, model = load_run(run)
+    raw = SentenceEncoder(run, model=(dataclasses.replace(config, sentence=SentenceConfig(normalize=False)), model))
+    vectors = raw.encode(TEXTS[:1])
+    ids = raw.encoder.texts(TEXTS[:1])[0].input_ids
+    with torch.no_grad():
+        hidden = model(torch.tensor([ids])).last_hidden_state[0]  # (T, D)
+    np.testing.assert_allclose(vectors[0], hidden.mean(0).numpy(), atol=1e-5)
+    cls = SentenceEncoder(run, model=(dataclasses.replace(config, sentence=SentenceConfig(pooling="cls")), model))
+    np.testing.assert_allclose(cls.encode(TEXTS[:1])[0], (hidden[0] / hidden[0].norm()).numpy(), atol=1e-5)
+
+
+def test_similarity_is_the_cosine_of_the_embeddings(run):
+    encoder = SentenceEncoder(run)
+    a, b = encoder.encode(["one text"])[0], encoder.encode(["another one"])[0]
+    assert encoder.similarity(["one text"], ["another one"])[0] == pytest.approx(float(a @ b), abs=1e-5)
+
+
+def test_identity_changes_with_weights_and_pooling_only(run, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    same = shutil.copytree(run, tmp_path / "copy")
+    assert model_identity(run, SentenceConfig()) == model_identity(same, SentenceConfig())
+    assert model_identity(run, SentenceConfig()) != model_identity(run, SentenceConfig(pooling="cls"))
+    weights = load_file(same / "model.safetensors")
+    key = next(iter(weights))
+    weights[key] = weights[key] + 1e-3
+    save_file(weights, same / "model.safetensors", metadata={"format": "pt"})
+    assert model_identity(run, SentenceConfig()) != model_identity(same, SentenceConfig())
+
+
+def test_truncation_is_counted(run):
+    encoder = SentenceEncoder(run)
+    encoder.encode(["word " * 200, "short"])
+    assert encoder.truncated == 1 and encoder.max_length == 64

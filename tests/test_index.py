@@ -1,0 +1,154 @@
+"""Vector indexes: exact search equals brute force across shards and chunks, FAISS agrees with it when it probes
+every list, appends commit atomically, and corrupt or foreign indexes are refused."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import bertkit.index as index_module
+from bertkit.errors import BertkitError
+from bertkit.index import ShardWriter, VectorIndex, build_faiss, exact_search, write_meta
+from bertkit.jobs import search as job
+from conftest import cli_error, cli_ok
+
+
+def _unit(n, d, seed):
+    x = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_exact_search_is_brute_force_over_shards_and_chunks(monkeypatch):
+    monkeypatch.setattr(index_module, "_EXACT_CHUNK", 7)
+    shards = [_unit(30, 8, 0), _unit(11, 8, 1), _unit(5, 8, 2)]
+    queries = _unit(4, 8, 3)
+    scores, rows = exact_search(shards, queries, k=6)
+    everything = np.concatenate(shards)
+    brute = np.argsort(-(queries @ everything.T), axis=1)[:, :6]
+    assert (rows == brute).all()
+    np.testing.assert_allclose(scores, np.take_along_axis(queries @ everything.T, brute, 1), atol=1e-6)
+
+
+def test_faiss_probing_every_list_equals_exact(tmp_path):
+    vectors = _unit(600, 16, 0)
+    index = build_faiss([vectors[:400], vectors[400:]], 16, nlist=8)
+    index.nprobe = 8
+    queries = _unit(5, 16, 1)
+    _, rows = index.search(queries, 10)
+    _, exact_rows = exact_search([vectors], queries, 10)
+    assert (rows == exact_rows).all()
+
+
+def _corpus(tmp_path, name, lines):
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+SENTENCES = [f"sentence number {i} talks about {topic}" for i, topic in
+             enumerate(["films", "actors", "music", "rain", "bread", "trains", "cats", "rivers"] * 3)]
+
+
+def test_build_search_append_and_refuse_other_models(tmp_path, base, sample_tokenizer):
+    corpus = _corpus(tmp_path, "a.txt", SENTENCES[:12] + [""])
+    idx = tmp_path / "idx"
+    result = cli_ok("index", "build", "--model", base, corpus, "-o", idx, "--no-progress")
+    assert "skipped 1 empty lines" in result.output
+    hits = job.search(idx, [SENTENCES[3], SENTENCES[7]], k=3)
+    assert [h[0].text for h in hits] == [SENTENCES[3], SENTENCES[7]]  # a document is its own nearest neighbour
+    assert hits[0][0].id == "a.txt:4" and hits[0][0].score == pytest.approx(1.0, abs=1e-5)
+    out = cli_ok("search", idx, SENTENCES[5], "-k", "2", "--json").output
+    assert json.loads(out.splitlines()[0])["hits"][0]["text"] == SENTENCES[5]
+
+    more = _corpus(tmp_path, "b.txt", SENTENCES[12:])
+    cli_ok("index", "add", idx, more, "--no-progress")
+    assert VectorIndex(idx).count == len(SENTENCES)
+    assert job.search(idx, [SENTENCES[20]], k=1)[0][0].id == "b.txt:9"
+    assert "already in the index" in cli_error("index", "add", idx, more)
+
+    # another model (same architecture, other weights) may not add to or query this index
+    from bertkit.config import Config
+    from bertkit.nn.model import Model
+    from bertkit.train.checkpoint import save_run
+    from conftest import tiny
+
+    other = save_run(tmp_path / "other", Model(tiny(vocab_size=400)), Config(model=tiny(vocab_size=400)),
+                     base / "tokenizer.json")
+    assert "not the model" in cli_error("search", idx, "films", "--model", other)
+    assert "not the model" in cli_error("index", "add", idx, more, "--model", other)
+    assert "--overwrite" in cli_error("index", "build", "--model", base, corpus, "-o", idx)
+
+
+def test_auto_backend_switches_to_faiss_and_appends_keep_it(tmp_path, base, monkeypatch):
+    monkeypatch.setattr(index_module, "FAISS_MIN", 20)
+    small = _corpus(tmp_path, "a.txt", SENTENCES[:12])
+    idx = tmp_path / "idx"
+    cli_ok("index", "build", "--model", base, small, "-o", idx, "--no-progress")
+    assert VectorIndex(idx).backend == "exact"
+    cli_ok("index", "add", idx, _corpus(tmp_path, "b.txt", SENTENCES[12:]), "--no-progress")
+    index = VectorIndex(idx)
+    assert index.backend == "faiss" and index.faiss_index().ntotal == len(SENTENCES)
+    nlist = index.meta["faiss"]["nlist"]
+    exact = job.search(idx, SENTENCES[:4], k=5, exact=True)
+    probed = job.search(idx, SENTENCES[:4], k=5, nprobe=nlist)
+    assert [[h.row for h in q] for q in probed] == [[h.row for h in q] for q in exact]
+    first = index.meta["faiss"]["file"]
+    cli_ok("index", "add", idx, _corpus(tmp_path, "c.txt", ["one more sentence"]), "--no-progress")
+    assert VectorIndex(idx).faiss_index().ntotal == len(SENTENCES) + 1
+    assert not (idx / first).exists()  # the replaced FAISS file is gone
+
+
+def test_a_failed_append_leaves_the_index_whole(tmp_path, base, monkeypatch):
+    idx = tmp_path / "idx"
+    cli_ok("index", "build", "--model", base, _corpus(tmp_path, "a.txt", SENTENCES[:6]), "-o", idx, "--no-progress")
+    before = {p.name: p.read_bytes() for p in idx.iterdir()}
+
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(index_module, "write_meta", fail)
+    monkeypatch.setattr(job, "write_meta", fail)
+    with pytest.raises(OSError):
+        job.add(idx, [str(_corpus(tmp_path, "b.txt", SENTENCES[6:]))], progress=False)
+    assert {p.name: p.read_bytes() for p in idx.iterdir()} == before
+    assert VectorIndex(idx).count == 6
+
+
+def test_corrupt_truncated_and_foreign_indexes_are_refused(tmp_path, base):
+    idx = tmp_path / "idx"
+    cli_ok("index", "build", "--model", base, _corpus(tmp_path, "a.txt", SENTENCES), "-o", idx, "--no-progress")
+    broken = shutil.copytree(idx, tmp_path / "truncated")
+    vectors = broken / "shard-00000.f32"
+    vectors.write_bytes(vectors.read_bytes()[:-100])
+    assert "truncated or corrupt" in cli_error("search", broken, "films")
+    meta = shutil.copytree(idx, tmp_path / "meta")
+    (meta / "index.json").write_text("{not json")
+    assert "index.json: corrupt" in cli_error("search", meta, "films")
+    assert "not a bertkit index" in cli_error("search", tmp_path, "films")
+    docs = shutil.copytree(idx, tmp_path / "docs")
+    (docs / "shard-00000.jsonl").write_text("garbage\n")
+    assert "shard-00000.jsonl: missing, truncated or corrupt" in cli_error("search", docs, "films")
+    with pytest.raises(BertkitError, match="do not fit an index of dimension"):
+        VectorIndex(idx).search(np.zeros((1, 5), np.float32))
+
+
+def test_queries_longer_than_the_model_and_empty_ones(tmp_path, base):
+    idx = tmp_path / "idx"
+    cli_ok("index", "build", "--model", base, _corpus(tmp_path, "a.txt", SENTENCES), "-o", idx, "--no-progress")
+    line = cli_error("search", idx, "word " * 100)
+    assert "longer than the model's 64" in line and "--truncate" in line
+    assert len(job.search(idx, ["word " * 100], k=2, truncate=True)[0]) == 2
+    assert "an empty query" in cli_error("search", idx, "  ")
+    assert "-k: must be >= 1" in cli_error("search", idx, "films", "-k", "0")
+
+
+def test_shard_writer_offsets_locate_every_document(tmp_path):
+    writer = ShardWriter(tmp_path, 0, 4)
+    texts = ["ascii", "ünïcödé ✓", "tab\tinside", 'quote " and \\ backslash']
+    writer.add(_unit(4, 4, 0), [f"id{i}" for i in range(4)], texts)
+    shard = writer.close()
+    write_meta(tmp_path, {"format": "bertkit-index", "version": 1, "model": {}, "dim": 4, "count": 4,
+                          "shards": [shard], "backend": "exact"})
+    assert [d["text"] for d in VectorIndex(tmp_path).docs([3, 0, 1, 2])] == [texts[3], texts[0], texts[1], texts[2]]
+    assert list(VectorIndex(tmp_path).ids()) == ["id0", "id1", "id2", "id3"]

@@ -1,0 +1,106 @@
+"""SBERT objectives: each loss equals its definition computed by hand from separately embedded sentences, and the
+validation metrics equal hand-computed ones."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bertkit.config import TrainConfig
+from bertkit.nn.model import Model
+from bertkit.text.features import TaskEncoder
+from bertkit.train.sentence_objectives import SentenceObjective, ranking_scores
+from conftest import tiny
+
+A = ["the cat sat", "a dog ran far away", "birds", "the river is wide and slow"]
+B = ["a cat was sitting", "the dog runs", "many birds fly south", "a slow river"]
+N = ["an engine", "taxes are due", "a red car", "the meeting is at noon"]
+
+
+def _embed(model, encoder, texts, pooling="mean"):
+    """Each sentence alone (no padding at all): the reference the batched objective must match."""
+    out = []
+    for enc in encoder.texts(texts):
+        ids = torch.tensor([enc.input_ids])
+        out.append(model(ids, pool=pooling).pooled[0])
+    return torch.stack(out)
+
+
+@pytest.fixture
+def setup(sample_tokenizer):
+    torch.manual_seed(0)
+    encoder = TaskEncoder(sample_tokenizer, 32)
+    return encoder, TrainConfig(batch_size=4, seed=0)
+
+
+def _objective(loss, encoder, train, sides, targets, labels=None):
+    encoded = [encoder.texts(s) for s in sides]
+    return SentenceObjective(loss, encoded, targets, encoded, targets if loss != "softmax" else
+                             [labels[t] for t in targets], "mean", 20.0, 0, train, 1, labels)
+
+
+def test_cosine_loss_is_the_squared_error_of_cosines(setup):
+    encoder, train = setup
+    model = Model(tiny(vocab_size=400)).eval()
+    scores = [0.9, 0.1, 0.5, 0.0]
+    objective = _objective("cosine", encoder, train, [A, B], scores)
+    batch = objective.batch(0)
+    loss, _ = objective.loss(model, batch)
+    order = objective.sampler.rows(0)
+    u, v = _embed(model, encoder, [A[i] for i in order]), _embed(model, encoder, [B[i] for i in order])
+    expected = ((F.cosine_similarity(u, v) - torch.tensor([scores[i] for i in order])) ** 2).sum()
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-5)
+
+
+@pytest.mark.parametrize("negatives", [False, True])
+def test_mnrl_is_cross_entropy_over_in_batch_candidates(setup, negatives):
+    encoder, train = setup
+    model = Model(tiny(vocab_size=400)).eval()
+    sides = [A, B, N] if negatives else [A, B]
+    objective = _objective("mnrl", encoder, train, sides, None)
+    loss, stats = objective.loss(model, objective.batch(0))
+    order = objective.sampler.rows(0)
+    anchors = F.normalize(_embed(model, encoder, [A[i] for i in order]), dim=-1)
+    candidates = F.normalize(torch.cat([_embed(model, encoder, [s[i] for i in order]) for s in sides[1:]]), dim=-1)
+    scores = 20.0 * anchors @ candidates.T  # (4, 4 or 8)
+    assert scores.shape[1] == 4 * (len(sides) - 1)
+    expected = F.cross_entropy(scores, torch.arange(4), reduction="sum")
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-4)
+    assert stats["accuracy"].item() == int((scores.argmax(-1) == torch.arange(4)).sum())
+
+
+def test_softmax_classifies_u_v_and_their_difference(setup):
+    encoder, train = setup
+    labels = ["contradiction", "entailment"]
+    model = Model(tiny(vocab_size=400, heads=("pair_classifier",), num_labels=2)).eval()
+    objective = _objective("softmax", encoder, train, [A, B], [1, 0, 1, 0], labels)
+    loss, _ = objective.loss(model, objective.batch(0))
+    order = objective.sampler.rows(0)
+    u, v = _embed(model, encoder, [A[i] for i in order]), _embed(model, encoder, [B[i] for i in order])
+    head = model.heads["pair_classifier"].out
+    logits = head(torch.cat([u, v, (u - v).abs()], dim=-1))
+    expected = F.cross_entropy(logits, torch.tensor([[1, 0, 1, 0][i] for i in order]), reduction="sum")
+    assert loss.item() == pytest.approx(expected.item(), abs=1e-5)
+    metrics = objective.evaluate(model)
+    assert set(metrics) == {"val_loss", "accuracy"} and 0 <= metrics["accuracy"] <= 1
+
+
+def test_cosine_evaluation_is_spearman_of_cosines(setup):
+    from scipy.stats import spearmanr
+
+    encoder, train = setup
+    model = Model(tiny(vocab_size=400)).eval()
+    scores = [0.9, 0.1, 0.5, 0.0]
+    metrics = _objective("cosine", encoder, train, [A, B], scores).evaluate(model)
+    cos = F.cosine_similarity(_embed(model, encoder, A), _embed(model, encoder, B)).detach().numpy()
+    assert metrics["spearman"] == pytest.approx(spearmanr(scores, cos).statistic, abs=1e-6)
+    assert metrics["val_loss"] == pytest.approx(float(np.mean((cos - scores) ** 2)), abs=1e-5)
+
+
+def test_ranking_scores_by_hand():
+    anchors = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    candidates = np.array([[0.9, 0.1], [1.0, 0.0], [0.6, 0.8]])
+    # scores per anchor: [0.9, 1.0, 0.6] (own ranked 2nd), [0.1, 0.0, 0.8] (3rd), [0.62, 0.6, 1.0] (1st)
+    result = ranking_scores(anchors, candidates, scale=1.0, chunk=2)
+    assert result["accuracy"] == pytest.approx(1 / 3)
+    assert result["mrr"] == pytest.approx((1 / 2 + 1 / 3 + 1) / 3)
