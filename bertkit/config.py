@@ -290,6 +290,10 @@ class SentenceConfig:
         _check_types(self, "sentence")
         _at_least(self, "sentence", max_length=2)
 
+    def window(self, max_len: int) -> int:
+        """Tokens per sentence for a model of `max_len` positions: max_length, capped by the model."""
+        return min(self.max_length or max_len, max_len)
+
 
 @dataclass(frozen=True)
 class Config:
@@ -432,6 +436,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]
     """
     data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
     sections = {f.name: _section_type(Config, f.name) for f in dataclasses.fields(Config)}
+    in_recipe = {name for name, value in data.items() if isinstance(value, dict)}  # before any override adds one
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected key=value")
@@ -445,8 +450,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]
             if len(owners) > 1:
                 # `dropout` is both model.dropout and task.dropout: a bare key means the one section the recipe
                 # itself has a table for (a pretraining recipe has [model], a finetuning recipe [task]).
-                in_recipe = [s for s in owners if isinstance(data.get(s), dict)]
-                owners = in_recipe if len(in_recipe) == 1 else owners
+                tables = [s for s in owners if s in in_recipe]
+                owners = tables if len(tables) == 1 else owners
             if len(owners) != 1:
                 every = sorted(f"{s}.{f.name}" for s, cls in sections.items() for f in dataclasses.fields(cls))
                 hint = _suggest(key, [k.split(".", 1)[1] for k in every])

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from bertkit.config import Config, SentenceConfig
+from bertkit.config import Config
 from bertkit.errors import BertkitError
 from bertkit.inference import run_sorted
 from bertkit.nn.model import Model
@@ -31,9 +32,11 @@ def normalize_rows(vectors: np.ndarray) -> np.ndarray:
     return (vectors / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
 
 
-def model_identity(run: str | Path, sentence: SentenceConfig) -> str:
-    """A fingerprint of what decides an embedding: the weights, the tokenizer and the pooling settings. Two runs
-    with the same fingerprint embed every text identically; a retrained or different model never shares one."""
+def model_identity(run: str | Path, config: Config) -> str:
+    """A fingerprint of everything that decides an embedding: the weights, the tokenizer, the architecture (its
+    weight-free switches too: activation, norms, positions) and the pooling settings with the effective length.
+    Two runs with the same fingerprint embed every text identically; a retrained or different model never shares
+    one."""
     digest = hashlib.sha256()
     for name in (WEIGHTS_FILE, TOKENIZER_FILE):
         path = Path(run) / name
@@ -41,7 +44,9 @@ def model_identity(run: str | Path, sentence: SentenceConfig) -> str:
             with path.open("rb") as fh:
                 for block in iter(lambda: fh.read(1 << 22), b""):
                     digest.update(block)
-    digest.update(repr(dataclasses.asdict(sentence)).encode())
+    model = {k: v for k, v in dataclasses.asdict(config.model).items() if k not in ("dropout", "attention_dropout")}
+    sentence = {**dataclasses.asdict(config.sentence), "max_length": config.sentence.window(config.model.max_len)}
+    digest.update(json.dumps({"model": model, "sentence": sentence}, sort_keys=True).encode())
     return digest.hexdigest()[:24]
 
 
@@ -75,8 +80,7 @@ class SentenceEncoder:
         self.sentence = config.sentence
         self.tokenizer = load_tokenizer(self.run)
         self.pad_id = special_ids(self.tokenizer).pad
-        max_length = min(self.sentence.max_length or config.model.max_len, config.model.max_len)
-        self.encoder = TaskEncoder(self.tokenizer, max_length)
+        self.encoder = TaskEncoder(self.tokenizer, self.sentence.window(config.model.max_len))
         self.batch_size = batch_size
         self.dim = config.model.d_model
         self.truncated = 0  # texts cut to max_length so far
@@ -90,7 +94,7 @@ class SentenceEncoder:
     def identity(self) -> str:
         """The model's fingerprint (`model_identity`), computed once."""
         if self._identity is None:
-            self._identity = model_identity(self.run, self.sentence)
+            self._identity = model_identity(self.run, self.config)
         return self._identity
 
     def encode(self, texts: list[str], on_batch: Callable[[int], None] | None = None) -> np.ndarray:

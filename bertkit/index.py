@@ -15,6 +15,8 @@ is checked against index.json on opening: a truncated or corrupt index is an err
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
@@ -37,7 +39,8 @@ FAISS_MIN = 100_000
 # that is ~12x slower on 2 cores for batched flat search (faiss 1.15's default is 20). Measured in
 # benchmarks/search_latency.py; 1 makes every batch take the BLAS path.
 BLAS_THRESHOLD = 1
-_EXACT_CHUNK = 1 << 17  # rows of a shard scored at once by exact search (64 MB of scores at 128 queries)
+_EXACT_CHUNK = 1 << 17  # rows of a shard scored (or added to FAISS) at once: 64 MB of scores at 128 queries
+_SHARD_KEYS = ("vectors", "docs", "offsets", "count", "docs_bytes")
 
 
 def _faiss():
@@ -83,6 +86,8 @@ class VectorIndex:
                                f"hold {self.count})")
         for shard in self.shards:
             self._check_shard(shard)
+        if self.backend == "faiss" and not (self.path / self.meta["faiss"]["file"]).is_file():
+            raise BertkitError(f"{self.path / self.meta['faiss']['file']}: missing (the index is incomplete)")
         self._vectors: list[np.ndarray] = []
         self._offsets: list[np.ndarray] = []
         self._faiss = None
@@ -113,19 +118,20 @@ class VectorIndex:
     def vectors(self) -> list[np.ndarray]:
         """Each shard's (n, D) vectors, memory-mapped read-only."""
         if not self._vectors:
-            self._vectors = [np.memmap(self.path / s["vectors"], dtype=np.float32, mode="r",
-                                       shape=(s["count"], self.dim)) for s in self.shards]
+            self._vectors = [shard_vectors(self.path, s, self.dim) for s in self.shards]
         return self._vectors
 
     # --------------------------------------------------------------------------------------------------- search
 
     def search(self, queries: np.ndarray, k: int = 10, exact: bool | None = None, nprobe: int | None = None,
                ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k rows by cosine similarity for each normalised query (Q, D) -> scores (Q, k'), rows (Q, k'), with
-        k' = min(k, count). `exact` None: the index's backend; True forces numpy over every vector."""
-        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        """Top-k rows by cosine similarity for each query (Q, D) -> scores (Q, k'), rows (Q, k'), with
+        k' = min(k, count). Queries are normalised here (the stored vectors already are). `exact` None: the
+        index's backend; True forces numpy over every vector."""
+        queries = np.asarray(queries, dtype=np.float32)
         if queries.ndim != 2 or queries.shape[1] != self.dim:
             raise BertkitError(f"queries of shape {queries.shape} do not fit an index of dimension {self.dim}")
+        queries = np.ascontiguousarray(queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12))
         k = min(k, self.count)
         if k < 1:
             return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
@@ -155,7 +161,7 @@ class VectorIndex:
     def docs(self, rows: list[int]) -> list[dict]:
         """The {"id", "text"} of global rows, read by offset."""
         if not self._offsets:
-            self._offsets = [np.fromfile(self.path / s["offsets"], dtype=np.int64) for s in self.shards]
+            self._offsets = [np.memmap(self.path / s["offsets"], dtype=np.int64, mode="r") for s in self.shards]
         starts = np.cumsum([0] + [s["count"] for s in self.shards])
         out = []
         for row in rows:
@@ -183,8 +189,33 @@ class VectorIndex:
         """Every document id, in row order (streamed)."""
         for shard in self.shards:
             with (self.path / shard["docs"]).open("rb") as fh:
-                for line in fh:
-                    yield json.loads(line)["id"]
+                for number, line in enumerate(fh, start=1):
+                    try:
+                        yield json.loads(line)["id"]
+                    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError):
+                        raise BertkitError(f"{self.path / shard['docs']}:{number}: corrupt document") from None
+
+
+def shard_vectors(path: Path, shard: dict, dim: int) -> np.ndarray:
+    """One shard's (n, D) vectors, memory-mapped read-only."""
+    return np.memmap(Path(path) / shard["vectors"], dtype=np.float32, mode="r", shape=(shard["count"], dim))
+
+
+def add_to_faiss(index, vectors: np.ndarray) -> None:
+    """Append (memory-mapped) vectors to a FAISS index a block at a time; ids continue the row order."""
+    for start in range(0, len(vectors), _EXACT_CHUNK):
+        index.add(np.ascontiguousarray(vectors[start:start + _EXACT_CHUNK], dtype=np.float32))
+
+
+@contextlib.contextmanager
+def index_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on an index directory for the length of an append (a second `index add` waits)."""
+    with (Path(path) / ".lock").open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def exact_search(shards: list[np.ndarray], queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -229,13 +260,24 @@ def read_meta(path: Path) -> dict:
     for key in ("dim", "count", "shards", "model", "backend"):
         if key not in meta:
             raise BertkitError(f"{file}: corrupt (no '{key}')")
+    shards_ok = isinstance(meta["shards"], list) and all(
+        isinstance(s, dict) and all(k in s for k in _SHARD_KEYS) for s in meta["shards"])
+    faiss_ok = meta["backend"] != "faiss" or (isinstance(meta.get("faiss"), dict)
+                                              and all(k in meta["faiss"] for k in ("file", "nlist", "nprobe")))
+    model_ok = isinstance(meta["model"], dict) and "identity" in meta["model"]
+    if not (shards_ok and faiss_ok and model_ok) or meta["backend"] not in ("exact", "faiss"):
+        what = "shards" if not shards_ok else "faiss" if not faiss_ok else "model" if not model_ok else "backend"
+        raise BertkitError(f"{file}: corrupt (malformed '{what}' entry)")
     return meta
 
 
 def write_meta(path: Path, meta: dict) -> None:
     """Replace index.json in one rename (the commit point of a build or an append)."""
     tmp = Path(path) / f".{INDEX_FILE}.tmp-{os.getpid()}"
-    tmp.write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    with tmp.open("w", encoding="utf-8") as fh:
+        fh.write(json.dumps(meta, indent=2) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
     os.replace(tmp, Path(path) / INDEX_FILE)
 
 
@@ -295,8 +337,7 @@ def build_faiss(shards: list[np.ndarray], dim: int, nlist: int | None = None, se
     rows = np.sort(np.random.default_rng(seed).choice(count, sample_size, replace=False))
     index.train(gather_rows(shards, rows))
     for shard in shards:
-        for start in range(0, len(shard), _EXACT_CHUNK):
-            index.add(np.ascontiguousarray(shard[start:start + _EXACT_CHUNK]))
+        add_to_faiss(index, shard)
     return index
 
 
@@ -317,6 +358,8 @@ def write_faiss(index, path: Path, number: int) -> str:
     name = f"ivf-{number:05d}.faiss"
     tmp = path / f".{name}.tmp-{os.getpid()}"
     faiss.write_index(index, str(tmp))
+    with tmp.open("rb") as fh:
+        os.fsync(fh.fileno())
     os.replace(tmp, path / name)
     return name
 

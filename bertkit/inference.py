@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -18,24 +19,31 @@ from bertkit.nn.model import TASK_HEADS, Model
 from bertkit.text.features import Encoded, TaskEncoder
 
 
-@torch.inference_mode()
+def inference_workers(device: torch.device) -> int:
+    """Batches run at once: on a CPU one per core, each op single-threaded — the small matrices of sentence-length
+    batches keep a core busier than one batch split over all cores (+30% sentences/s on 2 cores, see
+    benchmarks/embed_throughput.py); on a GPU one."""
+    return max(1, torch.get_num_threads()) if device.type == "cpu" else 1
+
+
 def run_sorted(model: Model, examples: list[Encoded], pad_id: int, batch_size: int,
                forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
                on_batch: Callable[[int], None] | None = None) -> list[np.ndarray]:
     """`forward(ids, mask, token_types)` over length-sorted batches; one float32 row per example, in input order.
 
     Examples run shortest first, so a batch pads only to about its own length; `forward` returns (B, ...) and the
-    rows are put back in the input order (a per-token output keeps only the example's own tokens).
-    `on_batch(n)` is called after each batch of n examples (progress bars).
+    rows are put back in the input order (a per-token output keeps only the example's own tokens). On a CPU,
+    `inference_workers` batches run concurrently. `on_batch(n)` is called after each batch of n examples
+    (progress bars).
     """
     was_training = model.training
     model.eval()
     device = model.device
     lengths = np.array([len(e.input_ids) for e in examples], dtype=np.int64)
     order = np.argsort(lengths, kind="stable")
-    out: list[np.ndarray | None] = [None] * len(examples)
-    for start in range(0, len(order), batch_size):
-        chunk = order[start:start + batch_size]
+    batches = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+
+    def one(chunk: np.ndarray) -> np.ndarray:
         width = int(lengths[chunk].max())
         ids = np.full((len(chunk), width), pad_id, dtype=np.int64)  # (B, T)
         types = np.zeros((len(chunk), width), dtype=np.int64)  # (B, T)
@@ -43,14 +51,32 @@ def run_sorted(model: Model, examples: list[Encoded], pad_id: int, batch_size: i
             ids[row, :lengths[index]] = examples[index].input_ids
             types[row, :lengths[index]] = examples[index].type_ids
         mask = (np.arange(width)[None, :] < lengths[chunk][:, None]).astype(np.int64)  # (B, T)
-        result = forward(torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device),
-                         torch.from_numpy(types).to(device)).float().cpu().numpy()
-        per_token = result.ndim == 3
-        for row, index in enumerate(chunk):
-            out[index] = result[row, :lengths[index]] if per_token else result[row]
-        if on_batch is not None:
-            on_batch(len(chunk))
-    model.train(was_training)
+        with torch.inference_mode():  # per thread: grad mode is thread-local
+            return forward(torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device),
+                           torch.from_numpy(types).to(device)).float().cpu().numpy()
+
+    out: list[np.ndarray | None] = [None] * len(examples)
+    workers = min(inference_workers(device), len(batches))
+    threads = torch.get_num_threads()
+    pool = None
+    try:
+        if workers > 1:
+            torch.set_num_threads(1)
+            pool = ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,))
+            results = pool.map(one, batches)  # in order, `workers` batches in flight
+        else:
+            results = map(one, batches)
+        for chunk, result in zip(batches, results):
+            per_token = result.ndim == 3
+            for row, index in enumerate(chunk):
+                out[index] = result[row, :lengths[index]] if per_token else result[row]
+            if on_batch is not None:
+                on_batch(len(chunk))
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+            torch.set_num_threads(threads)
+        model.train(was_training)
     return out  # type: ignore[return-value]
 
 

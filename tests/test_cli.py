@@ -52,7 +52,7 @@ def test_info_on_a_run_directory(tmp_path):
 
 def test_demo_runs_end_to_end(tmp_path):
     """The README's demo command, on a short budget: every recipe, tokenizer, pretraining, fill-mask, finetuning,
-    predictions; rerunnable."""
+    predictions, SBERT training, an index and searches; rerunnable."""
     out = tmp_path / "demo"
     for _ in range(2):  # a second demo replaces the first one's directory
         result = runner.invoke(app, ["demo", "--out", str(out), "--max-time", "8s"], env={"COLUMNS": "160"})
@@ -66,6 +66,9 @@ def test_demo_runs_end_to_end(tmp_path):
     assert (out / "classifier" / "labels.json").is_file()
     for review in ("a gripping", "a dull"):
         assert review in result.output
+    assert "sentence embeddings: SBERT" in result.output and "Spearman" in result.output
+    assert (out / "sentence" / "results.json").is_file() and (out / "index" / "index.json").is_file()
+    assert "A man is playing a guitar." in result.output.split("8. index")[1]
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "file.txt").write_text("keep")
     refused = runner.invoke(app, ["demo", "--out", str(tmp_path / "mine"), "--max-time", "8s"])

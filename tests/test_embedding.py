@@ -69,19 +69,30 @@ def test_similarity_is_the_cosine_of_the_embeddings(run):
     assert encoder.similarity(["one text"], ["another one"])[0] == pytest.approx(float(a @ b), abs=1e-5)
 
 
-def test_identity_changes_with_weights_and_pooling_only(run, tmp_path):
+def test_identity_changes_exactly_when_embeddings_would(run, tmp_path):
     import shutil
 
     from safetensors.torch import load_file, save_file
 
+    from bertkit.train.checkpoint import load_config
+
+    config = load_config(run)
     same = shutil.copytree(run, tmp_path / "copy")
-    assert model_identity(run, SentenceConfig()) == model_identity(same, SentenceConfig())
-    assert model_identity(run, SentenceConfig()) != model_identity(run, SentenceConfig(pooling="cls"))
+    assert model_identity(run, config) == model_identity(same, config)
+    with_sentence = lambda **kw: dataclasses.replace(config, sentence=SentenceConfig(**kw))  # noqa: E731
+    assert model_identity(run, config) != model_identity(run, with_sentence(pooling="cls"))
+    # an explicit max_length equal to the model's window is the same embedding; dropout never matters at inference
+    assert model_identity(run, config) == model_identity(run, with_sentence(max_length=64))
+    assert model_identity(run, config) == model_identity(run, dataclasses.replace(
+        config, model=dataclasses.replace(config.model, dropout=0.3)))
+    # a weight-free switch changes the function, so the identity
+    assert model_identity(run, config) != model_identity(run, dataclasses.replace(
+        config, model=dataclasses.replace(config.model, activation="relu")))
     weights = load_file(same / "model.safetensors")
     key = next(iter(weights))
     weights[key] = weights[key] + 1e-3
     save_file(weights, same / "model.safetensors", metadata={"format": "pt"})
-    assert model_identity(run, SentenceConfig()) != model_identity(same, SentenceConfig())
+    assert model_identity(run, config) != model_identity(same, config)
 
 
 def test_truncation_is_counted(run):

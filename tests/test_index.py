@@ -57,14 +57,14 @@ def test_build_search_append_and_refuse_other_models(tmp_path, base, sample_toke
     assert "skipped 1 empty lines" in result.output
     hits = job.search(idx, [SENTENCES[3], SENTENCES[7]], k=3)
     assert [h[0].text for h in hits] == [SENTENCES[3], SENTENCES[7]]  # a document is its own nearest neighbour
-    assert hits[0][0].id == "a.txt:4" and hits[0][0].score == pytest.approx(1.0, abs=1e-5)
+    assert hits[0][0].id == f"{corpus}:4" and hits[0][0].score == pytest.approx(1.0, abs=1e-5)
     out = cli_ok("search", idx, SENTENCES[5], "-k", "2", "--json").output
     assert json.loads(out.splitlines()[0])["hits"][0]["text"] == SENTENCES[5]
 
     more = _corpus(tmp_path, "b.txt", SENTENCES[12:])
     cli_ok("index", "add", idx, more, "--no-progress")
     assert VectorIndex(idx).count == len(SENTENCES)
-    assert job.search(idx, [SENTENCES[20]], k=1)[0][0].id == "b.txt:9"
+    assert job.search(idx, [SENTENCES[20]], k=1)[0][0].id == f"{more}:9"
     assert "already in the index" in cli_error("index", "add", idx, more)
 
     # another model (same architecture, other weights) may not add to or query this index
@@ -111,7 +111,7 @@ def test_a_failed_append_leaves_the_index_whole(tmp_path, base, monkeypatch):
     monkeypatch.setattr(job, "write_meta", fail)
     with pytest.raises(OSError):
         job.add(idx, [str(_corpus(tmp_path, "b.txt", SENTENCES[6:]))], progress=False)
-    assert {p.name: p.read_bytes() for p in idx.iterdir()} == before
+    assert {p.name: p.read_bytes() for p in idx.iterdir() if p.name != ".lock"} == before
     assert VectorIndex(idx).count == 6
 
 
@@ -131,6 +131,11 @@ def test_corrupt_truncated_and_foreign_indexes_are_refused(tmp_path, base):
     assert "shard-00000.jsonl: missing, truncated or corrupt" in cli_error("search", docs, "films")
     with pytest.raises(BertkitError, match="do not fit an index of dimension"):
         VectorIndex(idx).search(np.zeros((1, 5), np.float32))
+    malformed = shutil.copytree(idx, tmp_path / "malformed")
+    meta = json.loads((malformed / "index.json").read_text())
+    del meta["shards"][0]["offsets"]
+    (malformed / "index.json").write_text(json.dumps(meta))
+    assert "corrupt (malformed 'shards' entry)" in cli_error("index", "info", malformed)
 
 
 def test_queries_longer_than_the_model_and_empty_ones(tmp_path, base):
@@ -143,12 +148,20 @@ def test_queries_longer_than_the_model_and_empty_ones(tmp_path, base):
     assert "-k: must be >= 1" in cli_error("search", idx, "films", "-k", "0")
 
 
+def test_same_file_names_in_two_folders_are_different_documents(tmp_path, base):
+    for folder in ("2023", "2024"):
+        (tmp_path / "corpus" / folder).mkdir(parents=True)
+        _corpus(tmp_path / "corpus" / folder, "part-0.txt", SENTENCES[:3])
+    cli_ok("index", "build", "--model", base, tmp_path / "corpus", "-o", tmp_path / "idx", "--no-progress")
+    assert len(set(VectorIndex(tmp_path / "idx").ids())) == 6
+
+
 def test_shard_writer_offsets_locate_every_document(tmp_path):
     writer = ShardWriter(tmp_path, 0, 4)
     texts = ["ascii", "ünïcödé ✓", "tab\tinside", 'quote " and \\ backslash']
     writer.add(_unit(4, 4, 0), [f"id{i}" for i in range(4)], texts)
     shard = writer.close()
-    write_meta(tmp_path, {"format": "bertkit-index", "version": 1, "model": {}, "dim": 4, "count": 4,
+    write_meta(tmp_path, {"format": "bertkit-index", "version": 1, "model": {"identity": "x"}, "dim": 4, "count": 4,
                           "shards": [shard], "backend": "exact"})
     assert [d["text"] for d in VectorIndex(tmp_path).docs([3, 0, 1, 2])] == [texts[3], texts[0], texts[1], texts[2]]
     assert list(VectorIndex(tmp_path).ids()) == ["id0", "id1", "id2", "id3"]

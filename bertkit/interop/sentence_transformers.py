@@ -42,6 +42,8 @@ def read_sentence_config(src: str | Path) -> tuple[Path, SentenceConfig] | None:
     if not isinstance(modules, list):
         raise BertkitError(f"{src / 'modules.json'}: expected a list of modules")
     transformer, pooling, normalize = None, "mean", False
+    if not all(isinstance(m, dict) for m in modules):
+        raise BertkitError(f"{src / 'modules.json'}: expected a list of module objects")
     for module in sorted(modules, key=lambda m: m.get("idx", 0)):
         kind, path = module.get("type", ""), src / module.get("path", "")
         if kind == _TRANSFORMER and transformer is None:
@@ -102,9 +104,8 @@ def export_sentence_transformers(run: str | Path, out: str | Path, overwrite: bo
         (tmp / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2) + "\n", encoding="utf-8")
         if sentence.normalize:
             (tmp / "2_Normalize").mkdir()
-        max_length = min(sentence.max_length or config.model.max_len, config.model.max_len)
         (tmp / "sentence_bert_config.json").write_text(
-            json.dumps({"max_seq_length": max_length, "do_lower_case": False}, indent=2) + "\n", encoding="utf-8")
+            json.dumps({"max_seq_length": sentence.window(config.model.max_len), "do_lower_case": False}, indent=2) + "\n", encoding="utf-8")
         (tmp / "config_sentence_transformers.json").write_text(
             json.dumps({"similarity_fn_name": "cosine", "prompts": {}, "default_prompt_name": None}, indent=2)
             + "\n", encoding="utf-8")

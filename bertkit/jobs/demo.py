@@ -4,7 +4,9 @@
 2-3. a BPE tokenizer and a small BERT pretrained with the masked-LM objective on IMDB reviews;
 4. fill-mask with it;
 5. a sentiment classifier finetuned from it on a slice of SST-2;
-6. predictions for two sentences. Later stages grow it: → embed/search.
+6. predictions for two sentences;
+7. SBERT training of the pretrained encoder on STS-B train (STS-B test Spearman before and after);
+8. an index over a few thousand sentences, and two searches.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from bertkit.config import load_recipe, model_recipes, with_values
 from bertkit.errors import BertkitError
 from bertkit.inference import TaskModel
 from bertkit.jobs import fill_mask, finetune, pretrain
+from bertkit.jobs import search as search_job
 from bertkit.jobs.predict import predict
+from bertkit.jobs.sts import evaluate_sts
 from bertkit.nn.model import Model
 from bertkit.text.corpus import find_files
 
@@ -86,12 +90,15 @@ SENTENCES = ("This movie was [MASK].", "The acting was [MASK] and the plot was b
 REVIEWS = ("a gripping , beautifully acted film with a wonderful ending .",
            "a dull , lifeless mess that drags on far too long .")
 SST2_SLICE = 4000  # training sentences of SST-2 the demo finetunes on
+INDEX_SENTENCES = 3000  # STS-B dev + test sentences the demo indexes
+QUERIES = ("A man is playing a guitar.", "Stock markets fell sharply.")
 
 
 def run(out: Path = Path("runs/demo"), max_time: str | None = None, console: Console | None = None) -> dict:
-    """The main job on defaults: architectures → tokenizer → pretraining → fill-mask → finetuning → predict, on IMDB
-    reviews and SST-2 from the data root (or the bundled samples where the data is absent). `max_time` overrides
-    each training stage's budget (2 minutes of pretraining, 1 of finetuning)."""
+    """The main job on defaults: architectures → tokenizer → pretraining → fill-mask → finetuning → predict →
+    SBERT → index → search, on IMDB reviews, SST-2 and STS-B from the data root (or the bundled samples where the
+    data is absent). `max_time` overrides each training stage's budget (2 minutes of pretraining, 1 of
+    finetuning, 1 of SBERT training)."""
     console = console or Console()
     out = Path(out)
     if out.exists() and any(out.iterdir()):
@@ -136,11 +143,69 @@ def run(out: Path = Path("runs/demo"), max_time: str | None = None, console: Con
     for record in records:
         console.print(f"{record['label']:>8s} {record['score']:.2f}  {record['text']}", markup=False,
                       highlight=False)
+    sentence_run = out / "sentence"
+    sts = _sentence(pretrained, sentence_run, config.model.max_len, max_time, console)
+    console.rule("8. index a few thousand sentences, then search them")
+    corpus = _index_corpus(out / "sentences.txt")
+    search_job.build(sentence_run, [str(corpus)], out / "index", progress=console.is_terminal, console=console)
+    hits = search_job.search(out / "index", list(QUERIES), k=3)
+    for query, found in zip(QUERIES, hits):
+        console.print(f"{query}", markup=False, highlight=False)
+        for hit in found:
+            console.print(f"   {hit.score:.3f}  {hit.text}", markup=False, highlight=False)
     console.print(f"\nThe runs are in {out}. Next: `bertkit plot {pretrained}`, `bertkit evaluate --model "
-                  f"{classifier} --data sst2/dev.tsv`, `bertkit pretrain --recipe pretrain-mini-imdb` for the "
-                  "30-minute model, then `python benchmarks/finetune_table.py`.", markup=False)
+                  f"{classifier} --data sst2/dev.tsv`, `bertkit search {out / 'index'} \"your query\"`, "
+                  "`bertkit pretrain --recipe pretrain-mini-imdb` for the 30-minute model, then "
+                  "`python benchmarks/finetune_table.py` and `python benchmarks/sts_table.py`.", markup=False)
     return {"architectures": built, "pretrain": result, "fill_mask": filled, "finetune": tuned,
-            "predictions": records}
+            "predictions": records, "sentence": sts, "search": hits}
+
+
+def _sentence(pretrained: Path, out: Path, max_len: int, max_time: str | None, console: Console) -> dict:
+    """Step 7: SBERT (cosine loss) from the demo's encoder on STS-B train (or the bundled sample pairs)."""
+    config = load_recipe("finetune-stsb")
+    values = {"sentence.max_length": max_len, "train.max_time": max_time or "1m", "train.eval_every": 100,
+              "train.log_every": 25, "train.save_every": 1000, "train.learning_rate": 2e-4}
+    test = "stsb/sts-test.csv"
+    try:
+        find_files([config.task.train_file, test])
+        source = "STS-B train"
+    except BertkitError:
+        sample = str(SAMPLES / "sts.tsv")
+        values.update({"task.train_file": sample, "task.validation_file": sample, "task.text_column": "sentence1",
+                       "task.text_pair_column": "sentence2", "task.label_column": "score",
+                       "train.batch_size": 4, "train.eval_every": 5})
+        source, test = "the bundled sample sts.tsv (STS-B not found: set BERTKIT_DATA for the real demo)", sample
+    config = with_values(config, values)
+    console.rule(f"7. sentence embeddings: SBERT on {source}, {config.train.max_time} budget")
+    quiet = Console(quiet=True)
+    before = evaluate_sts(pretrained, Path(test), console=quiet)
+    tuned = finetune.run(config, pretrained, out, progress=console.is_terminal, console=console)
+    after = evaluate_sts(out, Path(test), console=quiet)
+    console.print(f"STS-B test Spearman (cosine similarity): {100 * before['spearman']:.1f} before SBERT training, "
+                  f"{100 * after['spearman']:.1f} after" if source == "STS-B train" else
+                  f"sample Spearman: {100 * before['spearman']:.1f} before, {100 * after['spearman']:.1f} after")
+    return {"finetune": tuned, "before": before, "after": after}
+
+
+def _index_corpus(path: Path) -> Path:
+    """A few thousand distinct sentences to index: STS-B dev + test, or the bundled samples without them."""
+    from bertkit.paths import resolve_data_path
+
+    sentences: dict[str, None] = {}
+    for split in ("dev", "test"):
+        file = resolve_data_path(f"stsb/sts-{split}.csv")
+        if file.is_file():
+            for line in file.read_text(encoding="utf-8").splitlines():
+                for sentence in line.split("\t")[5:7]:
+                    sentences.setdefault(sentence.strip(), None)
+    if not sentences:
+        for line in (SAMPLES / "sts.tsv").read_text(encoding="utf-8").splitlines()[1:]:
+            for sentence in line.split("\t")[:2]:
+                sentences.setdefault(sentence.strip(), None)
+        sentences.update(dict.fromkeys(SAMPLE_CORPUS.read_text(encoding="utf-8").splitlines()))
+    path.write_text("\n".join(s for s in list(sentences)[:INDEX_SENTENCES] if s) + "\n", encoding="utf-8")
+    return path
 
 
 def _finetune(pretrained: Path, out: Path, max_len: int, max_time: str | None, console: Console) -> dict:

@@ -2,18 +2,21 @@
 
 Inputs stream in chunks of `chunk_size` texts; inside a chunk, batches run sorted by length and the order is
 restored; each chunk is written out before the next is read (`.npy`: a memory-mapped array sized by a first,
-counting pass; `.parquet`: one row group per chunk). Output files are written beside the target and renamed into
-place, so an existing file is never half-overwritten.
+counting pass; `.parquet`: one row group per chunk). Outputs are written beside the target and renamed into place
+only when complete, so an existing file is never half-overwritten.
 
-Row i of the output is the i-th non-empty input text. Empty texts are skipped and counted (their positions are
-written to OUT.rows.npy for .npy output; Parquet rows carry `file` and `line`), or embedded as "" with
+Row i of the output is the i-th non-empty input text. Empty texts are skipped and counted (for .npy output,
+OUT.rows.npy maps every row to its input position; Parquet rows carry `file` and `line`), or embedded as "" with
 `keep_empty`. Rows never shift silently.
+
+Memory: the embeddings, texts and row map stream; only duplicate-id detection keeps 8 bytes per id (a hash).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +26,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bertkit.embedding import SentenceEncoder
 from bertkit.errors import BertkitError
-from bertkit.paths import atomic_file
 from bertkit.text.corpus import Record, find_files, iter_records
 
 FORMATS = (".npy", ".parquet")
@@ -36,7 +38,7 @@ class InputScan:
     files: list[Path]
     rows: int = 0  # texts that get an embedding
     empty: int = 0  # empty texts (skipped unless keep_empty)
-    empty_rows: list[int] = field(default_factory=list)  # their input positions (first 1,000)
+    empty_rows: list[int] = field(default_factory=list)  # their input positions (the first 1,000)
 
 
 def input_records(files: list[Path], text_field: str, id_field: str | None) -> Iterator[tuple[int, Path, Record]]:
@@ -49,17 +51,41 @@ def input_records(files: list[Path], text_field: str, id_field: str | None) -> I
 
 
 def record_id(path: Path, record: Record) -> str:
-    """A document's id: its id field, else `file:line` (unique within a corpus of distinct file names)."""
-    return record.id if record.id is not None else f"{path.name}:{record.number}"
+    """A document's id: its id field, else `path:line` (the path as the corpus was given, so files of the same
+    name in different folders stay distinct)."""
+    return record.id if record.id is not None else f"{path}:{record.number}"
+
+
+def id_hash(key: str) -> int:
+    """A 64-bit hash of an id: duplicate detection keeps these, not the ids."""
+    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "little", signed=True)
+
+
+def hash_all(keys: Iterable[str]) -> np.ndarray:
+    """Sorted int64 hashes of `keys`, built in blocks (8 bytes per id)."""
+    blocks, block = [], []
+    for key in keys:
+        block.append(id_hash(key))
+        if len(block) == 65536:
+            blocks.append(np.array(block, dtype=np.int64))
+            block = []
+    blocks.append(np.array(block, dtype=np.int64))
+    return np.sort(np.concatenate(blocks))
 
 
 def scan(files: list[Path], text_field: str, id_field: str | None, keep_empty: bool, check_ids: bool = False,
-         existing: set[str] | None = None) -> InputScan:
-    """Count what will be embedded. With an id field (or `check_ids`: default `file:line` ids too), refuse a
-    duplicate id, naming it and both places, or an id already in `existing` (an index being appended to)."""
+         existing: Callable[[], Iterable[str]] | None = None) -> InputScan:
+    """Count what will be embedded. With an id field (or `check_ids`: default `path:line` ids too), refuse a
+    duplicate id, naming it and both places, and an id `existing()` (an index being appended to) already has."""
     result = InputScan(files)
-    seen: dict[str, tuple[Path, int]] = {}
-    existing = existing or set()
+
+    def kept() -> Iterator[tuple[int, Path, Record]]:
+        for position, path, record in input_records(files, text_field, id_field):
+            if keep_empty or record.text.strip():
+                yield position, path, record
+
+    checking = id_field is not None or check_ids
+    blocks, block = [], []
     for position, path, record in input_records(files, text_field, id_field):
         if not record.text.strip():
             result.empty += 1
@@ -67,16 +93,34 @@ def scan(files: list[Path], text_field: str, id_field: str | None, keep_empty: b
                 result.empty_rows.append(position)
             if not keep_empty:
                 continue
-        if id_field is not None or check_ids:
-            key = record_id(path, record)
-            if key in seen:
-                first = seen[key]
-                raise BertkitError(f"{path}:{record.number}: duplicate id {key!r} (first at {first[0]}:{first[1]}); "
-                                   "ids must be unique")
-            if key in existing:
-                raise BertkitError(f"{path}:{record.number}: id {key!r} is already in the index")
-            seen[key] = (path, record.number)
         result.rows += 1
+        if checking:
+            block.append(id_hash(record_id(path, record)))
+            if len(block) == 65536:
+                blocks.append(np.array(block, dtype=np.int64))
+                block = []
+    if not checking:
+        return result
+    hashes = np.sort(np.concatenate(blocks + [np.array(block, dtype=np.int64)]))
+    repeated = hashes[1:][hashes[1:] == hashes[:-1]]
+    if len(repeated):  # a repeated hash: find the real duplicate (if it is not a 64-bit collision)
+        suspects, first = set(repeated.tolist()), {}
+        for _, path, record in kept():
+            key = record_id(path, record)
+            if id_hash(key) in suspects:
+                if key in first:
+                    raise BertkitError(f"{path}:{record.number}: duplicate id {key!r} (first at {first[key]}); ids "
+                                       "must be unique")
+                first[key] = f"{path}:{record.number}"
+    if existing is not None and len(hashes):
+        old = hash_all(existing())
+        clash = set(hashes[np.isin(hashes, old)].tolist())
+        if clash:
+            old_keys = {key for key in existing() if id_hash(key) in clash}
+            for _, path, record in kept():
+                key = record_id(path, record)
+                if key in old_keys:
+                    raise BertkitError(f"{path}:{record.number}: id {key!r} is already in the index")
     return result
 
 
@@ -95,19 +139,29 @@ def chunks(files: list[Path], text_field: str, id_field: str | None, keep_empty:
         yield chunk
 
 
+def truncation_warning(console: Console, encoder: SentenceEncoder, what: str = "texts") -> None:
+    """The one warning about texts cut to the model's window."""
+    if encoder.truncated:
+        console.print(f"[yellow]warning: {encoder.truncated:,} {what} are longer than {encoder.max_length} tokens "
+                      "and were truncated (sentence.max_length)")
+
+
 def run(model: Path, inputs: list[str], out: Path, text_field: str = "text", id_field: str | None = None,
         batch_size: int = 64, chunk_size: int = 8192, keep_empty: bool = False, overwrite: bool = False,
         progress: bool = True, console: Console | None = None) -> dict:
     """Embed every text of `inputs` with the sentence encoder of run `model` into `out` (.npy or .parquet)."""
     console = console or Console(stderr=True)
     out = Path(out)
-    if out.suffix.lower() not in FORMATS:
+    suffix = out.suffix.lower()
+    rows_file = out.with_name(f"{out.stem}.rows.npy")
+    if suffix not in FORMATS:
         raise BertkitError(f"{out}: unknown output format (allowed: {', '.join(FORMATS)})")
-    if out.is_dir():
-        raise BertkitError(f"{out}: is a directory, expected a file path")
-    if out.exists() and not overwrite:
-        raise BertkitError(f"{out}: already exists (choose another --out or pass --overwrite)")
-    if id_field is not None and out.suffix.lower() == ".npy":
+    for target in (out, rows_file) if suffix == ".npy" else (out,):
+        if target.is_dir():
+            raise BertkitError(f"{target}: is a directory, expected a file path")
+        if target.exists() and not overwrite:
+            raise BertkitError(f"{target}: already exists (choose another --out or pass --overwrite)")
+    if id_field is not None and suffix == ".npy":
         raise BertkitError(f"{out}: ids need a .parquet output (an .npy file holds only the matrix)")
     if chunk_size < batch_size:
         raise BertkitError(f"--chunk-size {chunk_size} is smaller than --batch-size {batch_size}")
@@ -117,50 +171,52 @@ def run(model: Path, inputs: list[str], out: Path, text_field: str = "text", id_
     if found.rows == 0:
         raise BertkitError(f"{', '.join(map(str, inputs))}: no texts to embed"
                            + (f" ({found.empty:,} empty)" if found.empty else ""))
+    mapped = suffix == ".npy" and found.empty > 0 and not keep_empty
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    rows_file = out.with_suffix(".rows.npy")
+    tmp_rows = out.parent / f".{rows_file.name}.tmp-{os.getpid()}"
     out.parent.mkdir(parents=True, exist_ok=True)
     bar = Progress(TextColumn("[bold]embed"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                    console=console, disable=not progress)
-    written, kept_rows = 0, []
     try:
         with bar:
             task = bar.add_task("embed", total=found.rows)
-            writer = _Writer(tmp, out.suffix.lower(), found.rows, encoder.dim, id_field is not None)
+            writer = _Writer(tmp, suffix, found.rows, encoder.dim, id_field is not None)
+            row_map = np.lib.format.open_memmap(tmp_rows, mode="w+", dtype=np.int64, shape=(found.rows,)) \
+                if mapped else None
             for chunk in chunks(files, text_field, id_field, keep_empty, chunk_size):
                 vectors = encoder.encode([r.text for _, _, r in chunk],
                                          on_batch=lambda n: bar.advance(task, n))  # (n, D)
+                if row_map is not None and writer.position + len(chunk) <= found.rows:
+                    row_map[writer.position:writer.position + len(chunk)] = [p for p, _, _ in chunk]
                 writer.write(vectors, chunk)
-                if found.empty and not keep_empty:
-                    kept_rows.append(np.fromiter((position for position, _, _ in chunk), np.int64, len(chunk)))
-                written += len(chunk)
             writer.close()
+            if writer.position != found.rows:
+                raise BertkitError(f"the inputs changed while being embedded ({found.rows:,} texts counted, "
+                                   f"{writer.position:,} read); nothing was written")
+            if row_map is not None:
+                row_map.flush()
+                del row_map
+        # commit: the row map first, then the embeddings (a stale map of an earlier run never survives)
+        if mapped:
+            os.replace(tmp_rows, rows_file)
+        elif suffix == ".npy":
+            rows_file.unlink(missing_ok=True)
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
-    if written != found.rows:
-        raise BertkitError(f"the inputs changed while being embedded ({found.rows:,} texts counted, {written:,} read)")
-    summary = {"out": str(out), "rows": written, "dim": encoder.dim, "empty": found.empty,
+        tmp_rows.unlink(missing_ok=True)
+    summary = {"out": str(out), "rows": found.rows, "dim": encoder.dim, "empty": found.empty,
                "truncated": encoder.truncated, "model": encoder.identity}
-    if encoder.truncated:
-        console.print(f"[yellow]warning: {encoder.truncated:,} texts are longer than {encoder.max_length} tokens "
-                      "and were truncated (sentence.max_length)")
+    truncation_warning(console, encoder)
     if found.empty and not keep_empty:
-        if out.suffix.lower() == ".npy":
-            with atomic_file(rows_file, overwrite=True) as tmp_rows:
-                with tmp_rows.open("wb") as fh:
-                    np.save(fh, np.concatenate(kept_rows))
-            summary["rows_file"] = str(rows_file)
-        where = f"{rows_file} maps each row to its input position" if out.suffix.lower() == ".npy" else \
-            "each row carries its file and line"
+        where = f"{rows_file} maps each row to its input position" if mapped else "each row carries its file and line"
+        summary["rows_file"] = str(rows_file) if mapped else None
         console.print(f"[yellow]skipped {found.empty:,} empty texts (input positions "
                       f"{', '.join(map(str, found.empty_rows[:5]))}{' …' if found.empty > 5 else ''}); {where}; "
                       "--keep-empty embeds them as empty strings instead")
     elif found.empty:
         console.print(f"{found.empty:,} empty texts were embedded as empty strings (--keep-empty)")
-    elif rows_file.is_file() and out.suffix.lower() == ".npy":
-        rows_file.unlink()  # a previous run's map would now be wrong
-    console.print(f"wrote {written:,} × {encoder.dim} embeddings to {out}")
+    console.print(f"wrote {found.rows:,} × {encoder.dim} embeddings to {out}")
     return summary
 
 
@@ -168,7 +224,7 @@ class _Writer:
     """Chunks of embeddings into a memory-mapped .npy (size known up front) or Parquet row groups."""
 
     def __init__(self, path: Path, suffix: str, rows: int, dim: int, with_ids: bool):
-        self.suffix, self.position = suffix, 0
+        self.suffix, self.rows, self.position = suffix, rows, 0
         if suffix == ".npy":
             self.array = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, dim))
         else:
@@ -182,6 +238,9 @@ class _Writer:
             self.writer = pq.ParquetWriter(path, self.schema)
 
     def write(self, vectors: np.ndarray, chunk: list[tuple[int, Path, Record]]) -> None:
+        if self.position + len(vectors) > self.rows:  # more texts than counted: checked (and refused) by run()
+            self.position += len(vectors)
+            return
         if self.suffix == ".npy":
             self.array[self.position:self.position + len(vectors)] = vectors
         else:

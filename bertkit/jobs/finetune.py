@@ -25,7 +25,7 @@ from accelerate.utils import set_seed
 from rich.console import Console
 from safetensors.torch import load_model, save_model
 
-from bertkit.config import Config
+from bertkit.config import Config, TaskConfig
 from bertkit.errors import BertkitError
 from bertkit.inference import LABELS_FILE, TaskModel, write_labels
 from bertkit.jobs.evaluate import evaluate_examples
@@ -150,6 +150,12 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
     if task.kind == "sentence":  # the embedding length: what training saw (task.max_length) unless set, or the base's
         sentence = dataclasses.replace(sentence, max_length=sentence.max_length or task.max_length
                                        or base_config.sentence.max_length)
+        if task.pooling != TaskConfig().pooling:
+            raise BertkitError("task.pooling is the classifier head's; sentence training pools with "
+                               "sentence.pooling (--pooling, or --set sentence.pooling=...)")
+        if resume and sentence != base_config.sentence:
+            raise BertkitError(f"{out}: holds a different run ([sentence] {dataclasses.asdict(base_config.sentence)}, "
+                               f"now {dataclasses.asdict(sentence)}); resume with the same settings")
     max_length = (sentence.max_length if task.kind == "sentence" else task.max_length) or base_config.model.max_len
     if max_length > base_config.model.max_len:
         raise BertkitError(f"{'sentence' if task.kind == 'sentence' else 'task'}.max_length: {max_length} is longer "
@@ -182,8 +188,10 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
                                  [list(e.tags) for e in validation], labels, pad_id, config.train, world)
     truncated = sum(e.truncated for e in encoded)
     if truncated and main:
-        console.print(f"[yellow]warning: {truncated:,} of {len(encoded):,} training examples are longer than "
-                      f"{max_length} tokens and were truncated (task.max_length)")
+        what, key = ("sentences", "sentence.max_length") if task.kind == "sentence" else \
+            ("training examples", "task.max_length")
+        console.print(f"[yellow]warning: {truncated:,} of {len(encoded):,} {what} are longer than {max_length} "
+                      f"tokens and were truncated ({key})")
     train_cfg = config.train
     if train_cfg.epochs is not None:
         train_cfg = dataclasses.replace(train_cfg, max_steps=max(1, math.ceil(train_cfg.epochs

@@ -10,22 +10,22 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from bertkit.embedding import SentenceEncoder, normalize_rows
+from bertkit.embedding import SentenceEncoder, embed_encoded, normalize_rows
 from bertkit.errors import BertkitError
-from bertkit.index import (FORMAT, VERSION, Hit, ShardWriter, VectorIndex, build_faiss, ivf_params, read_meta,
-                           resolve_backend, write_faiss, write_meta)
-from bertkit.jobs.embed import chunks, record_id, scan
+from bertkit.index import (BACKENDS, FORMAT, VERSION, Hit, ShardWriter, VectorIndex, add_to_faiss, build_faiss,
+                           index_lock, ivf_params, read_meta, resolve_backend, shard_vectors, write_faiss, write_meta)
+from bertkit.jobs.embed import chunks, record_id, scan, truncation_warning
 from bertkit.paths import atomic_dir
 from bertkit.text.corpus import find_files
 
 
 def _fill(writer: ShardWriter, encoder: SentenceEncoder, files: list[Path], text_field: str, id_field: str | None,
           rows: int, chunk_size: int, progress: bool, console: Console) -> None:
-    """Embed the corpus chunk by chunk into a shard (normalised vectors: inner product = cosine)."""
+    """Embed the corpus chunk by chunk into a shard (normalised vectors: inner product = cosine); exactly the
+    `rows` texts the scan counted, or an error."""
     bar = Progress(TextColumn("[bold]index"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                    console=console, disable=not progress)
     with bar:
@@ -34,14 +34,14 @@ def _fill(writer: ShardWriter, encoder: SentenceEncoder, files: list[Path], text
             texts = [record.text for _, _, record in chunk]
             vectors = normalize_rows(encoder.encode(texts, on_batch=lambda n: bar.advance(task, n)))
             writer.add(vectors, [record_id(path, record) for _, path, record in chunk], [t.strip() for t in texts])
+    if writer.count != rows:
+        raise BertkitError(f"the corpus changed while being indexed ({rows:,} texts counted, {writer.count:,} read)")
 
 
 def _report_skips(console: Console, found, encoder: SentenceEncoder) -> None:
     if found.empty:
         console.print(f"[yellow]skipped {found.empty:,} empty lines")
-    if encoder.truncated:
-        console.print(f"[yellow]warning: {encoder.truncated:,} texts are longer than {encoder.max_length} tokens and "
-                      "were truncated before embedding (sentence.max_length)")
+    truncation_warning(console, encoder)
 
 
 def _model_entry(encoder: SentenceEncoder) -> dict:
@@ -60,9 +60,13 @@ def build(model: Path, corpus: list[str], out: Path, text_field: str = "text", i
         hint = "append with `bertkit index add`, or pass --overwrite" if (out / "index.json").is_file() else \
             "choose another --out or pass --overwrite"
         raise BertkitError(f"{out}: already exists ({hint})")
+    if backend not in BACKENDS:
+        raise BertkitError(f"--backend {backend!r}: not allowed (allowed: {'|'.join(BACKENDS)})")
     for key, value in (("--nlist", nlist), ("--nprobe", nprobe)):
         if value is not None and value < 1:
             raise BertkitError(f"{key}: must be >= 1, got {value}")
+        if value is not None and backend == "exact":
+            raise BertkitError(f"{key}: only for a FAISS index (--backend faiss or auto), not --backend exact")
     files = find_files(corpus)
     encoder = SentenceEncoder(model, batch_size=batch_size)
     found = scan(files, text_field, id_field, keep_empty=False, check_ids=True)
@@ -89,8 +93,7 @@ def _new_faiss(path: Path, meta: dict, nlist: int | None, nprobe: int | None, nu
     """Train and write an IVF index over every row of the index at `path` (its shards as listed in `meta`)."""
     count = meta["count"]
     default_nlist, default_nprobe = ivf_params(count)
-    shards = [np.memmap(path / s["vectors"], dtype=np.float32, mode="r", shape=(s["count"], meta["dim"]))
-              for s in meta["shards"]]
+    shards = [shard_vectors(path, s, meta["dim"]) for s in meta["shards"]]
     console.print(f"training a FAISS IVF index ({nlist or default_nlist:,} lists) on {count:,} vectors")
     index = build_faiss(shards, meta["dim"], nlist or default_nlist)
     return {"file": write_faiss(index, path, number), "nlist": int(index.nlist),
@@ -114,44 +117,43 @@ def add(path: Path, corpus: list[str], model: Path | None = None, text_field: st
         id_field: str | None = None, batch_size: int = 64, chunk_size: int = 8192, progress: bool = True,
         console: Console | None = None) -> dict:
     """Append a corpus to an index: new shard files, then one rename of index.json (the previous index stays whole
-    if anything fails)."""
+    if anything fails). Concurrent appends to one index wait for each other."""
     console = console or Console(stderr=True)
-    index = VectorIndex(path)
-    encoder = _encoder_for(index, model, batch_size)
-    files = find_files(corpus)
-    found = scan(files, text_field, id_field, keep_empty=False, check_ids=True, existing=set(index.ids()))
-    if found.rows == 0:
-        raise BertkitError(f"{', '.join(corpus)}: no texts to add")
-    meta = dict(index.meta)
-    number = 1 + max(int(s["vectors"].split("-")[1].split(".")[0]) for s in meta["shards"])
-    writer = ShardWriter(index.path, number, index.dim)
-    old_faiss = meta.get("faiss", {}).get("file")
-    new_files = list(writer.names.values())
-    try:
-        _fill(writer, encoder, files, text_field, id_field, found.rows, chunk_size, progress, console)
-        shard = writer.close()
-        meta["shards"] = meta["shards"] + [shard]
-        meta["count"] = meta["count"] + shard["count"]
-        if meta["backend"] == "faiss":
-            faiss_index = index.faiss_index()
-            vectors = np.memmap(index.path / shard["vectors"], dtype=np.float32, mode="r",
-                                shape=(shard["count"], index.dim))
-            for start in range(0, len(vectors), 1 << 16):
-                faiss_index.add(np.ascontiguousarray(vectors[start:start + (1 << 16)]))
-            meta["faiss"] = {**meta["faiss"], "file": write_faiss(faiss_index, index.path, number)}
-            new_files.append(meta["faiss"]["file"])
-        elif resolve_backend(meta.get("backend_choice", "exact"), meta["count"]) == "faiss":
-            meta["backend"] = "faiss"
-            meta["faiss"] = _new_faiss(index.path, meta, None, None, number, console)
-            new_files.append(meta["faiss"]["file"])
-        write_meta(index.path, meta)  # the commit
-    except BaseException:
-        writer.discard()
-        for name in new_files:
-            (index.path / name).unlink(missing_ok=True)
-        raise
-    if old_faiss and old_faiss != meta.get("faiss", {}).get("file"):
-        (index.path / old_faiss).unlink(missing_ok=True)
+    VectorIndex(path)  # a clear error before taking a lock in a directory that is not an index
+    with index_lock(path):
+        index = VectorIndex(path)
+        encoder = _encoder_for(index, model, batch_size)
+        files = find_files(corpus)
+        found = scan(files, text_field, id_field, keep_empty=False, check_ids=True, existing=index.ids)
+        if found.rows == 0:
+            raise BertkitError(f"{', '.join(corpus)}: no texts to add")
+        meta = dict(index.meta)
+        number = 1 + max(int(s["vectors"].split("-")[1].split(".")[0]) for s in meta["shards"])
+        writer = ShardWriter(index.path, number, index.dim)
+        old_faiss = meta.get("faiss", {}).get("file")
+        new_files = list(writer.names.values())
+        try:
+            _fill(writer, encoder, files, text_field, id_field, found.rows, chunk_size, progress, console)
+            shard = writer.close()
+            meta["shards"] = meta["shards"] + [shard]
+            meta["count"] = meta["count"] + shard["count"]
+            if meta["backend"] == "faiss":
+                faiss_index = index.faiss_index()
+                add_to_faiss(faiss_index, shard_vectors(index.path, shard, index.dim))
+                meta["faiss"] = {**meta["faiss"], "file": write_faiss(faiss_index, index.path, number)}
+                new_files.append(meta["faiss"]["file"])
+            elif resolve_backend(meta.get("backend_choice", "exact"), meta["count"]) == "faiss":
+                meta["backend"] = "faiss"
+                meta["faiss"] = _new_faiss(index.path, meta, None, None, number, console)
+                new_files.append(meta["faiss"]["file"])
+            write_meta(index.path, meta)  # the commit
+        except BaseException:
+            writer.discard()
+            for name in new_files:
+                (index.path / name).unlink(missing_ok=True)
+            raise
+        if old_faiss and old_faiss != meta.get("faiss", {}).get("file"):
+            (index.path / old_faiss).unlink(missing_ok=True)
     _report_skips(console, found, encoder)
     console.print(f"added {shard['count']:,} vectors to {path}: {meta['count']:,} in all, {meta['backend']} search")
     return {"out": str(path), "added": shard["count"], "count": meta["count"], "backend": meta["backend"]}
@@ -169,14 +171,13 @@ def search(path: Path, queries: list[str], k: int = 5, model: Path | None = None
         raise BertkitError("an empty query: give the text to search for")
     index = VectorIndex(path)
     encoder = _encoder_for(index, model)
-    if not truncate:
-        for query, encoded in zip(queries, encoder.encoder.texts(queries)):
-            if encoded.truncated:
-                length = len(encoder.tokenizer.encode(query).ids)
-                raise BertkitError(f"the query {query[:40]!r}… is {length} tokens, longer than the model's "
-                                   f"{encoder.max_length}: shorten it, or pass --truncate to search with its first "
-                                   f"{encoder.max_length}")
-    vectors = normalize_rows(encoder.encode(queries))
+    encoded = encoder.encoder.texts(queries)  # tokenised once: checked, then embedded
+    for query, enc in zip(queries, encoded):
+        if enc.truncated and not truncate:
+            raise BertkitError(f"the query {query[:40]!r}… is longer than the model's {encoder.max_length} tokens: "
+                               f"shorten it, or pass --truncate to search with its first {encoder.max_length}")
+    vectors = embed_encoded(encoder.model, encoded, encoder.pad_id, encoder.batch_size, encoder.sentence.pooling,
+                            True)
     scores, rows = index.search(vectors, k, exact=exact, nprobe=nprobe)
     return index.hits(scores, rows)
 

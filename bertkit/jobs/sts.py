@@ -16,7 +16,9 @@ from rich.console import Console
 
 from bertkit.embedding import SentenceEncoder
 from bertkit.errors import BertkitError
+from bertkit.jobs.embed import truncation_warning
 from bertkit.paths import atomic_file, resolve_data_path
+from bertkit.text.corpus import csv_dialect
 from bertkit.text.tasks import read_pairs
 from bertkit.train.metrics import correlation_metrics
 
@@ -34,7 +36,7 @@ def sts_columns(path: Path) -> tuple[str, str, str]:
             first = fh.readline().rstrip("\r\n")
     except (OSError, UnicodeDecodeError) as exc:
         raise BertkitError(f"{path}: unreadable ({exc})") from None
-    fields = first.split("\t") if "\t" in first or path.suffix.lower() == ".tsv" else next(csv.reader([first]), [])
+    fields = next(csv.reader([first], **csv_dialect(first, path.suffix.lower())), [])
     if {"sentence1", "sentence2"} <= set(fields):
         return ("sentence1", "sentence2", "score" if "score" in fields else "label")
     try:
@@ -51,6 +53,8 @@ def evaluate_sts(model: Path, data: Path, columns: tuple[str | None, str | None,
                  console: Console | None = None) -> dict:
     """Embed both sides of every pair, correlate cos(u, v) with the gold scores; print and optionally write JSON."""
     console = console or Console()
+    if not max_score > 0:
+        raise BertkitError(f"--max-score: must be > 0, got {max_score}")
     if out is not None and Path(out).exists() and not overwrite:
         raise BertkitError(f"{out}: already exists (choose another --out or pass --overwrite)")
     data = resolve_data_path(data)
@@ -64,9 +68,7 @@ def evaluate_sts(model: Path, data: Path, columns: tuple[str | None, str | None,
     result = correlation_metrics([p.score for p in pairs], cosine)
     result.update({"model": str(model), "data": str(data), "truncated": encoder.truncated,
                    "pooling": encoder.sentence.pooling})
-    if encoder.truncated:
-        console.print(f"[yellow]warning: {encoder.truncated:,} sentences are longer than {encoder.max_length} tokens "
-                      "and were truncated")
+    truncation_warning(console, encoder, "sentences")
     console.print(f"{data}: {result['pairs']:,} pairs  Spearman {100 * result['spearman']:.2f}  "
                   f"Pearson {100 * result['pearson']:.2f}  (cosine similarity, {encoder.sentence.pooling} pooling)")
     if out is not None:

@@ -23,7 +23,7 @@ from bertkit.paths import atomic_dir, cache_root, resolve_data_path
 
 FORMATS = {".txt": "text", ".text": "text", ".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv",
            ".parquet": "parquet"}
-_VERSION = "corpus-v1"
+_VERSION = "corpus-v2"  # v2: TSV read without quote processing; a .csv whose header is tab-separated reads as TSV
 _BATCH = 10_000
 
 
@@ -67,6 +67,24 @@ def file_format(path: Path, strict: bool = True) -> str | None:
     if fmt is None and strict:
         return "text"
     return fmt
+
+
+def csv_dialect(first_line: str, suffix: str) -> dict:
+    """csv.reader arguments for a delimited file, from its first line: .tsv is tab-separated; a .csv is too when
+    its first line has more tab- than comma-separated fields (the STS benchmark's .csv files are TSV). Tab-separated
+    files are read without quote processing: GLUE's and STS-B's sentences hold literal quote characters."""
+    tab = suffix == ".tsv"
+    if suffix == ".csv" and "\t" in first_line:
+        tab = len(first_line.split("\t")) > len(next(csv.reader([first_line]), []))
+    return {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if tab else {"delimiter": ",", "quoting": csv.QUOTE_MINIMAL}
+
+
+def record_key(value, where: str) -> str:
+    """A document id as a string: ids must be strings or integers (so 1 and "1" are the same id, and a null or
+    a float is not silently turned into one)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise BertkitError(f"{where}: id {value!r} is not a string or an integer")
+    return str(value)
 
 
 def _lines(path: Path, skip_bad_lines: bool, stats: ReadStats) -> Iterator[str]:
@@ -125,20 +143,34 @@ def iter_records(path: Path, text_field: str = "text", skip_bad_lines: bool = Fa
                 if field is not None and (not isinstance(record, dict) or field not in record):
                     fields = ", ".join(record) if isinstance(record, dict) else type(record).__name__
                     raise BertkitError(f"{path}:{number}: no field '{field}' (found: {fields}); set {role}")
-            yield Record(number, None if id_field is None else str(record[id_field]), str(record[text_field] or ""))
+            key = None if id_field is None else record_key(record[id_field], f"{path}:{number}")
+            yield Record(number, key, str(record[text_field] or ""))
     elif fmt in ("csv", "tsv"):
-        reader = csv.reader(_lines(path, skip_bad_lines, stats), delimiter="\t" if fmt == "tsv" else ",")
-        header = next(reader, None)
-        if header is None:
+        lines = _lines(path, skip_bad_lines, stats)
+        first = next(lines, None)
+        if first is None:
             return
+        suffix = ".tsv" if fmt == "tsv" else ".csv"
+
+        def all_lines():
+            yield first
+            yield from lines
+
+        reader = csv.reader(all_lines(), **csv_dialect(first, suffix))
+        header = next(reader)
         columns = []
         for field, role in ((text_field, "--text-field"), (id_field, "--id-field")):
             if field is not None and field not in header:
                 raise BertkitError(f"{path}: no column '{field}' (found: {', '.join(header)}); set {role}")
             columns.append(None if field is None else header.index(field))
+        width = max(c for c in columns if c is not None) + 1
         for row in reader:
-            if len(row) > columns[0]:
-                yield Record(reader.line_num, None if columns[1] is None else row[columns[1]], row[columns[0]])
+            if not row:
+                continue
+            if len(row) < width:  # never a silently dropped (or shifted) row
+                raise BertkitError(f"{path}:{reader.line_num}: {len(row)} fields, the header has {len(header)}")
+            key = None if columns[1] is None else record_key(row[columns[1]], f"{path}:{reader.line_num}")
+            yield Record(reader.line_num, key, row[columns[0]])
     else:
         import pyarrow.parquet as pq
 
@@ -157,7 +189,8 @@ def iter_records(path: Path, text_field: str = "text", skip_bad_lines: bool = Fa
             ids = batch.column(1).to_pylist() if id_field is not None else [None] * len(texts)
             for text, key in zip(texts, ids):
                 number += 1
-                yield Record(number, None if key is None else str(key), text or "")
+                yield Record(number, None if id_field is None else record_key(key, f"{path}: row {number}"),
+                             text or "")
 
 
 def _documents(path: Path, text_field: str, skip_bad_lines: bool, stats: ReadStats) -> Iterator[str]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from bertkit.config import TaskConfig
 from bertkit.errors import BertkitError
 from bertkit.paths import resolve_data_path
+from bertkit.text.corpus import csv_dialect
 
 
 @dataclass(frozen=True)
@@ -79,12 +80,8 @@ def _rows(path: Path, header: bool = True) -> tuple[list[str], list[dict]]:
                 rows.append(record)
         header = list(dict.fromkeys(key for row in rows for key in row))
         return header, rows
-    # A .csv whose first line holds a tab is tab-separated (the STS benchmark's files are).
-    delimiter = "\t" if suffix == ".tsv" or "\t" in text.split("\n", 1)[0] else ","
-    # TSV files such as GLUE's contain quote characters inside sentences: read them literally.
     # newline="": quoted CSV fields keep their line breaks, and nothing splits at U+2028 & co.
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter,
-                        quoting=csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL)
+    reader = csv.reader(io.StringIO(text, newline=""), **csv_dialect(text.split("\n", 1)[0], suffix))
     try:
         table = list(reader)
     except csv.Error as exc:
@@ -270,7 +267,7 @@ def read_pairs(path: str | Path, text_column: str, pair_column: str, target: str
                                       if number == 1 and is_index(target_column) else "")) from None
             if max_score is not None and not 0.0 <= score <= max_score:
                 raise BertkitError(f"{path}: row {number}: score {score} is outside [0, {max_score}] "
-                                   "(set task.max_score to the scale's top)")
+                                   "(give the scale's top: task.max_score, or --max-score for evaluate-sts)")
         elif target == "label":
             if raw is None or not str(raw).strip():
                 raise BertkitError(f"{path}: row {number} has no label")

@@ -62,7 +62,10 @@ class TrainState:
     step: int = 0  # optimiser steps taken = global batches consumed
     total_steps: int = 0
     calibrated: bool = False
-    calibrated_at: tuple[int, float] = (0, 0.0)  # (step, elapsed) of the first fit: steady-state timing starts there
+    # (step, elapsed, step_seconds, evaluations) at the first fit: steady-state timing starts there
+    calibrated_at: tuple[int, float, float, int] = (0, 0.0, 0.0, 0)
+    step_seconds: float = 0.0  # time inside training steps (no evaluations, checkpoints or logging), summed
+    evaluations: int = 0
     elapsed: float = 0.0  # training seconds, summed over resumes
     skipped_steps: int = 0  # non-finite steps skipped in total
     bad_in_row: int = 0
@@ -235,6 +238,7 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                 scheduler.step()
                 state.step += 1
                 step_time = time.perf_counter() - t0
+                state.step_seconds += step_time
                 state.elapsed = time.perf_counter() - started
 
                 if not finite:
@@ -273,6 +277,7 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                 last = state.step >= state.total_steps or (cfg.max_seconds and state.elapsed >= cfg.max_seconds)
                 if state.step % cfg.eval_every == 0 or last:
                     evaluation = objective.evaluate(accelerator.unwrap_model(ddp_model))
+                    state.evaluations += 1
                     metrics.log({"kind": "eval", "step": state.step, **evaluation})
                     if main and evaluation:
                         console.print(f"step {state.step}: " + "  ".join(f"{k} {v:.4f}" for k, v in evaluation.items()))
@@ -357,16 +362,21 @@ def _fit_budget(cfg: TrainConfig, state: TrainState, step_time: float, objective
     extra = max(0, int(remaining / (per_step + eval_cost / cfg.eval_every)))
     state.total_steps = max(state.step, min(cfg.max_steps, state.step + extra))
     state.calibrated = True
-    state.calibrated_at = (state.step, state.elapsed)
+    state.calibrated_at = (state.step, state.elapsed, state.step_seconds, state.evaluations)
 
 
 def _refit_budget(cfg: TrainConfig, state: TrainState, objective: Objective) -> None:
-    """Re-fit the number of steps from the time per step since the first fit (steady state, evaluations
-    included); the schedule follows the new total from the next step on."""
-    step0, elapsed0 = state.calibrated_at
-    per_step = (state.elapsed - elapsed0) / (state.step - step0)
-    eval_cost = getattr(objective, "eval_cost_steps", 0.0) * per_step
-    extra = max(0, int((cfg.max_seconds - state.elapsed) / (per_step + eval_cost / cfg.eval_every)))
+    """Re-fit the number of steps from steady-state timing since the first fit: the time per training step, plus
+    the time per step spent outside steps (evaluations, checkpoints, logging) as measured in the window, or, before
+    the window holds an evaluation, the objective's estimate of one. The schedule follows the new total from the
+    next step on."""
+    step0, elapsed0, seconds0, evals0 = state.calibrated_at
+    steps = state.step - step0
+    per_step = (state.step_seconds - seconds0) / steps
+    overhead = ((state.elapsed - elapsed0) - (state.step_seconds - seconds0)) / steps
+    if state.evaluations == evals0:  # no evaluation measured yet: add the estimate of the ones to come
+        overhead += getattr(objective, "eval_cost_steps", 0.0) * per_step / cfg.eval_every
+    extra = max(0, int((cfg.max_seconds - state.elapsed) / (per_step + overhead)))
     state.total_steps = max(state.step + 1, min(cfg.max_steps, state.step + extra))
 
 

@@ -53,6 +53,44 @@ def test_parquet_rows_carry_file_line_and_id(tmp_path, base):
     np.testing.assert_allclose(vectors, SentenceEncoder(base).encode([LINES[i] for i in kept]), atol=1e-5)
 
 
+def test_tsv_quotes_are_text_and_short_rows_are_errors(tmp_path, base):
+    tsv = tmp_path / "docs.tsv"
+    tsv.write_text('text\tid\n"Quoted title and more\t1\nplain\t2\nthird\t3\n')
+    cli_ok("embed", "--model", base, tsv, "-o", tmp_path / "q.parquet", "--id-field", "id", "--no-progress")
+    assert pq.read_table(tmp_path / "q.parquet").column("id").to_pylist() == ["1", "2", "3"]
+    short = tmp_path / "short.csv"
+    short.write_text("text,id\nhello,1\nworld\n")
+    assert "short.csv:3: 1 fields, the header has 2" in cli_error("embed", "--model", base, short, "-o",
+                                                                  tmp_path / "s.parquet", "--id-field", "id")
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text('{"id": 1.5, "text": "x"}\n')
+    assert "odd.jsonl:1: id 1.5 is not a string or an integer" in cli_error(
+        "embed", "--model", base, odd, "-o", tmp_path / "o.parquet", "--id-field", "id")
+
+
+def test_inputs_that_change_while_embedding_write_nothing(tmp_path, base, monkeypatch):
+    import bertkit.jobs.embed as embed
+
+    corpus = _corpus(tmp_path)
+    original = embed.scan
+
+    def undercount(*args, **kwargs):
+        found = original(*args, **kwargs)
+        found.rows -= 1
+        return found
+
+    monkeypatch.setattr(embed, "scan", undercount)
+    for name in ("c.npy", "c.parquet"):
+        assert "the inputs changed while being embedded" in cli_error("embed", "--model", base, corpus, "-o",
+                                                                      tmp_path / name)
+        assert not (tmp_path / name).exists()
+    rows = tmp_path / "r.rows.npy"
+    rows.write_bytes(b"mine")
+    assert "r.rows.npy: already exists" in cli_error("embed", "--model", base, corpus, "-o", tmp_path / "r.npy")
+    assert rows.read_bytes() == b"mine" and not (tmp_path / "r.npy").exists()
+    assert not list(tmp_path.glob(".*tmp*"))
+
+
 def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
     corpus = _corpus(tmp_path)
     kept = tmp_path / "kept.npy"

@@ -5,7 +5,6 @@ import json
 import random
 from pathlib import Path
 
-import pytest
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 

@@ -149,4 +149,10 @@ def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
     assert "loss" in cli_error(*common, "--train", train, "--loss", "triplet", "--out", tmp_path / "b")
     assert not (tmp_path / "b").exists()
     assert "cannot tell its columns" in cli_error("evaluate-sts", "--model", base, "--data", headed)
+    assert "task.pooling is the classifier head's" in cli_error(*common, "--train", train, "--set",
+                                                                 "task.pooling=mean", "--out", tmp_path / "b")
+    # a resumed run must pool as it began
+    args = [*common, "--train", train, "--out", tmp_path / "r", "--set", "save_every=1", "--pooling", "cls"]
+    cli_ok(*args)
+    assert "holds a different run ([sentence]" in cli_error(*args[:-2], "--resume", "--max-steps", "3")
     assert "similarity needs two non-empty texts" in cli_error("similarity", base, "a", " ")

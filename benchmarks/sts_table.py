@@ -1,0 +1,72 @@
+"""The README's sentence-embedding table: STS-B test Spearman (cosine similarity, x100) for
+
+  minilm          all-MiniLM-L6-v2 imported with `bertkit import-hf` (no training here)
+  pretrained      the BERT-mini of `bertkit pretrain --recipe pretrain-mini-imdb`, mean pooling, before training
+  pretrained+sts  the same after SBERT training on STS-B train (recipes/finetune-stsb.toml)
+  random+sts      the same architecture and tokenizer from random weights, after the same training
+  minilm+sts      all-MiniLM-L6-v2 after the same training
+
+Every row is plain `bertkit finetune sentence …` / `bertkit evaluate-sts …` commands, printed as they run; finished
+cells are reused on a re-run (delete runs/sts-table/<cell> to redo one).
+
+  python benchmarks/sts_table.py --pretrained runs/mini-imdb
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from common import ensure_minilm, sh
+
+TEST = "stsb/sts-test.csv"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pretrained", type=Path, default=Path("runs/mini-imdb"))
+    parser.add_argument("--minilm", type=Path, default=Path("runs/minilm"))
+    parser.add_argument("--out", type=Path, default=Path("runs/sts-table"))
+    parser.add_argument("--rows", default="minilm,pretrained,pretrained+sts,random+sts,minilm+sts")
+    args = parser.parse_args()
+    ensure_minilm(args.minilm)
+    sources = {"minilm": ["--model", str(args.minilm)], "pretrained": ["--model", str(args.pretrained)],
+               "random": ["--model", str(args.pretrained), "--init", "random"]}
+    results_file = args.out / "results.json"
+    results = json.loads(results_file.read_text()) if results_file.is_file() else {}
+    args.out.mkdir(parents=True, exist_ok=True)
+    for row in args.rows.split(","):
+        if row in results:
+            continue
+        base, _, trained = row.partition("+")
+        report = args.out / f"{row}-test.json"
+        seconds = None
+        if trained:
+            run = args.out / row
+            seconds = sh("finetune", "sentence", "--recipe", "finetune-stsb", *sources[base], "--out", str(run),
+                         "--no-progress")
+            model = run
+        else:
+            model = Path(sources[base][1])
+        sh("evaluate-sts", "--model", str(model), "--data", TEST, "--out", str(report), "--overwrite")
+        test = json.loads(report.read_text())
+        cell = {"spearman": test["spearman"], "pearson": test["pearson"], "seconds": seconds}
+        if trained:
+            finetune = json.loads((args.out / row / "results.json").read_text())
+            cell.update({"dev_spearman": finetune["validation"]["spearman"], "steps": finetune["steps"],
+                         "best_step": finetune["best_step"]})
+        results[row] = cell
+        results_file.write_text(json.dumps(results, indent=2) + "\n")
+    print("\n| model | STS-B test Spearman × 100 | Pearson × 100 | SBERT training (STS-B train) |")
+    print("|---|---|---|---|")
+    for row in args.rows.split(","):
+        cell = results.get(row)
+        if cell:
+            training = (f"{cell['steps']} steps, best dev at {cell['best_step']} ({100 * cell['dev_spearman']:.1f}), "
+                        f"{cell['seconds'] / 60:.1f} min" if cell.get("seconds") else "none")
+            print(f"| {row} | {100 * cell['spearman']:.2f} | {100 * cell['pearson']:.2f} | {training} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""`bertkit finetune classify|ner|sentence`, `predict`, `evaluate`: task models from any encoder run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bertkit.cli import ProgressOption, SetOption, app, user_errors
+
+finetune_app = typer.Typer(help="Finetune a pretrained or imported encoder: text classification, NER, or sentence "
+                                "embeddings (SBERT).",
+                           no_args_is_help=True)
+app.add_typer(finetune_app, name="finetune")
+
+ModelOption = Annotated[Path | None, typer.Option("--model", "-m", help="A bertkit run directory: pretrained with "
+                                                  "`bertkit pretrain` or imported with `bertkit import-hf`.")]
+TrainFileOption = Annotated[str | None, typer.Option("--train", help="Training file (data-root relative is fine).")]
+ValidationOption = Annotated[str | None, typer.Option(
+    "--validation", help="Validation file for evaluation, early stopping and the best checkpoint (default: hold "
+                         "out task.validation_fraction of --train).")]
+FinetuneOut = Annotated[Path, typer.Option("--out", "-o", help="The finetuned run directory to write.")]
+ResumeOption = Annotated[bool, typer.Option(help="Continue the run in --out from its latest checkpoint.")]
+EpochsOption = Annotated[float | None, typer.Option(help="train.epochs: passes over the training set.")]
+MaxStepsOption = Annotated[int | None, typer.Option(help="train.max_steps (when --epochs is not set).")]
+MaxTimeOption = Annotated[str | None, typer.Option(help="train.max_time: a wall-clock budget such as 10m.")]
+InitOption = Annotated[str | None, typer.Option(help="task.init: pretrained (default) or random — the same "
+                                                     "architecture and tokenizer from random weights.")]
+
+
+def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: bool, progress: bool,
+              set_: list[str] | None, values: dict) -> None:
+    from bertkit.config import load_recipe, with_values
+    from bertkit.jobs import finetune as job
+
+    config = with_values(load_recipe(recipe, set_ or []), {"task.kind": kind, **values})
+    if values.get("train.max_steps") is not None and values.get("train.epochs") is None:
+        # --max-steps given on the command line wins over the recipe's epochs
+        config = _clear_epochs(config)
+    job.run(config, model, out, resume=resume, progress=progress)
+
+
+def _clear_epochs(config):
+    import dataclasses
+
+    return dataclasses.replace(config, train=dataclasses.replace(config.train, epochs=None))
+
+
+@finetune_app.command("classify")
+@user_errors
+def finetune_classify(
+        model: ModelOption = None, train: TrainFileOption = None, validation: ValidationOption = None,
+        text_column: Annotated[str | None, typer.Option(help="task.text_column (default text).")] = None,
+        text_pair_column: Annotated[str | None, typer.Option(help="task.text_pair_column: the second text of "
+                                                                  "sentence-pair tasks.")] = None,
+        label_column: Annotated[str | None, typer.Option(help="task.label_column (default label).")] = None,
+        pooling: Annotated[str | None, typer.Option(help="task.pooling: cls | mean | max.")] = None,
+        recipe: Annotated[str, typer.Option(help="Recipe name or .toml with [task] and [train].")]
+        = "finetune-classify",
+        out: FinetuneOut = Path("runs/classify"), resume: ResumeOption = False, epochs: EpochsOption = None,
+        max_steps: MaxStepsOption = None, max_time: MaxTimeOption = None, init: InitOption = None,
+        max_train_examples: Annotated[int | None, typer.Option(help="task.max_train_examples: train on the first "
+                                                                    "N examples only.")] = None,
+        progress: ProgressOption = True, set_: SetOption = None) -> None:
+    """Finetune a text (or text-pair) classifier from CSV / TSV / JSONL; labels may be strings or ints.
+
+    Example: bertkit finetune classify --model runs/mini-imdb --train sst2/train.tsv --text-column sentence
+    """
+    _finetune("classify", recipe, model, out, resume, progress, set_, {
+        "task.train_file": train, "task.validation_file": validation, "task.text_column": text_column,
+        "task.text_pair_column": text_pair_column, "task.label_column": label_column, "task.pooling": pooling,
+        "task.init": init, "task.max_train_examples": max_train_examples, "train.epochs": epochs,
+        "train.max_steps": max_steps, "train.max_time": max_time})
+
+
+@finetune_app.command("ner")
+@user_errors
+def finetune_ner(
+        model: ModelOption = None, train: TrainFileOption = None, validation: ValidationOption = None,
+        tag_column: Annotated[int | None, typer.Option(help="task.tag_column: the column holding the tag "
+                                                            "(-1: the last).")] = None,
+        recipe: Annotated[str, typer.Option(help="Recipe name or .toml with [task] and [train].")] = "finetune-ner",
+        out: FinetuneOut = Path("runs/ner"), resume: ResumeOption = False, epochs: EpochsOption = None,
+        max_steps: MaxStepsOption = None, max_time: MaxTimeOption = None, init: InitOption = None,
+        max_train_examples: Annotated[int | None, typer.Option(help="task.max_train_examples.")] = None,
+        progress: ProgressOption = True, set_: SetOption = None) -> None:
+    """Finetune a NER tagger on CoNLL column files (IOB1, IOB2 or BIOES; entity-level F1 with seqeval).
+
+    Example: bertkit finetune ner --model runs/mini-imdb --train conll2003/train.txt --validation conll2003/dev.txt
+    """
+    _finetune("ner", recipe, model, out, resume, progress, set_, {
+        "task.train_file": train, "task.validation_file": validation, "task.tag_column": tag_column,
+        "task.init": init, "task.max_train_examples": max_train_examples, "train.epochs": epochs,
+        "train.max_steps": max_steps, "train.max_time": max_time})
+
+
+@finetune_app.command("sentence")
+@user_errors
+def finetune_sentence(
+        model: ModelOption = None, train: TrainFileOption = None, validation: ValidationOption = None,
+        loss: Annotated[str | None, typer.Option(help="task.loss: cosine (scored pairs: MSE of cos(u, v) against "
+                                                      "score / max_score) | mnrl (anchor, positive[, negative] "
+                                                      "rows; in-batch negatives) | softmax (labelled pairs).")]
+        = None,
+        text_column: Annotated[str | None, typer.Option(help="task.text_column: the first sentence (anchor); a "
+                                                             "name, or a 0-based position for a file without a "
+                                                             "header.")] = None,
+        text_pair_column: Annotated[str | None, typer.Option(help="task.text_pair_column: the second sentence "
+                                                                  "(positive).")] = None,
+        label_column: Annotated[str | None, typer.Option(help="task.label_column: the gold score (cosine) or label "
+                                                              "(softmax).")] = None,
+        negative_column: Annotated[str | None, typer.Option(help="task.negative_column: a hard negative per row "
+                                                                 "(mnrl).")] = None,
+        pooling: Annotated[str | None, typer.Option(help="sentence.pooling: mean | cls | max.")] = None,
+        recipe: Annotated[str, typer.Option(help="Recipe name or .toml with [task], [sentence] and [train].")]
+        = "finetune-sentence",
+        out: FinetuneOut = Path("runs/sentence"), resume: ResumeOption = False, epochs: EpochsOption = None,
+        max_steps: MaxStepsOption = None, max_time: MaxTimeOption = None, init: InitOption = None,
+        max_train_examples: Annotated[int | None, typer.Option(help="task.max_train_examples.")] = None,
+        progress: ProgressOption = True, set_: SetOption = None) -> None:
+    """Train a SentenceBERT bi-encoder on sentence pairs (cosine, multiple-negatives ranking or softmax loss).
+
+    Example: bertkit finetune sentence --model runs/mini-imdb --recipe finetune-stsb --out runs/sbert
+    """
+    _finetune("sentence", recipe, model, out, resume, progress, set_, {
+        "task.train_file": train, "task.validation_file": validation, "task.loss": loss,
+        "task.text_column": text_column, "task.text_pair_column": text_pair_column,
+        "task.label_column": label_column, "task.negative_column": negative_column, "sentence.pooling": pooling,
+        "task.init": init, "task.max_train_examples": max_train_examples, "train.epochs": epochs,
+        "train.max_steps": max_steps, "train.max_time": max_time})
+
+
+@app.command()
+@user_errors
+def predict(model: Annotated[Path, typer.Option("--model", "-m", help="A finetuned run directory.")],
+            source: Annotated[Path | None, typer.Argument(
+                metavar="INPUT", help="Texts: a .txt file (one per line), .jsonl / .csv / .tsv (the text column), "
+                                      "or - / nothing for stdin.")] = None,
+            out: Annotated[Path | None, typer.Option("--out", "-o", help="JSONL file to write (default "
+                                                                         "stdout).")] = None,
+            text_column: Annotated[str | None, typer.Option(help="Column of .jsonl/.csv/.tsv input (default: "
+                                                                 "the one used in finetuning).")] = None,
+            batch_size: Annotated[int, typer.Option(min=1, help="Inputs per batch (sorted by length).")] = 64,
+            overwrite: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False) -> None:
+    """Label texts (classify) or find entities with character offsets (NER); one JSON line per input, in order."""
+    from bertkit.jobs import predict as job
+
+    job.run(model, source, out, text_column=text_column, batch_size=batch_size, overwrite=overwrite)
+
+
+@app.command()
+@user_errors
+def evaluate(model: Annotated[Path, typer.Option("--model", "-m", help="A finetuned run directory.")],
+             data: Annotated[Path, typer.Option("--data", help="Labelled file: like the training data.")],
+             text_column: Annotated[str | None, typer.Option(help="Override the finetuning text column.")] = None,
+             label_column: Annotated[str | None, typer.Option(help="Override the label column.")] = None,
+             tag_column: Annotated[int | None, typer.Option(help="Override the CoNLL tag column.")] = None,
+             out: Annotated[Path | None, typer.Option("--out", "-o", help="Also write the metrics as JSON.")]
+             = None,
+             overwrite: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False) -> None:
+    """Metrics on a labelled file: accuracy / macro-F1 / MCC + confusion matrix, or entity P/R/F1 per type."""
+    from bertkit.jobs import evaluate as job
+    from bertkit.paths import resolve_data_path
+
+    job.run(model, resolve_data_path(data), {"text_column": text_column, "label_column": label_column,
+                                             "tag_column": tag_column}, out, overwrite)

@@ -1,0 +1,99 @@
+"""`bertkit tokenizer train`, `pretrain`, `fill-mask`, `plot`: masked-LM pretraining and looking at it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bertkit.cli import SetOption, TextFieldOption, app, user_errors
+
+tokenizer_app = typer.Typer(help="Train BPE tokenizers.", no_args_is_help=True)
+app.add_typer(tokenizer_app, name="tokenizer")
+
+CorpusOption = Annotated[list[str] | None, typer.Option(
+    "--corpus", help="Corpus file or directory (.txt .gz .jsonl .csv .tsv .parquet); repeat for several.")]
+SkipBadOption = Annotated[bool, typer.Option("--skip-bad-lines", help="Skip (and count) lines that are not valid "
+                                                                       "UTF-8 instead of stopping.")]
+
+
+@tokenizer_app.command("train")
+@user_errors
+def tokenizer_train(corpus: Annotated[list[str], typer.Argument(help="Corpus files or directories.")],
+                    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for tokenizer.json.")],
+                    vocab_size: Annotated[int, typer.Option(help="Vocabulary size, special tokens included.")]
+                    = 16000,
+                    byte_level: Annotated[bool, typer.Option(help="Byte-level BPE (nothing is ever [UNK]); "
+                                                                  "--no-byte-level: Metaspace BPE.")] = True,
+                    lowercase: Annotated[bool, typer.Option(help="Lowercase before tokenising.")] = False,
+                    nfkc: Annotated[bool, typer.Option(help="Unicode NFKC normalisation.")] = True,
+                    min_frequency: Annotated[int, typer.Option(min=1, help="Minimum count of a merge.")] = 2,
+                    text_field: TextFieldOption = None, skip_bad_lines: SkipBadOption = False,
+                    overwrite: Annotated[bool, typer.Option(help="Replace OUT if it exists.")] = False) -> None:
+    """Train a BPE tokenizer ([PAD] [UNK] [CLS] [SEP] [MASK], BERT templates) and save it as tokenizer.json."""
+    from bertkit.config import TokenizerConfig
+    from bertkit.jobs import tokenizer as job
+
+    cfg = TokenizerConfig(byte_level=byte_level, lowercase=lowercase, nfkc=nfkc, min_frequency=min_frequency)
+    job.run(corpus, vocab_size, out, cfg, text_field or "text", skip_bad_lines, overwrite)
+
+
+@app.command()
+@user_errors
+def pretrain(recipe: Annotated[str, typer.Option(help="Recipe name or .toml file.")] = "mini",
+             corpus: CorpusOption = None,
+             tokenizer: Annotated[Path | None, typer.Option(help="A tokenizer directory or tokenizer.json to use "
+                                                                 "(default: train one on the corpus).")] = None,
+             out: Annotated[Path, typer.Option("--out", "-o", help="The run directory to write.")]
+             = Path("runs/pretrain"),
+             resume: Annotated[bool, typer.Option(help="Continue the run in --out from its latest checkpoint.")]
+             = False,
+             max_steps: Annotated[int | None, typer.Option(help="train.max_steps")] = None,
+             max_time: Annotated[str | None, typer.Option(help="train.max_time: a wall-clock budget such as 30m; "
+                                                               "the schedule is fitted to it.")] = None,
+             text_field: TextFieldOption = None, skip_bad_lines: SkipBadOption = False,
+             progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+             set_: SetOption = None) -> None:
+    """Masked-LM pretraining of a BERT on your corpus (CPU, one GPU, or `accelerate launch -m bertkit pretrain`)."""
+    from bertkit.config import load_recipe, with_values
+    from bertkit.jobs import pretrain as job
+
+    config = load_recipe(recipe, set_ or [])
+    config = with_values(config, {"data.corpus": tuple(corpus) if corpus else None, "train.max_steps": max_steps,
+                                  "train.max_time": max_time, "data.text_field": text_field,
+                                  "data.skip_bad_lines": skip_bad_lines or None})
+    job.run(config, out, tokenizer_path=tokenizer, resume=resume, progress=progress)
+
+
+@app.command("fill-mask")
+@user_errors
+def fill_mask(model: Annotated[Path, typer.Argument(help="A run directory with an MLM head.")],
+              text: Annotated[str, typer.Argument(help="Text with one or more [MASK] tokens.")],
+              top_k: Annotated[int, typer.Option(min=1, help="Candidates per mask.")] = 5,
+              json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+              ) -> None:
+    """Fill each [MASK] with the model's top-k guesses."""
+    import json
+
+    from bertkit.jobs import fill_mask as job
+
+    results = job.run(model, text, top_k)
+    if json_out:
+        typer.echo(json.dumps(results, ensure_ascii=False))
+        return
+    for index, options in enumerate(results, start=1):
+        typer.echo(f"[MASK] #{index}:")
+        for option in options:
+            typer.echo(f"  {option['score']:.3f}  {option['token']!r:16}  {option['sequence']}")
+
+
+@app.command()
+@user_errors
+def plot(run: Annotated[Path, typer.Argument(help="A run directory with metrics.jsonl.")],
+         out: Annotated[Path | None, typer.Option("--out", "-o", help="PNG to write (default RUN/curves.png).")]
+         = None) -> None:
+    """Plot a run's loss and accuracy curves (train, validation, unigram baseline) to a PNG."""
+    from bertkit.jobs import plot as job
+
+    typer.echo(f"wrote {job.run(run, out)}")

@@ -1,0 +1,151 @@
+"""`bertkit evaluate-sts`, `embed`, `similarity`, `index build|add|info`, `search`: sentence embeddings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bertkit.cli import ProgressOption, TextFieldOption, app, user_errors
+
+
+@app.command("evaluate-sts")
+@user_errors
+def evaluate_sts(model: Annotated[Path, typer.Option("--model", "-m", help="Any encoder run directory.")],
+                 data: Annotated[Path, typer.Option("--data", help="Scored pairs: the STS benchmark's sts-*.csv, or "
+                                                                  "a file with sentence1 / sentence2 / score "
+                                                                  "columns.")],
+                 sentence1_column: Annotated[str | None, typer.Option(help="Name or 0-based position.")] = None,
+                 sentence2_column: Annotated[str | None, typer.Option(help="Name or 0-based position.")] = None,
+                 score_column: Annotated[str | None, typer.Option(help="Name or 0-based position.")] = None,
+                 max_score: Annotated[float, typer.Option(help="Top of the gold score scale.")] = 5.0,
+                 batch_size: Annotated[int, typer.Option(min=1, help="Sentences per batch.")] = 64,
+                 out: Annotated[Path | None, typer.Option("--out", "-o", help="Also write the result as JSON.")]
+                 = None,
+                 overwrite: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False) -> None:
+    """Spearman / Pearson correlation of cosine similarities with gold scores (STS benchmark style)."""
+    from bertkit.jobs import sts as job
+
+    job.evaluate_sts(model, data, (sentence1_column, sentence2_column, score_column), max_score, batch_size, out,
+                     overwrite)
+
+
+@app.command()
+@user_errors
+def embed(model: Annotated[Path, typer.Option("--model", "-m", help="Any encoder run directory.")],
+          inputs: Annotated[list[str], typer.Argument(metavar="INPUT...", help="Text files (.txt one per line, "
+                                                      ".gz, .jsonl, .csv, .tsv, .parquet) or directories.")],
+          out: Annotated[Path, typer.Option("--out", "-o", help="OUT.npy (the matrix) or OUT.parquet (file, line, "
+                                                                "[id,] embedding).")],
+          text_field: TextFieldOption = None,
+          id_field: Annotated[str | None, typer.Option(help="A JSONL field / column with unique ids (written to "
+                                                            "Parquet output).")] = None,
+          batch_size: Annotated[int, typer.Option(min=1, help="Texts per batch (batches sorted by length).")] = 64,
+          chunk_size: Annotated[int, typer.Option(min=1, help="Texts read, embedded and written at a time (memory "
+                                                              "stays constant).")] = 8192,
+          keep_empty: Annotated[bool, typer.Option(help="Embed empty lines as \"\" instead of skipping them.")]
+          = False,
+          overwrite: Annotated[bool, typer.Option(help="Replace an existing OUT.")] = False,
+          progress: ProgressOption = True) -> None:
+    """Embed sentences (one vector per text, the run's pooling and normalisation) into .npy or .parquet."""
+    from bertkit.jobs import embed as job
+
+    job.run(model, inputs, out, text_field or "text", id_field, batch_size, chunk_size, keep_empty, overwrite,
+            progress)
+
+
+@app.command()
+@user_errors
+def similarity(model: Annotated[Path, typer.Argument(help="Any encoder run directory.")],
+               a: Annotated[str, typer.Argument(help="First sentence.")],
+               b: Annotated[str, typer.Argument(help="Second sentence.")]) -> None:
+    """Cosine similarity of two sentences' embeddings."""
+    from bertkit.jobs import search as job
+
+    typer.echo(f"{job.similarity(model, a, b):.4f}")
+
+
+index_app = typer.Typer(help="Build, extend and inspect sentence-embedding indexes for `bertkit search`.",
+                        no_args_is_help=True)
+app.add_typer(index_app, name="index")
+
+
+@index_app.command("build")
+@user_errors
+def index_build(model: Annotated[Path, typer.Option("--model", "-m", help="The encoder run that embeds the corpus "
+                                                                          "(and, later, the queries).")],
+                corpus: Annotated[list[str], typer.Argument(help="Corpus files or directories, one text per "
+                                                                 "line / record.")],
+                out: Annotated[Path, typer.Option("--out", "-o", help="The index directory to write.")],
+                backend: Annotated[str, typer.Option(help="auto (exact below 100,000 vectors, FAISS IVF from "
+                                                          "there) | exact | faiss.")] = "auto",
+                text_field: TextFieldOption = None,
+                id_field: Annotated[str | None, typer.Option(help="Field / column with unique document ids "
+                                                                  "(default: file:line).")] = None,
+                nlist: Annotated[int | None, typer.Option(help="FAISS: inverted lists (default ~4 sqrt(N)).")]
+                = None,
+                nprobe: Annotated[int | None, typer.Option(help="FAISS: lists searched per query (default: "
+                                                                "recall@10 ~0.95).")] = None,
+                batch_size: Annotated[int, typer.Option(min=1, help="Texts per batch.")] = 64,
+                overwrite: Annotated[bool, typer.Option(help="Replace an existing index.")] = False,
+                progress: ProgressOption = True) -> None:
+    """Embed a corpus into a new index (written atomically)."""
+    from bertkit.jobs import search as job
+
+    job.build(model, corpus, out, text_field or "text", id_field, backend, nlist, nprobe, batch_size,
+              overwrite=overwrite, progress=progress)
+
+
+@index_app.command("add")
+@user_errors
+def index_add(index: Annotated[Path, typer.Argument(help="An index directory.")],
+              corpus: Annotated[list[str], typer.Argument(help="Corpus files or directories to append.")],
+              model: Annotated[Path | None, typer.Option("--model", "-m", help="The index's model, if it moved "
+                                                                               "(must embed identically).")] = None,
+              text_field: TextFieldOption = None,
+              id_field: Annotated[str | None, typer.Option(help="Field / column with unique ids.")] = None,
+              progress: ProgressOption = True) -> None:
+    """Append texts to an index (ids must be new; the index is replaced in one rename)."""
+    from bertkit.jobs import search as job
+
+    job.add(index, corpus, model, text_field or "text", id_field, progress=progress)
+
+
+@index_app.command("info")
+@user_errors
+def index_info(index: Annotated[Path, typer.Argument(help="An index directory.")]) -> None:
+    """What an index holds: vectors, dimension, backend, model (every file is checked)."""
+    import json
+
+    from bertkit.jobs import search as job
+
+    typer.echo(json.dumps(job.info(index), indent=2))
+
+
+@app.command()
+@user_errors
+def search(index: Annotated[Path, typer.Argument(help="An index directory from `bertkit index build`.")],
+           queries: Annotated[list[str], typer.Argument(metavar="QUERY...", help="Text(s) to search for.")],
+           k: Annotated[int, typer.Option("-k", "--top-k", help="Results per query.")] = 5,
+           model: Annotated[Path | None, typer.Option("--model", "-m", help="The index's model, if it moved.")]
+           = None,
+           exact: Annotated[bool | None, typer.Option("--exact/--approximate", help="Force exact search (or the "
+                                                      "FAISS index); default: the index's backend.")] = None,
+           nprobe: Annotated[int | None, typer.Option(help="FAISS: lists searched per query.")] = None,
+           truncate: Annotated[bool, typer.Option(help="Search with the first max_length tokens of a longer "
+                                                       "query instead of refusing it.")] = False,
+           json_out: Annotated[bool, typer.Option("--json", help="One JSON line per query.")] = False) -> None:
+    """The k most similar documents of an index for each query (cosine similarity)."""
+    import json
+
+    from bertkit.jobs import search as job
+
+    results = job.search(index, queries, k, model, exact, nprobe, truncate)
+    for query, hits in zip(queries, results):
+        if json_out:
+            typer.echo(json.dumps({"query": query, "hits": [h.__dict__ for h in hits]}, ensure_ascii=False))
+            continue
+        typer.echo(f"{query}")
+        for rank, hit in enumerate(hits, start=1):
+            typer.echo(f"  {rank:2d}. {hit.score:.3f}  [{hit.id}]  {hit.text}")
