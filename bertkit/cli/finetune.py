@@ -56,7 +56,7 @@ def finetune_classify(
                                                                   "sentence-pair tasks.")] = None,
         label_column: Annotated[str | None, typer.Option(help="task.label_column (default label).")] = None,
         pooling: Annotated[str | None, typer.Option(help="task.pooling: cls | mean | max.")] = None,
-        recipe: Annotated[str, typer.Option(help="Recipe name or .toml with [task] and [train].")]
+        recipe: Annotated[str, typer.Option(help="Recipe name or .toml with \\[task] and \\[train].")]
         = "finetune-classify",
         out: FinetuneOut = Path("runs/classify"), resume: ResumeOption = False, epochs: EpochsOption = None,
         max_steps: MaxStepsOption = None, max_time: MaxTimeOption = None, init: InitOption = None,
@@ -80,7 +80,7 @@ def finetune_ner(
         model: ModelOption = None, train: TrainFileOption = None, validation: ValidationOption = None,
         tag_column: Annotated[int | None, typer.Option(help="task.tag_column: the column holding the tag "
                                                             "(-1: the last).")] = None,
-        recipe: Annotated[str, typer.Option(help="Recipe name or .toml with [task] and [train].")] = "finetune-ner",
+        recipe: Annotated[str, typer.Option(help="Recipe name or .toml with \\[task] and \\[train].")] = "finetune-ner",
         out: FinetuneOut = Path("runs/ner"), resume: ResumeOption = False, epochs: EpochsOption = None,
         max_steps: MaxStepsOption = None, max_time: MaxTimeOption = None, init: InitOption = None,
         max_train_examples: Annotated[int | None, typer.Option(help="task.max_train_examples.")] = None,
@@ -113,7 +113,7 @@ def finetune_sentence(
         negative_column: Annotated[str | None, typer.Option(help="task.negative_column: a hard negative per row "
                                                                  "(mnrl).")] = None,
         pooling: Annotated[str | None, typer.Option(help="sentence.pooling: mean | cls | max.")] = None,
-        recipe: Annotated[str, typer.Option(help="Recipe name or .toml with [task], [sentence] and [train].")]
+        recipe: Annotated[str, typer.Option(help="Recipe name or .toml with \\[task], \\[sentence] and \\[train].")]
         = "finetune-sentence",
         out: FinetuneOut = Path("runs/sentence"), resume: ResumeOption = False, epochs: EpochsOption = None,
         max_steps: MaxStepsOption = None, max_time: MaxTimeOption = None, init: InitOption = None,

@@ -37,7 +37,7 @@ def embed(model: Annotated[Path, typer.Option("--model", "-m", help="Any encoder
           inputs: Annotated[list[str], typer.Argument(metavar="INPUT...", help="Text files (.txt one per line, "
                                                       ".gz, .jsonl, .csv, .tsv, .parquet) or directories.")],
           out: Annotated[Path, typer.Option("--out", "-o", help="OUT.npy (the matrix) or OUT.parquet (file, line, "
-                                                                "[id,] embedding).")],
+                                                                "\\[id,] embedding).")],
           text_field: TextFieldOption = None,
           id_field: Annotated[str | None, typer.Option(help="A JSONL field / column with unique ids (written to "
                                                             "Parquet output).")] = None,

@@ -113,7 +113,10 @@ def write_hf_tokenizer_config(directory: Path, model_max_length: int | None = No
 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
-    """Load tokenizer.json, or the one inside a directory (a tokenizer dir or a run dir)."""
+    """Load tokenizer.json, or the one inside a directory (a tokenizer dir or a run dir), without padding or
+    truncation: Hugging Face files often carry fixed ones (all-MiniLM-L6-v2 pads and truncates to 128), which would
+    put [PAD] tokens into packed pretraining blocks and cut documents; bertkit pads per batch and truncates where
+    a task needs it (`TaskEncoder`)."""
     path = Path(path)
     file = path / "tokenizer.json" if path.is_dir() else path
     if not file.is_file():
@@ -122,6 +125,8 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
         tok = Tokenizer.from_file(str(file))
     except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
         raise BertkitError(f"{file}: not a valid tokenizer ({exc})") from None
+    tok.no_padding()
+    tok.no_truncation()
     special_ids(tok)
     return tok
 

@@ -1,6 +1,7 @@
 """BPE tokenizers: special tokens and templates, byte-level coverage, transformers compatibility, bad sizes."""
 
 import pytest
+from tokenizers import Tokenizer
 
 from bertkit.errors import BertkitError
 from bertkit.text.tokenizer import (SPECIAL_TOKENS, check_vocab_matches, load_tokenizer, save_tokenizer, special_ids,
@@ -73,3 +74,18 @@ def test_load_errors_and_vocab_check(tmp_path, sample_tokenizer):
     with pytest.raises(BertkitError, match="larger than"):
         check_vocab_matches(sample_tokenizer, 100, "the model's")
     check_vocab_matches(sample_tokenizer, 400, "the model's")
+
+
+def test_loaded_tokenizers_neither_pad_nor_truncate(tmp_path, sample_tokenizer):
+    """A Hugging Face tokenizer.json with fixed padding and truncation (as all-MiniLM-L6-v2 ships) loads without
+    either: packing and fill-mask read every token of a text and no [PAD] they did not ask for."""
+    shipped = Tokenizer.from_str(sample_tokenizer.to_str())  # a copy: the fixture is shared
+    shipped.enable_padding(length=16, pad_id=special_ids(shipped).pad, pad_token="[PAD]")
+    shipped.enable_truncation(8)
+    save_tokenizer(shipped, tmp_path)
+    text = " ".join(LINES[:3])
+    assert len(shipped.encode(text).ids) == 16  # truncated to 8, padded to 16
+    loaded = load_tokenizer(tmp_path)
+    ids = loaded.encode(text).ids
+    assert len(ids) > 16 and special_ids(loaded).pad not in ids
+    assert loaded.padding is None and loaded.truncation is None

@@ -113,9 +113,15 @@ def test_a_time_budget_fits_the_schedule(tmp_path, packed, sample_tokenizer):
     # a starved machine can spend the whole budget in the first step: then the hard stop alone must have held
     assert (state["calibrated"] and 2 <= state["total_steps"] < 100_000) or state["elapsed"] >= 4
     assert state["elapsed"] < 4 + max(6, 10 * state["elapsed"] / max(1, state["step"]))  # stopped near the budget
-    lrs = [r["lr"] for r in records if r["kind"] == "train"]
-    if state["step"] == state["total_steps"] and len(lrs) > 1:  # the fitted schedule finished: its decay ran to (near) zero
-        assert lrs[-1] < max(lrs) * 0.2
+    logs = [r for r in records if r["kind"] == "train"]
+    if state["step"] == state["total_steps"]:
+        # the schedule was fitted to the budget and ran to its end: a rate logged after the last (re-)fit — the first
+        # fit, and re-fits only while under half the budget is spent — is that schedule's value (which reaches 0 at
+        # total_steps), not the one of the 100,000-step schedule it started with
+        final = [r for r in logs if r["elapsed"] >= 2 and r["step"] > state["calibrated_at"][0]]
+        for record in final:
+            fitted = 1e-3 * lr_factor(record["step"], state["total_steps"], 0.06, "linear")
+            assert record["lr"] == pytest.approx(fitted, rel=1e-6)
     else:  # a busy machine made steps slower than calibrated: the hard stop at the budget still holds
         assert state["elapsed"] >= 4
 
