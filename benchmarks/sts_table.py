@@ -2,6 +2,7 @@
 
   minilm          all-MiniLM-L6-v2 imported with `bertkit import-hf` (no training here)
   pretrained      the BERT-mini of `bertkit pretrain --recipe pretrain-mini-imdb`, mean pooling, before training
+  random          the same architecture and tokenizer from random weights (seed 0), before training
   pretrained+sts  the same after SBERT training on STS-B train (recipes/finetune-stsb.toml)
   random+sts      the same architecture and tokenizer from random weights, after the same training
   minilm+sts      all-MiniLM-L6-v2 after the same training
@@ -24,6 +25,19 @@ from pathlib import Path
 from common import ensure_minilm, sh
 
 TEST = "stsb/sts-test.csv"
+
+
+def random_run(pretrained: Path, out: Path) -> Path:
+    """A run directory holding the pretrained run's architecture and tokenizer with random weights (seed 0): what
+    `--init random` starts from, to score untrained."""
+    import torch
+
+    from bertkit.nn.model import Model
+    from bertkit.train.checkpoint import load_config, save_run
+
+    config = load_config(pretrained)
+    torch.manual_seed(0)
+    return save_run(out, Model(config.model), config, pretrained / "tokenizer.json", overwrite=True)
 
 
 def reference_spearman() -> dict:
@@ -52,7 +66,7 @@ def main() -> None:
     parser.add_argument("--pretrained", type=Path, default=Path("runs/mini-imdb"))
     parser.add_argument("--minilm", type=Path, default=Path("runs/minilm"))
     parser.add_argument("--out", type=Path, default=Path("runs/sts-table"))
-    parser.add_argument("--rows", default="minilm,pretrained,pretrained+sts,random+sts,minilm+sts")
+    parser.add_argument("--rows", default="minilm,pretrained,random,pretrained+sts,random+sts,minilm+sts")
     args = parser.parse_args()
     ensure_minilm(args.minilm)
     sources = {"minilm": ["--model", str(args.minilm)], "pretrained": ["--model", str(args.pretrained)],
@@ -72,6 +86,8 @@ def main() -> None:
             seconds = sh("finetune", "sentence", "--recipe", "finetune-stsb", *sources[base], "--out", str(run),
                          "--no-progress")
             model = run
+        elif base == "random":
+            model = random_run(args.pretrained, args.out / "random-init")
         else:
             model = Path(sources[base][1])
         sh("evaluate-sts", "--model", str(model), "--data", TEST, "--out", str(report), "--overwrite")

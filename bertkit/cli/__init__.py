@@ -88,9 +88,11 @@ def demo(out: Annotated[Path, typer.Option("--out", "-o", help="Where the demo's
          = Path("runs/demo"),
          max_time: Annotated[str | None, typer.Option(help="Budget of each training stage (default: 2m "
                                                            "pretraining, 1m finetuning, 1m SBERT).")] = None) -> None:
-    """The main job on defaults: every recipe builds → BPE tokenizer → MLM pretraining (2 min) → fill-mask →
-    sentiment classifier finetuned on a slice of SST-2 (1 min) → predictions for two sentences → SBERT training on
-    STS-B (1 min) → an index over 3,000 sentences → two searches."""
+    """The main job on defaults: tokenizer → pretrain → finetune → embed and search, in about five minutes.
+
+    Every recipe builds → BPE tokenizer → MLM pretraining (2 min) → fill-mask → sentiment classifier finetuned on a
+    slice of SST-2 (1 min) → predictions for two sentences → SBERT training on STS-B (1 min) → an index over 3,000
+    sentences → two searches."""
     from bertkit.jobs import demo as job
 
     job.run(out, max_time=max_time)

@@ -78,15 +78,15 @@ def index_build(model: Annotated[Path, typer.Option("--model", "-m", help="The e
                 corpus: Annotated[list[str], typer.Argument(help="Corpus files or directories, one text per "
                                                                  "line / record.")],
                 out: Annotated[Path, typer.Option("--out", "-o", help="The index directory to write.")],
-                backend: Annotated[str, typer.Option(help="auto (exact below 100,000 vectors, FAISS IVF from "
+                backend: Annotated[str, typer.Option(help="auto (exact below 300,000 vectors, FAISS IVF from "
                                                           "there) | exact | faiss.")] = "auto",
                 text_field: TextFieldOption = None,
                 id_field: Annotated[str | None, typer.Option(help="Field / column with unique document ids "
                                                                   "(default: file:line).")] = None,
                 nlist: Annotated[int | None, typer.Option(help="FAISS: inverted lists (default ~4 sqrt(N)).")]
                 = None,
-                nprobe: Annotated[int | None, typer.Option(help="FAISS: lists searched per query (default: "
-                                                                "recall@10 ~0.95).")] = None,
+                nprobe: Annotated[int | None, typer.Option(help="FAISS: lists searched per query (default: a "
+                                                                "16th of the lists; recall@10 0.93-0.97).")] = None,
                 batch_size: Annotated[int, typer.Option(min=1, help="Texts per batch.")] = 64,
                 overwrite: Annotated[bool, typer.Option(help="Replace an existing index.")] = False,
                 progress: ProgressOption = True) -> None:
@@ -132,7 +132,8 @@ def search(index: Annotated[Path, typer.Argument(help="An index directory from `
            = None,
            exact: Annotated[bool | None, typer.Option("--exact/--approximate", help="Force exact search (or the "
                                                       "FAISS index); default: the index's backend.")] = None,
-           nprobe: Annotated[int | None, typer.Option(help="FAISS: lists searched per query.")] = None,
+           nprobe: Annotated[int | None, typer.Option(help="FAISS: lists searched per query (default: the "
+                                                                  "index's).")] = None,
            truncate: Annotated[bool, typer.Option(help="Search with the first max_length tokens of a longer "
                                                        "query instead of refusing it.")] = False,
            json_out: Annotated[bool, typer.Option("--json", help="One JSON line per query.")] = False) -> None:
