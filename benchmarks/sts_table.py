@@ -17,12 +17,11 @@ cells are reused on a re-run (delete runs/sts-table/<cell> to redo one).
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 from pathlib import Path
 
-from common import ensure_minilm, sh
+from common import load_results, model_sources, save_results, sh, table_parser
 
 TEST = "stsb/sts-test.csv"
 
@@ -62,18 +61,11 @@ def reference_spearman() -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pretrained", type=Path, default=Path("runs/mini-imdb"))
-    parser.add_argument("--minilm", type=Path, default=Path("runs/minilm"))
-    parser.add_argument("--out", type=Path, default=Path("runs/sts-table"))
+    parser = table_parser(__doc__, "runs/sts-table")
     parser.add_argument("--rows", default="minilm,pretrained,random,pretrained+sts,random+sts,minilm+sts")
     args = parser.parse_args()
-    ensure_minilm(args.minilm)
-    sources = {"minilm": ["--model", str(args.minilm)], "pretrained": ["--model", str(args.pretrained)],
-               "random": ["--model", str(args.pretrained), "--init", "random"]}
-    results_file = args.out / "results.json"
-    results = json.loads(results_file.read_text()) if results_file.is_file() else {}
-    args.out.mkdir(parents=True, exist_ok=True)
+    sources = model_sources(args.pretrained, args.minilm)
+    results = load_results(args.out)
     for row in args.rows.split(","):
         if row in results:
             continue
@@ -98,10 +90,10 @@ def main() -> None:
             cell.update({"dev_spearman": finetune["validation"]["spearman"], "steps": finetune["steps"],
                          "best_step": finetune["best_step"]})
         results[row] = cell
-        results_file.write_text(json.dumps(results, indent=2) + "\n")
+        save_results(args.out, results)
     if "minilm" in args.rows.split(",") and "minilm-sentence-transformers" not in results:
         results["minilm-sentence-transformers"] = reference_spearman()
-        results_file.write_text(json.dumps(results, indent=2) + "\n")
+        save_results(args.out, results)
     reference = results.get("minilm-sentence-transformers")
     if reference:
         print(f"\nsentence-transformers' own encode of all-MiniLM-L6-v2 on the same pairs: Spearman "

@@ -30,11 +30,17 @@ InitOption = Annotated[str | None, typer.Option(help="task.init: pretrained (def
 
 
 def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: bool, progress: bool,
-              set_: list[str] | None, values: dict) -> None:
+              set_: list[str] | None, train: str | None, validation: str | None, init: str | None,
+              max_train_examples: int | None, epochs: float | None, max_steps: int | None, max_time: str | None,
+              values: dict) -> None:
+    """Every finetune command: the options they share, plus each command's own `values` (config keys)."""
     from bertkit.config import load_recipe, with_values
     from bertkit.jobs import finetune as job
 
-    config = with_values(load_recipe(recipe, set_ or []), {"task.kind": kind, **values})
+    values = {"task.kind": kind, "task.train_file": train, "task.validation_file": validation, "task.init": init,
+              "task.max_train_examples": max_train_examples, "train.epochs": epochs, "train.max_steps": max_steps,
+              "train.max_time": max_time, **values}
+    config = with_values(load_recipe(recipe, set_ or []), values)
     if values.get("train.max_steps") is not None and values.get("train.epochs") is None:
         # --max-steps given on the command line wins over the recipe's epochs
         config = _clear_epochs(config)
@@ -67,11 +73,9 @@ def finetune_classify(
 
     Example: bertkit finetune classify --model runs/mini-imdb --train sst2/train.tsv --text-column sentence
     """
-    _finetune("classify", recipe, model, out, resume, progress, set_, {
-        "task.train_file": train, "task.validation_file": validation, "task.text_column": text_column,
-        "task.text_pair_column": text_pair_column, "task.label_column": label_column, "task.pooling": pooling,
-        "task.init": init, "task.max_train_examples": max_train_examples, "train.epochs": epochs,
-        "train.max_steps": max_steps, "train.max_time": max_time})
+    _finetune("classify", recipe, model, out, resume, progress, set_, train, validation, init, max_train_examples,
+              epochs, max_steps, max_time, {"task.text_column": text_column, "task.text_pair_column": text_pair_column,
+                                            "task.label_column": label_column, "task.pooling": pooling})
 
 
 @finetune_app.command("ner")
@@ -89,10 +93,8 @@ def finetune_ner(
 
     Example: bertkit finetune ner --model runs/mini-imdb --train conll2003/train.txt --validation conll2003/dev.txt
     """
-    _finetune("ner", recipe, model, out, resume, progress, set_, {
-        "task.train_file": train, "task.validation_file": validation, "task.tag_column": tag_column,
-        "task.init": init, "task.max_train_examples": max_train_examples, "train.epochs": epochs,
-        "train.max_steps": max_steps, "train.max_time": max_time})
+    _finetune("ner", recipe, model, out, resume, progress, set_, train, validation, init, max_train_examples,
+              epochs, max_steps, max_time, {"task.tag_column": tag_column})
 
 
 @finetune_app.command("sentence")
@@ -123,12 +125,11 @@ def finetune_sentence(
 
     Example: bertkit finetune sentence --model runs/mini-imdb --recipe finetune-stsb --out runs/sbert
     """
-    _finetune("sentence", recipe, model, out, resume, progress, set_, {
-        "task.train_file": train, "task.validation_file": validation, "task.loss": loss,
-        "task.text_column": text_column, "task.text_pair_column": text_pair_column,
-        "task.label_column": label_column, "task.negative_column": negative_column, "sentence.pooling": pooling,
-        "task.init": init, "task.max_train_examples": max_train_examples, "train.epochs": epochs,
-        "train.max_steps": max_steps, "train.max_time": max_time})
+    _finetune("sentence", recipe, model, out, resume, progress, set_, train, validation, init, max_train_examples,
+              epochs, max_steps, max_time, {
+                  "task.loss": loss, "task.text_column": text_column, "task.text_pair_column": text_pair_column,
+                  "task.label_column": label_column, "task.negative_column": negative_column,
+                  "sentence.pooling": pooling})
 
 
 @app.command()

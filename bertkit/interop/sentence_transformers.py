@@ -104,8 +104,8 @@ def export_sentence_transformers(run: str | Path, out: str | Path, overwrite: bo
         (tmp / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2) + "\n", encoding="utf-8")
         if sentence.normalize:
             (tmp / "2_Normalize").mkdir()
-        (tmp / "sentence_bert_config.json").write_text(
-            json.dumps({"max_seq_length": sentence.window(config.model.max_len), "do_lower_case": False}, indent=2) + "\n", encoding="utf-8")
+        st_config = {"max_seq_length": sentence.window(config.model.max_len), "do_lower_case": False}
+        (tmp / "sentence_bert_config.json").write_text(json.dumps(st_config, indent=2) + "\n", encoding="utf-8")
         (tmp / "config_sentence_transformers.json").write_text(
             json.dumps({"similarity_fn_name": "cosine", "prompts": {}, "default_prompt_name": None}, indent=2)
             + "\n", encoding="utf-8")

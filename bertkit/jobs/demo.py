@@ -26,9 +26,10 @@ from bertkit.inference import TaskModel
 from bertkit.jobs import fill_mask, finetune, pretrain
 from bertkit.jobs import search as search_job
 from bertkit.jobs.predict import predict
-from bertkit.jobs.sts import evaluate_sts
+from bertkit.jobs.sts import evaluate_sts, sts_columns
 from bertkit.nn.model import Model
 from bertkit.text.corpus import find_files
+from bertkit.text.tasks import read_pairs
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 SAMPLE_CORPUS = SAMPLES / "corpus.txt"
@@ -192,17 +193,12 @@ def _index_corpus(path: Path) -> Path:
     """A few thousand distinct sentences to index: STS-B dev + test, or the bundled samples without them."""
     from bertkit.paths import resolve_data_path
 
+    files = [f for f in (resolve_data_path(f"stsb/sts-{split}.csv") for split in ("dev", "test")) if f.is_file()]
     sentences: dict[str, None] = {}
-    for split in ("dev", "test"):
-        file = resolve_data_path(f"stsb/sts-{split}.csv")
-        if file.is_file():
-            for line in file.read_text(encoding="utf-8").splitlines():
-                for sentence in line.split("\t")[5:7]:
-                    sentences.setdefault(sentence.strip(), None)
-    if not sentences:
-        for line in (SAMPLES / "sts.tsv").read_text(encoding="utf-8").splitlines()[1:]:
-            for sentence in line.split("\t")[:2]:
-                sentences.setdefault(sentence.strip(), None)
+    for file in files or [SAMPLES / "sts.tsv"]:
+        for pair in read_pairs(file, *sts_columns(file)[:2]):  # the STS benchmark layout or sentence1/sentence2
+            sentences.update(dict.fromkeys((pair.text, pair.pair)))
+    if not files:
         sentences.update(dict.fromkeys(SAMPLE_CORPUS.read_text(encoding="utf-8").splitlines()))
     path.write_text("\n".join(s for s in list(sentences)[:INDEX_SENTENCES] if s) + "\n", encoding="utf-8")
     return path

@@ -73,39 +73,40 @@ def hash_all(keys: Iterable[str]) -> np.ndarray:
     return np.sort(np.concatenate(blocks))
 
 
+def kept_records(files: list[Path], text_field: str, id_field: str | None, keep_empty: bool,
+                 ) -> Iterator[tuple[int, Path, Record]]:
+    """The records that get an embedding: every non-empty one (every one with `keep_empty`)."""
+    for item in input_records(files, text_field, id_field):
+        if keep_empty or item[2].text.strip():
+            yield item
+
+
 def scan(files: list[Path], text_field: str, id_field: str | None, keep_empty: bool, check_ids: bool = False,
          existing: Callable[[], Iterable[str]] | None = None) -> InputScan:
     """Count what will be embedded. With an id field (or `check_ids`: default `path:line` ids too), refuse a
     duplicate id, naming it and both places, and an id `existing()` (an index being appended to) already has."""
     result = InputScan(files)
-
-    def kept() -> Iterator[tuple[int, Path, Record]]:
-        for position, path, record in input_records(files, text_field, id_field):
-            if keep_empty or record.text.strip():
-                yield position, path, record
-
     checking = id_field is not None or check_ids
-    blocks, block = [], []
-    for position, path, record in input_records(files, text_field, id_field):
-        if not record.text.strip():
-            result.empty += 1
-            if len(result.empty_rows) < 1000:
-                result.empty_rows.append(position)
-            if not keep_empty:
-                continue
-        result.rows += 1
-        if checking:
-            block.append(id_hash(record_id(path, record)))
-            if len(block) == 65536:
-                blocks.append(np.array(block, dtype=np.int64))
-                block = []
+
+    def counted_ids() -> Iterator[str]:  # the counting pass; yields the ids to check
+        for position, path, record in input_records(files, text_field, id_field):
+            if not record.text.strip():
+                result.empty += 1
+                if len(result.empty_rows) < 1000:
+                    result.empty_rows.append(position)
+                if not keep_empty:
+                    continue
+            result.rows += 1
+            if checking:
+                yield record_id(path, record)
+
+    hashes = hash_all(counted_ids())
     if not checking:
         return result
-    hashes = np.sort(np.concatenate(blocks + [np.array(block, dtype=np.int64)]))
     repeated = hashes[1:][hashes[1:] == hashes[:-1]]
     if len(repeated):  # a repeated hash: find the real duplicate (if it is not a 64-bit collision)
         suspects, first = set(repeated.tolist()), {}
-        for _, path, record in kept():
+        for _, path, record in kept_records(files, text_field, id_field, keep_empty):
             key = record_id(path, record)
             if id_hash(key) in suspects:
                 if key in first:
@@ -113,11 +114,10 @@ def scan(files: list[Path], text_field: str, id_field: str | None, keep_empty: b
                                        "must be unique")
                 first[key] = f"{path}:{record.number}"
     if existing is not None and len(hashes):
-        old = hash_all(existing())
-        clash = set(hashes[np.isin(hashes, old)].tolist())
+        clash = set(hashes[np.isin(hashes, hash_all(existing()))].tolist())
         if clash:
             old_keys = {key for key in existing() if id_hash(key) in clash}
-            for _, path, record in kept():
+            for _, path, record in kept_records(files, text_field, id_field, keep_empty):
                 key = record_id(path, record)
                 if key in old_keys:
                     raise BertkitError(f"{path}:{record.number}: id {key!r} is already in the index")
@@ -128,9 +128,7 @@ def chunks(files: list[Path], text_field: str, id_field: str | None, keep_empty:
            ) -> Iterator[list[tuple[int, Path, Record]]]:
     """The records to embed, `size` at a time."""
     chunk = []
-    for item in input_records(files, text_field, id_field):
-        if not keep_empty and not item[2].text.strip():
-            continue
+    for item in kept_records(files, text_field, id_field, keep_empty):
         chunk.append(item)
         if len(chunk) == size:
             yield chunk

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import gzip
 import hashlib
+import itertools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -150,13 +151,7 @@ def iter_records(path: Path, text_field: str = "text", skip_bad_lines: bool = Fa
         first = next(lines, None)
         if first is None:
             return
-        suffix = ".tsv" if fmt == "tsv" else ".csv"
-
-        def all_lines():
-            yield first
-            yield from lines
-
-        reader = csv.reader(all_lines(), **csv_dialect(first, suffix))
+        reader = csv.reader(itertools.chain([first], lines), **csv_dialect(first, ".tsv" if fmt == "tsv" else ".csv"))
         header = next(reader)
         columns = []
         for field, role in ((text_field, "--text-field"), (id_field, "--id-field")):
