@@ -24,15 +24,15 @@ Norm = Literal["layernorm", "rmsnorm"]
 NormPosition = Literal["post", "pre"]
 Activation = Literal["relu", "gelu", "swiglu"]
 Positions = Literal["learned", "sinusoidal", "relative", "rotary", "none"]
-Objective = Literal["mlm"]
+Objective = Literal["mlm", "clm"]  # masked LM (encoder) | causal LM (decoder)
 Schedule = Literal["linear", "cosine", "constant"]
 Precision = Literal["fp32", "bf16", "fp16"]
 OnBadSteps = Literal["reload", "stop"]
 Pooling = Literal["cls", "mean", "max"]
-TaskKind = Literal["classify", "ner", "sentence"]
+TaskKind = Literal["classify", "ner", "sentence", "seq2seq"]
 Init = Literal["pretrained", "random"]
 SentenceLoss = Literal["cosine", "mnrl", "softmax"]
-HEADS = ("mlm", "pooler", "classifier", "tagger", "pair_classifier")
+HEADS = ("mlm", "lm", "pooler", "classifier", "tagger", "pair_classifier")
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,8 @@ class ModelConfig:
     max_distance: int = 16  # relative positions: offsets are clipped to [-max_distance, max_distance]
     rotary_base: float = 10000.0
     share_embeddings: bool = True  # encoder-decoder: one token embedding for source and target
-    # "mlm" (tied MLM head), "pooler" (BERT's [CLS] pooler), "classifier", "tagger", "pair_classifier" (SBERT's
-    # softmax objective over (u, v, |u - v|))
+    # "mlm" (tied MLM head), "lm" (tied next-token head of a decoder / encoder-decoder), "pooler" (BERT's [CLS]
+    # pooler), "classifier", "tagger", "pair_classifier" (SBERT's softmax objective over (u, v, |u - v|))
     heads: tuple[str, ...] = ()
     num_labels: int = 0  # outputs of the classifier / tagger head
     pooling: Pooling = "cls"  # how the classifier head summarises a sequence: [CLS] state, mean or max over tokens
@@ -110,6 +110,9 @@ class ModelConfig:
                 raise ConfigError(f"model.heads: {head!r} is not allowed (allowed: {'|'.join(HEADS)})")
         if len(set(self.heads)) != len(self.heads):
             raise ConfigError(f"model.heads: {list(self.heads)} names a head twice")
+        if "lm" in self.heads and self.architecture == "encoder":
+            raise ConfigError("model.heads: the 'lm' (next-token) head needs a decoder or encoder-decoder; an encoder "
+                              "predicts masked tokens with 'mlm'")
         if "pooler" in self.heads and self.architecture != "encoder":
             raise ConfigError("model.heads: only an encoder has a [CLS] pooler")
         if self.num_labels < 0:
@@ -241,7 +244,8 @@ def _at_least(obj: Any, prefix: str, **minimums: int) -> None:
 class TaskConfig:
     """A finetuning task: which files, which columns, how examples become model inputs."""
 
-    kind: TaskKind = "classify"  # classify: a label per text (or text pair); ner: a tag per word
+    kind: TaskKind = "classify"  # classify: a label per text (or text pair); ner: a tag per word; sentence: SBERT;
+    #                              seq2seq: a target text per source text (translation)
     train_file: str | None = None  # CSV / TSV / JSONL (classify) or CoNLL columns (ner); data-root relative is fine
     validation_file: str | None = None  # None: hold out `validation_fraction` of the training file
     validation_fraction: float = 0.05
@@ -261,6 +265,14 @@ class TaskConfig:
     negative_column: str | None = None  # mnrl: a hard negative per row (optional)
     max_score: float = 5.0  # cosine: gold scores are divided by this (STS-B's 0..5 -> 0..1)
     scale: float = 20.0  # mnrl: cosine similarities are multiplied by this before the softmax
+    # seq2seq: parallel text, one sentence per line, source and target files aligned by line
+    train_source: str | None = None
+    train_target: str | None = None
+    validation_source: str | None = None  # None: hold out `validation_fraction` of the training pairs
+    validation_target: str | None = None
+    label_smoothing: float = 0.1  # seq2seq: the target distribution puts this mass uniformly on the vocabulary
+    joint_vocab: bool = True  # seq2seq from a recipe: one BPE trained on both sides (false: one per side)
+    bleu_examples: int = 300  # seq2seq: validation BLEU (greedy) on this many held-out pairs (0: loss only)
 
     def __post_init__(self) -> None:
         _check_types(self, "task")
@@ -272,6 +284,9 @@ class TaskConfig:
         for key in ("max_score", "scale"):
             if getattr(self, key) <= 0:
                 raise ConfigError(f"task.{key}: must be > 0, got {getattr(self, key)}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"task.label_smoothing: must be in [0, 1), got {self.label_smoothing}")
+        _at_least(self, "task", bleu_examples=0)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,9 @@
 """The `bertkit` command line: thin parse → config → job.run(); user errors become one line and exit code 2.
 
 This module holds the app, the shared options and the general commands; the job families register their
-commands from `pretrain.py` (tokenizer, pretrain, fill-mask, plot), `finetune.py` (finetune, predict, evaluate)
-and `sentence.py` (evaluate-sts, embed, similarity, index, search).
+commands from `pretrain.py` (tokenizer, pretrain, fill-mask, plot), `finetune.py` (finetune, predict, evaluate),
+`sentence.py` (evaluate-sts, embed, similarity, index, search) and `generate.py` (generate, perplexity, translate,
+evaluate-seq2seq, attention).
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def export(run: Annotated[Path, typer.Argument(help="A bertkit run directory.")]
 
 
 # The job families add their commands to `app` (imported here so `bertkit.cli:app` has them all).
-from bertkit.cli import finetune, pretrain, sentence  # noqa: F401
+from bertkit.cli import finetune, generate, pretrain, sentence  # noqa: F401
 
 
 def run() -> None:

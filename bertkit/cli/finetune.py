@@ -1,4 +1,5 @@
-"""`bertkit finetune classify|ner|sentence`, `predict`, `evaluate`: task models from any encoder run."""
+"""`bertkit finetune classify|ner|sentence|seq2seq`, `predict`, `evaluate`: task models from any encoder run, and
+encoder-decoder translation models."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import typer
 from bertkit.cli import ProgressOption, SetOption, app, user_errors
 
 finetune_app = typer.Typer(help="Finetune a pretrained or imported encoder: text classification, NER, or sentence "
-                                "embeddings (SBERT).",
+                                "embeddings (SBERT); or train an encoder-decoder on parallel text (seq2seq).",
                            no_args_is_help=True)
 app.add_typer(finetune_app, name="finetune")
 
@@ -35,7 +36,11 @@ def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: boo
               values: dict) -> None:
     """Every finetune command: the options they share, plus each command's own `values` (config keys)."""
     from bertkit.config import load_recipe, with_values
-    from bertkit.jobs import finetune as job
+
+    if kind == "seq2seq":
+        from bertkit.jobs import seq2seq as job
+    else:
+        from bertkit.jobs import finetune as job
 
     values = {"task.kind": kind, "task.train_file": train, "task.validation_file": validation, "task.init": init,
               "task.max_train_examples": max_train_examples, "train.epochs": epochs, "train.max_steps": max_steps,
@@ -130,6 +135,43 @@ def finetune_sentence(
                   "task.loss": loss, "task.text_column": text_column, "task.text_pair_column": text_pair_column,
                   "task.label_column": label_column, "task.negative_column": negative_column,
                   "sentence.pooling": pooling})
+
+
+@finetune_app.command("seq2seq")
+@user_errors
+def finetune_seq2seq(
+        train_source: Annotated[str | None, typer.Option(help="task.train_source: source sentences, one per line.")]
+        = None,
+        train_target: Annotated[str | None, typer.Option(help="task.train_target: their translations, line by "
+                                                              "line.")] = None,
+        validation_source: Annotated[str | None, typer.Option(help="task.validation_source (default: hold out "
+                                                                   "task.validation_fraction of the pairs).")]
+        = None,
+        validation_target: Annotated[str | None, typer.Option(help="task.validation_target.")] = None,
+        model: Annotated[Path | None, typer.Option("--model", "-m", help="Continue from an encoder-decoder run "
+                                                   "(its weights and vocabulary); default: a new model from "
+                                                   "--recipe.")] = None,
+        recipe: Annotated[str, typer.Option(help="Recipe name or .toml: \\[model] for a new model, \\[task], "
+                                                 "\\[train].")] = "seq2seq",
+        label_smoothing: Annotated[float | None, typer.Option(help="task.label_smoothing (default 0.1).")] = None,
+        joint_vocab: Annotated[bool | None, typer.Option(help="task.joint_vocab: one BPE for both sides (default) "
+                                                              "or one per side (needs model.share_embeddings = "
+                                                              "false).")] = None,
+        out: FinetuneOut = Path("runs/seq2seq"), resume: ResumeOption = False, epochs: EpochsOption = None,
+        max_steps: MaxStepsOption = None, max_time: MaxTimeOption = None,
+        max_train_examples: Annotated[int | None, typer.Option(help="task.max_train_examples: the first N "
+                                                                    "pairs.")] = None,
+        progress: ProgressOption = True, set_: SetOption = None) -> None:
+    """Train an encoder-decoder (the original Transformer) on parallel text: teacher forcing, label smoothing, a
+    joint BPE vocabulary; validation BLEU picks the best checkpoint.
+
+    Example: bertkit finetune seq2seq --recipe translate-multi30k --out runs/multi30k
+    """
+    _finetune("seq2seq", recipe, model, out, resume, progress, set_, None, None, None, max_train_examples,
+              epochs, max_steps, max_time, {
+                  "task.train_source": train_source, "task.train_target": train_target,
+                  "task.validation_source": validation_source, "task.validation_target": validation_target,
+                  "task.label_smoothing": label_smoothing, "task.joint_vocab": joint_vocab})
 
 
 @app.command()

@@ -41,7 +41,11 @@ def tokenizer_train(corpus: Annotated[list[str], typer.Argument(help="Corpus fil
 
 @app.command()
 @user_errors
-def pretrain(recipe: Annotated[str, typer.Option(help="Recipe name or .toml file.")] = "mini",
+def pretrain(recipe: Annotated[str | None, typer.Option(
+                 help="Recipe name or .toml file (default: mini for mlm, decoder-mini for clm).")] = None,
+             objective: Annotated[str | None, typer.Option(
+                 help="train.objective: mlm (masked LM, an encoder: BERT) or clm (causal LM, a decoder: GPT); "
+                      "default: the recipe's.")] = None,
              corpus: CorpusOption = None,
              tokenizer: Annotated[Path | None, typer.Option(help="A tokenizer directory or tokenizer.json to use "
                                                                  "(default: train one on the corpus).")] = None,
@@ -55,12 +59,14 @@ def pretrain(recipe: Annotated[str, typer.Option(help="Recipe name or .toml file
              text_field: TextFieldOption = None, skip_bad_lines: SkipBadOption = False,
              progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
              set_: SetOption = None) -> None:
-    """Masked-LM pretraining of a BERT on your corpus (CPU, one GPU, or `accelerate launch -m bertkit pretrain`)."""
+    """Pretrain on your corpus: a BERT with masked LM, or a GPT-style decoder with causal LM (--objective clm).
+    Runs on the CPU, one GPU, or many (`accelerate launch -m bertkit pretrain`)."""
     from bertkit.config import load_recipe, with_values
     from bertkit.jobs import pretrain as job
 
-    config = load_recipe(recipe, set_ or [])
-    config = with_values(config, {"data.corpus": tuple(corpus) if corpus else None, "train.max_steps": max_steps,
+    config = load_recipe(recipe or ("decoder-mini" if objective == "clm" else "mini"), set_ or [])
+    config = with_values(config, {"train.objective": objective, "data.corpus": tuple(corpus) if corpus else None,
+                                  "train.max_steps": max_steps,
                                   "train.max_time": max_time, "data.text_field": text_field,
                                   "data.skip_bad_lines": skip_bad_lines or None})
     job.run(config, out, tokenizer_path=tokenizer, resume=resume, progress=progress)

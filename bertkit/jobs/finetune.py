@@ -15,15 +15,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
 from accelerate.utils import set_seed
 from rich.console import Console
-from safetensors.torch import load_model, save_model
 
 from bertkit.config import Config, TaskConfig
 from bertkit.errors import BertkitError
@@ -34,8 +31,8 @@ from bertkit.paths import atomic_dir
 from bertkit.text.features import TaskEncoder, join_words
 from bertkit.text.tasks import SentencePair, read_task_file
 from bertkit.text.tokenizer import load_tokenizer, save_tokenizer, special_ids
-from bertkit.train.checkpoint import WEIGHTS_FILE, check_run_output, load_config, load_run, write_config
-from bertkit.train.loop import best_weights, make_accelerator, train
+from bertkit.train.checkpoint import check_run_output, load_config, load_run, write_config
+from bertkit.train.loop import make_accelerator, train_best
 from bertkit.train.sentence_objectives import SentenceObjective
 from bertkit.train.task_objectives import ClassifyObjective, TagObjective
 
@@ -228,20 +225,9 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
                 write_labels(tmp, task.kind, labels)
     accelerator.wait_for_everyone()
 
-    result = train(model, objective, train_cfg, out, accelerator, resume=resume, console=console,
-                   progress=progress, metric=metric)
-    best = best_weights(out)
-    if best is not None:
-        load_model(model, str(best), strict=True)
-    summary = {"out": str(out), "best_step": result["state"]["best_step"], "metric": metric,
-               "steps": result["state"]["step"], "stopped_early": result["state"]["stopped_early"]}
+    summary = train_best(model, objective, train_cfg, out, accelerator, metric, resume=resume, console=console,
+                         progress=progress)
     if main:
-        final = out / f".{WEIGHTS_FILE}.tmp"
-        if best is not None:
-            shutil.copyfile(best, final)
-        else:
-            save_model(model, str(final), metadata={"format": "pt"})
-        os.replace(final, out / WEIGHTS_FILE)
         if task.kind == "sentence":  # the best weights, through the embedding path `embed` and `evaluate-sts` use
             summary["validation"] = objective.evaluate(model.to(accelerator.device))
         else:

@@ -52,6 +52,8 @@ def describe(cfg: ModelConfig) -> list[str]:
     if cfg.norm_position == "pre":
         lines.append(f"final {norm} after the last block")
     names = {"mlm": "MLM (dense + gelu + norm, decoder tied to the token embeddings)",
+             "lm": "LM (next token: the final states projected onto the tied token embeddings)",
+             "pair_classifier": f"pair classifier (linear over u, v, |u - v|; {cfg.num_labels} labels)",
              "pooler": "pooler (dense + tanh over [CLS])",
              "classifier": f"classifier ({cfg.pooling} pooling, dense + tanh, {cfg.num_labels} labels)",
              "tagger": f"tagger (linear per token, {cfg.num_labels} tags)"}

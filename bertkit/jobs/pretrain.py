@@ -1,4 +1,5 @@
-"""`bertkit pretrain`: corpus → (BPE tokenizer) → packed blocks → masked-LM pretraining → a run directory.
+"""`bertkit pretrain`: corpus → (BPE tokenizer) → packed blocks → masked-LM (encoder) or causal-LM (decoder)
+pretraining → a run directory.
 
 Runs unchanged on the CPU, one GPU, or N processes (`accelerate launch -m bertkit pretrain …`,
 `torchrun --nproc_per_node 2 -m bertkit pretrain …`): every process builds the same data (the main process first,
@@ -28,8 +29,10 @@ from bertkit.text.tokenizer import check_vocab_matches, load_tokenizer, save_tok
 from bertkit.train.checkpoint import (CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, check_run_output, load_config,
                                       write_config)
 from bertkit.train.loop import make_accelerator, train
-from bertkit.train.objectives import MLMObjective
+from bertkit.train.objectives import CLMObjective, MLMObjective
 
+ARCHITECTURE = {"mlm": "encoder", "clm": "decoder"}  # the stack each pretraining objective trains
+HEAD = {"mlm": "mlm", "clm": "lm"}
 # Train settings a resumed run may change without breaking its exact continuation.
 RESUMABLE_CHANGES = {"max_steps", "max_time", "log_every", "eval_every", "save_every", "keep_checkpoints"}
 
@@ -42,16 +45,19 @@ def _check_output(out: Path, config: Config, resume: bool) -> None:
 
 def run(config: Config, out: Path, tokenizer_path: Path | None = None, resume: bool = False,
         progress: bool = True, console: Console | None = None) -> dict:
-    """Pretrain with the MLM objective; returns the final evaluation and where things are."""
+    """Pretrain an encoder with the MLM objective or a decoder with the causal-LM objective (`train.objective`);
+    returns the final evaluation and where things are."""
     console = console or Console(stderr=True)
-    if config.train.objective != "mlm":
-        raise BertkitError(f"train.objective: {config.train.objective!r} is not implemented by pretrain yet")
     if config.data.block_size > config.model.max_len:
         raise BertkitError(f"data.block_size: {config.data.block_size} is longer than model.max_len="
                            f"{config.model.max_len}")
-    if config.model.architecture != "encoder":
-        raise BertkitError(f"model.architecture: masked-LM pretraining needs an encoder, got "
-                           f"{config.model.architecture!r}")
+    wanted = ARCHITECTURE[config.train.objective]
+    if config.model.architecture != wanted:
+        what = "masked-LM pretraining (--objective mlm)" if wanted == "encoder" else \
+            "causal-LM pretraining (--objective clm)"
+        raise BertkitError(f"model.architecture: {what} needs {'an' if wanted == 'encoder' else 'a'} {wanted}, the "
+                           f"recipe has {config.model.architecture!r} (use --objective "
+                           f"{'clm' if config.model.architecture == 'decoder' else 'mlm'}, or another recipe)")
     accelerator = make_accelerator(config.train.precision)
     main = accelerator.is_main_process
     set_seed(config.train.seed)
@@ -82,10 +88,11 @@ def run(config: Config, out: Path, tokenizer_path: Path | None = None, resume: b
     elif vocab != config.model.vocab_size and main:
         console.print(f"model.vocab_size follows the tokenizer: {vocab:,} (the recipe said "
                       f"{config.model.vocab_size:,})")
-    heads = tuple(dict.fromkeys(("mlm",) + config.model.heads))
+    heads = tuple(dict.fromkeys((HEAD[config.train.objective],) + config.model.heads))
     config = dataclasses.replace(config, model=dataclasses.replace(config.model, vocab_size=vocab, heads=heads))
     special = special_ids(tokenizer)
-    objective = MLMObjective(packed, special, vocab, config.data, config.train, accelerator.num_processes)
+    kind = MLMObjective if config.train.objective == "mlm" else CLMObjective
+    objective = kind(packed, special, vocab, config.data, config.train, accelerator.num_processes)
 
     if main:
         console.print(f"corpus: {stats.documents:,} documents, {packed.stats['train_blocks']:,} training and "

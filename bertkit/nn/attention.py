@@ -46,6 +46,35 @@ def build_mask(key_padding: torch.Tensor | None, t_q: int, t_k: int, causal: boo
     return mask | ~mask.any(dim=-1, keepdim=True), False
 
 
+class KVCache:
+    """Keys and values of the positions decoded so far, per block, for incremental decoding (generate, translate).
+
+    `layers[i]` holds block i's {"self": {"k", "v"}, "cross": {"k", "v"}}: self-attention keys/values grow by the
+    new positions each step; cross-attention keys/values are computed from the encoder states once and reused.
+    `positions` are the cached keys' position ids, (Tk,) or (B, Tk) (left-padded batches), which rotary and
+    relative positions need. Keys are stored after the rotary rotation, so a cached key is never rotated twice.
+    """
+
+    def __init__(self, n_layers: int):
+        self.layers: list[dict[str, dict[str, torch.Tensor]]] = [{} for _ in range(n_layers)]
+        self.positions: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        """Positions cached so far."""
+        return 0 if self.positions is None else self.positions.shape[-1]
+
+    def reorder(self, index: torch.Tensor) -> None:
+        """Keep rows `index` (B',) of every cached tensor, in that order: beam search follows its surviving
+        hypotheses. Cross-attention keys/values are reordered too (they are per source sentence)."""
+        for layer in self.layers:
+            for kind in layer.values():
+                for name, tensor in kind.items():
+                    kind[name] = tensor.index_select(0, index)
+        if self.positions is not None and self.positions.dim() == 2:
+            self.positions = self.positions.index_select(0, index)
+
+
 class Attention(nn.Module):
     """Multi-head attention with `n_kv_heads` key/value heads (n_heads: MHA, 1: MQA, between: GQA).
 
@@ -72,21 +101,32 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, kv: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                 is_causal: bool = False, q_pos: torch.Tensor | None = None, k_pos: torch.Tensor | None = None,
-                need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x (B, Tq, D), kv (B, Tk, D) or None; mask/is_causal from `build_mask`; q_pos/k_pos (Tq,)/(Tk,) or
-        (B, T) position ids for rotary/relative (default 0..T-1). Returns (B, Tq, D) and, when asked (or on the
-        eager path), the weights (B, H, Tq, Tk)."""
-        source = x if kv is None else kv
+                need_weights: bool = False, cache: dict[str, torch.Tensor] | None = None,
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, Tq, D), kv (B, Tk, D) or None; mask/is_causal from `build_mask`; q_pos (Tq,) or (B, Tq) position
+        ids of the queries, k_pos those of every key, cached ones included (default: the queries are the last Tq
+        of 0..Tk-1). `cache` (one KVCache entry, updated in place): self-attention appends this call's keys and
+        values to it; cross-attention computes them from `kv` once and reuses them. Returns (B, Tq, D) and, when
+        asked (or on the eager path), the weights (B, H, Tq, Tk)."""
         q = self._heads(self.q(x), self.n_heads)  # (B, H, Tq, dh)
-        k = self._heads(self.k(source), self.n_kv_heads)  # (B, Hkv, Tk, dh)
-        v = self._heads(self.v(source), self.n_kv_heads)  # (B, Hkv, Tk, dh)
-        t_q, t_k = q.shape[2], k.shape[2]
+        t_q = q.shape[2]
+        if kv is not None and cache is not None and "k" in cache:  # cross-attention: the encoder's K/V, reused
+            k, v = cache["k"], cache["v"]
+        else:
+            source = x if kv is None else kv
+            k = self._heads(self.k(source), self.n_kv_heads)  # (B, Hkv, Tnew, dh)
+            v = self._heads(self.v(source), self.n_kv_heads)  # (B, Hkv, Tnew, dh)
+        past = cache["k"].shape[2] if kv is None and cache is not None and "k" in cache else 0
         if self.rotary is not None or self.relative is not None:
-            q_pos = torch.arange(t_q, device=x.device) + (t_k - t_q) if q_pos is None else q_pos
-            k_pos = torch.arange(t_k, device=x.device) if k_pos is None else k_pos
-        if self.rotary is not None:
+            q_pos = torch.arange(past, past + t_q, device=x.device) if q_pos is None else q_pos
+            k_pos = torch.arange(past + t_q, device=x.device) if k_pos is None else k_pos
+        if self.rotary is not None:  # self-attention only: the new keys are the new tokens, at the queries' places
             q = Rotary.rotate(q, *self.rotary.cos_sin(q_pos))
-            k = Rotary.rotate(k, *self.rotary.cos_sin(k_pos))
+            k = Rotary.rotate(k, *self.rotary.cos_sin(q_pos))
+        if cache is not None:
+            if kv is None and past:
+                k, v = torch.cat([cache["k"], k], dim=2), torch.cat([cache["v"], v], dim=2)  # (B, Hkv, Tk, dh)
+            cache["k"], cache["v"] = k, v
         dropout = self.dropout if self.training else 0.0
 
         if self.impl == "sdpa" and not need_weights and self.relative is None:

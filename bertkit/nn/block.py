@@ -71,19 +71,26 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, is_causal: bool = False,
                 positions: torch.Tensor | None = None, memory: torch.Tensor | None = None,
                 memory_mask: torch.Tensor | None = None, need_weights: bool = False,
+                key_positions: torch.Tensor | None = None, cache: dict | None = None,
                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """x (B, T, D); memory (B, S, D) encoder states for cross-attention. Returns (B, T, D) and the attention
-        weights by kind ({"self": (B, H, T, T), "cross": (B, H, T, S)}) when `need_weights`."""
+        """x (B, T, D); memory (B, S, D) encoder states for cross-attention; positions of x's tokens and
+        key_positions of every self-attention key (default: the same; they differ when earlier keys are cached in
+        `cache`, this block's KVCache entry). Returns (B, T, D) and the attention weights by kind
+        ({"self": (B, H, T, T), "cross": (B, H, T, S)}) when `need_weights`."""
         weights = {}
+        key_positions = positions if key_positions is None else key_positions
+        self_cache = cache.setdefault("self", {}) if cache is not None else None
+        cross_cache = cache.setdefault("cross", {}) if cache is not None else None
         x, w = self._residual(x, self.self_attn_norm, lambda h: self.self_attn(
-            h, mask=mask, is_causal=is_causal, q_pos=positions, k_pos=positions, need_weights=need_weights))
+            h, mask=mask, is_causal=is_causal, q_pos=positions, k_pos=key_positions, need_weights=need_weights,
+            cache=self_cache))
         if need_weights:
             weights["self"] = w
         if self.cross_attn is not None:
             if memory is None:
                 raise ValueError("a cross-attention block needs encoder memory")
             x, w = self._residual(x, self.cross_attn_norm, lambda h: self.cross_attn(
-                h, kv=memory, mask=memory_mask, need_weights=need_weights))
+                h, kv=memory, mask=memory_mask, need_weights=need_weights, cache=cross_cache))
             if need_weights:
                 weights["cross"] = w
         x, _ = self._residual(x, self.ffn_norm, lambda h: (self.ffn(h), None))

@@ -1,6 +1,7 @@
 """Heads composed on top of a backbone's hidden states.
 
-BERT's [CLS] pooler (kept so Hugging Face checkpoints round-trip), the tied MLM head, sequence pooling
+BERT's [CLS] pooler (kept so Hugging Face checkpoints round-trip), the tied MLM head, the tied next-token (LM)
+head of decoders, sequence pooling
 (cls | mean | max), and the finetuning heads: a sequence classifier, a per-token tagger, and SBERT's pair
 classifier (the softmax objective over two sentence embeddings).
 """
@@ -42,6 +43,20 @@ class MLMHead(nn.Module):
     def forward(self, hidden: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
         h = self.norm(F.gelu(self.dense(hidden)))  # (N, D)
         return F.linear(h, embedding_weight, self.bias)  # (N, V)
+
+
+class LMHead(nn.Module):
+    """Next-token head of a decoder (GPT) or encoder-decoder (Vaswani et al.): the final states projected onto the
+    token embeddings (tied, no weights of its own). (…, D) -> (…, V)
+
+    Pre-norm stacks end in a final norm, so the states arrive normalised; post-norm blocks end in one anyway.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+
+    def forward(self, hidden: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
+        return F.linear(hidden, embedding_weight)  # (…, V)
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None, mode: str) -> torch.Tensor:

@@ -10,15 +10,15 @@ import torch
 from torch import nn
 
 from bertkit.config import ModelConfig
-from bertkit.nn.heads import DensePooler, MLMHead, PairClassifier, SequenceClassifier, TokenClassifier
+from bertkit.nn.heads import DensePooler, LMHead, MLMHead, PairClassifier, SequenceClassifier, TokenClassifier
 from bertkit.nn.heads import pool as pool_states
 from bertkit.nn.transformer import build_backbone
 
 
-HEAD_TYPES = {"pooler": DensePooler, "mlm": MLMHead, "classifier": SequenceClassifier, "tagger": TokenClassifier,
-              "pair_classifier": PairClassifier}
+HEAD_TYPES = {"pooler": DensePooler, "mlm": MLMHead, "lm": LMHead, "classifier": SequenceClassifier,
+              "tagger": TokenClassifier, "pair_classifier": PairClassifier}
 TASK_HEADS = ("classifier", "tagger")  # heads of finetuned task models (predict / evaluate)
-LOGIT_HEADS = TASK_HEADS + ("pair_classifier",)  # heads whose output `forward(head=...)` returns as `.logits`
+LOGIT_HEADS = TASK_HEADS + ("pair_classifier", "lm")  # heads whose output `forward(head=...)` returns as `.logits`
 
 
 class Model(nn.Module):
@@ -32,6 +32,13 @@ class Model(nn.Module):
         for name in cfg.heads:
             self.heads[name] = HEAD_TYPES[name](cfg)
         self.apply(self._init_weights)
+        if cfg.scale_embeddings:
+            # Vaswani et al. scale token embeddings by sqrt(d_model) because they are initialised with std
+            # d_model^-0.5 (as fairseq does): scaled, they have unit size, like the sinusoidal positions they are
+            # added to. With BERT's std 0.02 the positions would drown the tokens (0.02 * sqrt(256) = 0.32).
+            for stack in (self.backbone.encoder, self.backbone.decoder) if cfg.architecture == "encoder-decoder" \
+                    else (self.backbone,):
+                nn.init.normal_(stack.embeddings.token.weight, mean=0.0, std=cfg.d_model ** -0.5)
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, (nn.Linear, nn.Embedding)):
@@ -47,7 +54,8 @@ class Model(nn.Module):
                 pool: str | None = None, **kwargs):
         """Runs the backbone (see Encoder / Decoder / EncoderDecoder.forward). With `mlm_select` (B, T) bool, the
         MLM head also runs on the selected positions and `.logits` holds their (N, V) scores; with
-        `head="classifier"` `.logits` is (B, C), with `head="tagger"` (B, T, C). With `pool` (cls | mean | max)
+        `head="classifier"` `.logits` is (B, C), with `head="tagger"` (B, T, C), with `head="lm"` (a decoder's
+        next-token scores) (B, T, V). With `pool` (cls | mean | max)
         `.pooled` holds one (B, D) vector per sequence (not normalised); `head="pair_classifier"` reads those as
         [u; v] and gives (B/2, C). Heads run inside forward so that they stay under DistributedDataParallel's
         gradient hooks."""
@@ -60,7 +68,9 @@ class Model(nn.Module):
         if head is not None:
             if head not in LOGIT_HEADS or head not in self.heads:
                 raise ValueError(f"this model has no {head!r} head (heads: {', '.join(self.heads) or 'none'})")
-            if head == "pair_classifier":
+            if head == "lm":
+                out.logits = self.lm_logits(out.last_hidden_state)  # (B, T, V)
+            elif head == "pair_classifier":
                 if out.pooled is None:
                     raise ValueError("the pair classifier reads pooled embeddings: pass pool=")
                 out.logits = self.heads[head](out.pooled)
@@ -79,6 +89,12 @@ class Model(nn.Module):
         if "mlm" not in self.heads:
             raise ValueError("this model has no MLM head")
         return self.heads["mlm"](hidden, self.token_embedding.weight)
+
+    def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Next-token logits: (…, D) -> (…, V) through the tied LM head."""
+        if "lm" not in self.heads:
+            raise ValueError("this model has no LM head")
+        return self.heads["lm"](hidden, self.token_embedding.weight)
 
     def parameter_counts(self) -> dict[str, int]:
         """Parameters by part: embeddings / blocks (incl. final norm) / heads / total; tied weights counted once."""

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from bertkit.config import ModelConfig
-from bertkit.nn.attention import build_mask
+from bertkit.nn.attention import KVCache, build_mask
 from bertkit.nn.block import Block, make_norm
 from bertkit.nn.positions import SinusoidalPositions
 
@@ -85,18 +85,28 @@ class _Stack(nn.Module):
         self.final_norm = make_norm(cfg) if cfg.norm_position == "pre" else None
 
     def _run(self, input_ids, attention_mask, token_type_ids, position_ids, memory, memory_mask,
-             output_hidden_states, output_attentions) -> StackOutput:
-        x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, D)
+             output_hidden_states, output_attentions, cache: KVCache | None = None) -> StackOutput:
         t = input_ids.shape[1]
-        mask, is_causal = build_mask(attention_mask, t, t, causal=self.causal, device=input_ids.device)
+        key_positions = position_ids
+        if cache is not None:  # incremental decoding: these t tokens follow the cache.length cached ones
+            past = cache.length
+            if position_ids is None:
+                position_ids = torch.arange(past, past + t, device=input_ids.device)  # (T,)
+            key_positions = position_ids if cache.positions is None else _cat_positions(cache.positions, position_ids)
+            cache.positions = key_positions
+        x = self.embeddings(input_ids, token_type_ids, position_ids)  # (B, T, D)
+        t_k = t if cache is None else cache.length
+        # attention_mask covers every key (cached ones too): (B, Tk)
+        mask, is_causal = build_mask(attention_mask, t, t_k, causal=self.causal, device=input_ids.device)
         cross_mask = None
         if memory is not None and memory_mask is not None:
             cross_mask, _ = build_mask(memory_mask, t, memory.shape[1], causal=False)
         hidden = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
             x, weights = block(x, mask=mask, is_causal=is_causal, positions=position_ids, memory=memory,
-                               memory_mask=cross_mask, need_weights=output_attentions)
+                               memory_mask=cross_mask, need_weights=output_attentions, key_positions=key_positions,
+                               cache=cache.layers[i] if cache is not None else None)
             if hidden is not None:
                 hidden.append(x)
             if attentions is not None:
@@ -106,6 +116,14 @@ class _Stack(nn.Module):
             if hidden is not None:
                 hidden[-1] = x
         return StackOutput(x, hidden, attentions)
+
+
+def _cat_positions(past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """Join cached and new position ids, (Tp,)|(B, Tp) + (T,)|(B, T) -> (Tp+T,)|(B, Tp+T)."""
+    if past.dim() != new.dim():
+        b = max(past.shape[0] if past.dim() == 2 else 1, new.shape[0] if new.dim() == 2 else 1)
+        past, new = (p if p.dim() == 2 else p.expand(b, -1) for p in (past, new))
+    return torch.cat([past, new], dim=-1)
 
 
 class Encoder(_Stack):
@@ -134,10 +152,13 @@ class Decoder(_Stack):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 memory: torch.Tensor | None = None, memory_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
-                output_hidden_states: bool = False, output_attentions: bool = False) -> StackOutput:
-        """input_ids (B, T); memory (B, S, D) and memory_mask (B, S) for cross-attention."""
+                output_hidden_states: bool = False, output_attentions: bool = False,
+                cache: KVCache | None = None) -> StackOutput:
+        """input_ids (B, T); memory (B, S, D) and memory_mask (B, S) for cross-attention. With a `cache` the tokens
+        continue the cached ones: attention_mask then covers cached and new tokens (B, Tk), position_ids only the
+        new ones (default: the next positions), and the cache grows by T."""
         return self._run(input_ids, attention_mask, token_type_ids, position_ids, memory, memory_mask,
-                         output_hidden_states, output_attentions)
+                         output_hidden_states, output_attentions, cache)
 
 
 class EncoderDecoder(nn.Module):
@@ -158,13 +179,18 @@ class EncoderDecoder(nn.Module):
         """Source (B, S) -> encoder states (B, S, D)."""
         return self.encoder(input_ids, attention_mask, **kwargs)
 
-    def forward(self, input_ids: torch.Tensor, decoder_input_ids: torch.Tensor,
+    def forward(self, input_ids: torch.Tensor | None, decoder_input_ids: torch.Tensor,
                 attention_mask: torch.Tensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
-                output_hidden_states: bool = False, output_attentions: bool = False) -> StackOutput:
-        """Source (B, S) and target prefix (B, T) -> decoder states (B, T, D)."""
-        memory = self.encode(input_ids, attention_mask).last_hidden_state
+                output_hidden_states: bool = False, output_attentions: bool = False,
+                memory: torch.Tensor | None = None, cache: KVCache | None = None,
+                decoder_position_ids: torch.Tensor | None = None) -> StackOutput:
+        """Source (B, S) and target prefix (B, T) -> decoder states (B, T, D). Decoding step by step passes the
+        encoder states once computed (`memory`, with `attention_mask` the source mask) and a `cache`."""
+        if memory is None:
+            memory = self.encode(input_ids, attention_mask).last_hidden_state  # (B, S, D)
         return self.decoder(decoder_input_ids, decoder_attention_mask, memory=memory, memory_mask=attention_mask,
-                            output_hidden_states=output_hidden_states, output_attentions=output_attentions)
+                            position_ids=decoder_position_ids, output_hidden_states=output_hidden_states,
+                            output_attentions=output_attentions, cache=cache)
 
 
 def build_backbone(cfg: ModelConfig) -> nn.Module:

@@ -1,4 +1,5 @@
-"""Task data readers: labelled text (CSV / TSV / JSONL) and CoNLL column files, with tag-scheme normalisation.
+"""Task data readers: labelled text (CSV / TSV / JSONL), CoNLL column files (with tag-scheme normalisation), sentence
+pairs, and parallel text (one sentence per line, source and target files aligned by line).
 
 Every reader returns plain Python records and raises `BertkitError` naming the file (and line) on bad input; the
 finetuning jobs turn the records into batches.
@@ -276,6 +277,32 @@ def read_pairs(path: str | Path, text_column: str, pair_column: str, target: str
     if not examples:
         raise BertkitError(f"{path}: no sentence pairs (only a header?)")
     return examples
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """A text file's lines (UTF-8, trailing newline and carriage return removed); the file names itself in errors."""
+    path = resolve_data_path(path)
+    if not path.is_file():
+        raise BertkitError(f"{path}: no such file")
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as exc:
+        raise BertkitError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def read_parallel(source: str | Path, target: str | Path) -> tuple[list[tuple[str, str]], int]:
+    """Aligned sentence pairs from two files, line i of one translating line i of the other. Files of different
+    line counts are an error naming both counts; pairs with an empty side are skipped and counted.
+    Returns (pairs, skipped)."""
+    src, tgt = read_lines(source), read_lines(target)
+    if len(src) != len(tgt):
+        raise BertkitError(f"{source} has {len(src):,} lines but {target} has {len(tgt):,}: parallel files must be "
+                           "aligned line by line")
+    pairs = [(s.strip(), t.strip()) for s, t in zip(src, tgt)]
+    kept = [(s, t) for s, t in pairs if s and t]
+    if not kept:
+        raise BertkitError(f"{source} / {target}: no sentence pairs (every line has an empty side)")
+    return kept, len(pairs) - len(kept)
 
 
 SENTENCE_TARGET = {"cosine": "score", "softmax": "label", "mnrl": None}

@@ -304,7 +304,7 @@ def _track_best(metric: str, evaluation: dict, state: TrainState, cfg: TrainConf
         raise BertkitError(f"train.metric: {metric!r} is not a validation metric (available: "
                            f"{', '.join(evaluation)})")
     value = evaluation[metric]
-    lower_is_better = "loss" in metric
+    lower_is_better = "loss" in metric or "ppl" in metric
     better = state.best_value is None or (value < state.best_value if lower_is_better else value > state.best_value)
     if better and math.isfinite(value):
         state.best_value, state.best_step, state.stale_evals = float(value), state.step, 0
@@ -329,6 +329,32 @@ def _drop_newer_best(run_dir: Path, state: TrainState, main: bool) -> None:
         import shutil
 
         shutil.rmtree(path.parent, ignore_errors=True)
+
+
+def train_best(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, accelerator: Accelerator,
+               metric: str, resume: bool = False, console: Console | None = None, progress: bool = True) -> dict:
+    """`train` with a validation `metric` (finetuning), then the best checkpoint's weights loaded into `model` and
+    written as RUN/model.safetensors (main process). Returns the summary a finetuning run's results.json starts
+    from."""
+    import os
+    import shutil
+
+    from safetensors.torch import load_model
+
+    result = train(model, objective, cfg, run_dir, accelerator, resume=resume, console=console, progress=progress,
+                   metric=metric)
+    best = best_weights(run_dir)
+    if best is not None:
+        load_model(model, str(best), strict=True)
+    if accelerator.is_main_process:
+        final = Path(run_dir) / f".{WEIGHTS_FILE}.tmp"
+        if best is not None:
+            shutil.copyfile(best, final)
+        else:
+            save_model(model, str(final), metadata={"format": "pt"})
+        os.replace(final, Path(run_dir) / WEIGHTS_FILE)
+    return {"out": str(run_dir), "best_step": result["state"]["best_step"], "metric": metric,
+            "steps": result["state"]["step"], "stopped_early": result["state"]["stopped_early"]}
 
 
 def best_weights(run_dir: Path) -> Path | None:

@@ -1,4 +1,5 @@
-"""Task metrics from well-kept libraries: scikit-learn for classification, seqeval (strict IOB2) for entities.
+"""Task metrics from well-kept libraries: scikit-learn for classification, seqeval (strict IOB2) for entities,
+scipy for correlations, sacrebleu for translation.
 
 `evaluate.load` would fetch metric code from the Hub at run time; these run offline.
 """
@@ -67,3 +68,15 @@ def correlation_metrics(gold: list[float] | np.ndarray, predicted: list[float] |
         return {"spearman": float("nan"), "pearson": float("nan"), "pairs": len(gold)}
     return {"spearman": float(spearmanr(gold, predicted).statistic), "pearson": float(pearsonr(gold, predicted)[0]),
             "pairs": len(gold)}
+
+
+def translation_metrics(hypotheses: list[str], references: list[str]) -> dict:
+    """Corpus BLEU and chrF (sacrebleu, its default 13a tokenisation: comparable with published scores) of
+    detokenised outputs against one reference each."""
+    import sacrebleu
+
+    bleu_metric, chrf_metric = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
+    bleu = bleu_metric.corpus_score(hypotheses, [references])
+    chrf = chrf_metric.corpus_score(hypotheses, [references])
+    return {"bleu": float(bleu.score), "chrf": float(chrf.score), "bleu_detail": str(bleu),
+            "bleu_signature": str(bleu_metric.get_signature()), "sentences": len(hypotheses)}

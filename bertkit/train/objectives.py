@@ -1,6 +1,9 @@
-"""Training objectives: what a task feeds the one loop (batches, loss, evaluation). So far: masked LM."""
+"""Pretraining objectives: what a corpus task feeds the one loop (batches, loss, evaluation): masked LM (encoders)
+and causal LM (decoders), both on the same packed blocks."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -16,19 +19,50 @@ from bertkit.text.tokenizer import SpecialIds
 _EVAL_STREAM = 1  # the validation masks come from their own generator stream, fixed for the whole run
 
 
+def _training_blocks(packed: Packed, columns: list[str], global_batch: int):
+    """The training blocks as numpy rows; a corpus smaller than one global batch is a user error."""
+    blocks = packed.train.with_format("numpy", columns=columns)
+    if len(blocks) < global_batch:
+        raise BertkitError(f"corpus too small for one batch: {len(blocks):,} blocks of {packed.block_size} tokens, "
+                           f"but a global batch is {global_batch} (train.batch_size x processes x "
+                           "train.accumulation_steps): add text or lower the batch size")
+    return blocks
+
+
+def _unigram_counts(blocks, n: int, vocab_size: int, first: int) -> np.ndarray:
+    """Token counts over the training blocks, from column `first` on (streamed: memory stays flat)."""
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for start in range(0, n, 20_000):
+        ids = blocks[start:start + 20_000]["input_ids"][:, first:]
+        counts += np.bincount(ids.ravel().astype(np.int64), minlength=vocab_size)[:vocab_size]
+    return counts
+
+
+@torch.no_grad()
+def _validation_totals(objective, model: Model, count) -> tuple[float, int, int]:
+    """Summed loss, correct predictions and predicted tokens (`count(batch)`) over the fixed validation batches."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    loss, correct, total = 0.0, 0, 0
+    for batch in objective.validation:
+        loss_sum, stats = objective.loss(model, {k: v.to(device) for k, v in batch.items()})
+        loss += float(loss_sum)
+        correct += int(stats["accuracy"])
+        total += count(batch)
+    model.train(was_training)
+    return loss, correct, total
+
+
 class MLMObjective:
     """BERT's masked LM on packed blocks: the MLM head runs on masked positions only; loss and accuracy are per
     masked token of the whole global batch."""
 
     def __init__(self, packed: Packed, special: SpecialIds, vocab_size: int, data: DataConfig, train: TrainConfig,
                  world: int = 1):
-        self.blocks = packed.train.with_format("numpy", columns=["input_ids", "word_start"])
-        self.n = len(self.blocks)
         self.global_batch = train.batch_size * train.accumulation_steps * world
-        if self.n < self.global_batch:
-            raise BertkitError(f"corpus too small for one batch: {self.n:,} blocks of {packed.block_size} tokens, "
-                               f"but a global batch is {self.global_batch} (train.batch_size x processes x "
-                               "train.accumulation_steps): add text or lower the batch size")
+        self.blocks = _training_blocks(packed, ["input_ids", "word_start"], self.global_batch)
+        self.n = len(self.blocks)
         self.special, self.vocab_size, self.data, self.seed = special, vocab_size, data, train.seed
         self.eval_batch = train.batch_size
         self.sampler = EpochSampler(self.n, self.global_batch, train.seed)
@@ -81,10 +115,7 @@ class MLMObjective:
         distribution gives the loss, its most frequent token the accuracy."""
         if not self.validation:
             return {}
-        counts = np.zeros(self.vocab_size, dtype=np.int64)
-        for start in range(0, self.n, 20_000):
-            ids = self.blocks[start:start + 20_000]["input_ids"]
-            counts += np.bincount(ids.ravel().astype(np.int64), minlength=self.vocab_size)[:self.vocab_size]
+        counts = _unigram_counts(self.blocks, self.n, self.vocab_size, first=0)
         counts[list(self.special.all)] = 0  # never a target
         log_p = np.log((counts + 1) / (counts + 1).sum())  # add-one smoothing: unseen targets stay finite
         targets = torch.cat([b["labels"][b["labels"] != IGNORE_INDEX] for b in self.validation]).numpy()
@@ -96,15 +127,71 @@ class MLMObjective:
         """Validation MLM loss and masked-token accuracy on fixed masks (comparable across steps and runs)."""
         if not self.validation:
             return {}
-        was_training = model.training
-        model.eval()
-        device = next(model.parameters()).device
-        loss, correct, count = 0.0, 0, 0
-        for batch in self.validation:
-            micro = {k: v.to(device) for k, v in batch.items()}
-            loss_sum, stats = self.loss(model, micro)
-            loss += float(loss_sum)
-            correct += int(stats["accuracy"])
-            count += int((batch["labels"] != IGNORE_INDEX).sum())
-        model.train(was_training)
+        loss, correct, count = _validation_totals(self, model, lambda b: int((b["labels"] != IGNORE_INDEX).sum()))
         return {"val_loss": loss / max(1, count), "val_accuracy": correct / max(1, count)}
+
+
+class CLMObjective:
+    """GPT's causal LM on the same packed blocks: every position predicts the next token (the block's leading
+    [CLS] acts as a beginning-of-text token; each document's closing [SEP] is the end-of-text token generation stops
+    at). Loss, accuracy and perplexity are per predicted token of the whole global batch."""
+
+    def __init__(self, packed: Packed, special: SpecialIds, vocab_size: int, data: DataConfig, train: TrainConfig,
+                 world: int = 1):
+        self.global_batch = train.batch_size * train.accumulation_steps * world
+        self.blocks = _training_blocks(packed, ["input_ids"], self.global_batch)
+        self.n = len(self.blocks)
+        self.special, self.vocab_size = special, vocab_size
+        self.sampler = EpochSampler(self.n, self.global_batch, train.seed)
+        val = packed.validation.with_format("numpy", columns=["input_ids"])
+        rows = torch.from_numpy(val[:]["input_ids"].astype(np.int64)) if len(val) else None
+        self.validation = [] if rows is None else [{"input_ids": rows[i:i + train.batch_size]}
+                                                   for i in range(0, len(rows), train.batch_size)]
+        # an evaluation in train-step units (forward only: about a third of a training step per batch)
+        self.eval_cost_steps = len(self.validation) * 0.35 / max(1, train.accumulation_steps)
+
+    def rows(self, step: int) -> np.ndarray:
+        """Block indices of step `step`'s global batch."""
+        return self.sampler.rows(step)
+
+    def batch(self, step: int) -> dict[str, torch.Tensor]:
+        data = self.blocks[self.rows(step).tolist()]
+        return {"input_ids": torch.from_numpy(data["input_ids"].astype(np.int64))}
+
+    @staticmethod
+    def normalizer(batch: dict[str, torch.Tensor]) -> float:
+        b, t = batch["input_ids"].shape
+        return float(b * (t - 1))  # every position but the last has a next token
+
+    @staticmethod
+    def tokens(batch: dict[str, torch.Tensor]) -> int:
+        return batch["input_ids"].numel()
+
+    @staticmethod
+    def loss(model: torch.nn.Module, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        ids = micro["input_ids"]  # (B, T)
+        logits = model(ids, head="lm").logits[:, :-1]  # (B, T-1, V): position t predicts token t+1
+        targets = ids[:, 1:]  # (B, T-1)
+        loss_sum = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="sum")
+        correct = (logits.argmax(-1) == targets).sum()
+        return loss_sum, {"accuracy": correct}
+
+    def unigram_baseline(self) -> dict[str, float]:
+        """A context-free model on the validation targets: the training set's unigram distribution (loss,
+        perplexity) and its most frequent token (accuracy)."""
+        if not self.validation:
+            return {}
+        counts = _unigram_counts(self.blocks, self.n, self.vocab_size, first=1)  # every token but the block's [CLS]
+        log_p = np.log((counts + 1) / (counts + 1).sum())  # add-one smoothing: unseen targets stay finite
+        targets = torch.cat([b["input_ids"][:, 1:].flatten() for b in self.validation]).numpy()
+        loss = float(-log_p[targets].mean())
+        return {"val_loss": loss, "val_ppl": math.exp(loss), "val_accuracy": float((targets == counts.argmax()).mean())}
+
+    @torch.no_grad()
+    def evaluate(self, model: Model) -> dict[str, float]:
+        """Validation loss, perplexity (exp of the mean loss per token) and next-token accuracy."""
+        if not self.validation:
+            return {}
+        loss, correct, count = _validation_totals(self, model, lambda b: int(self.normalizer(b)))
+        mean = loss / max(1, count)
+        return {"val_loss": mean, "val_ppl": math.exp(min(mean, 50.0)), "val_accuracy": correct / max(1, count)}

@@ -96,3 +96,18 @@ def test_real_sst2_and_conll2003():
     assert types == {"PER", "ORG", "LOC", "MISC"}
     assert all(not t.startswith("I-") or (i > 0 and s.tags[i - 1][2:] == t[2:])
                for s in conll for i, t in enumerate(s.tags))  # valid IOB2 everywhere
+
+
+def test_parallel_text_is_read_line_by_line_and_checked(tmp_path):
+    from bertkit.text.tasks import read_parallel
+
+    src, tgt = tmp_path / "a.en", tmp_path / "a.de"
+    src.write_text("One dog.\n\nTwo cats. \nA tree.\n")
+    tgt.write_text("Ein Hund.\nLeer\nZwei Katzen.\n\n")
+    pairs, skipped = read_parallel(src, tgt)
+    assert pairs == [("One dog.", "Ein Hund."), ("Two cats.", "Zwei Katzen.")] and skipped == 2
+    tgt.write_text("Ein Hund.\n")
+    with pytest.raises(BertkitError, match=r"a.en has 4 lines but .*a.de has 1"):
+        read_parallel(src, tgt)
+    with pytest.raises(BertkitError, match="no such file"):
+        read_parallel(src, tmp_path / "missing.de")

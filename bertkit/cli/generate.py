@@ -1,0 +1,185 @@
+"""`bertkit generate`, `perplexity`, `translate`, `evaluate-seq2seq`, `attention`: using decoder and
+encoder-decoder runs, and looking inside any run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from bertkit.cli import app, user_errors
+
+RunArgument = Annotated[Path, typer.Argument(help="A run directory.")]
+
+
+def _texts(texts: list[str] | None, input_file: Path | None, what: str) -> list[str]:
+    """Texts from the command line, or one per line from --input (- for stdin)."""
+    import sys
+
+    from bertkit.errors import BertkitError
+    from bertkit.text.tasks import read_lines
+
+    if texts and input_file is not None:
+        raise BertkitError(f"give {what}s as arguments or with --input, not both")
+    if input_file is not None:
+        return sys.stdin.read().splitlines() if str(input_file) == "-" else read_lines(input_file)
+    if not texts:
+        raise BertkitError(f"no {what}: give one as an argument or a file with --input")
+    return list(texts)
+
+
+@app.command()
+@user_errors
+def generate(run: Annotated[Path, typer.Argument(help="A decoder run (bertkit pretrain --objective clm).")],
+             prompts: Annotated[list[str] | None, typer.Argument(help="Prompts to continue (or --input).")] = None,
+             input_file: Annotated[Path | None, typer.Option("--input", "-i", help="A file of prompts, one per "
+                                                             "line (- for stdin).")] = None,
+             max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens to add at most (stops earlier at "
+                                                                     "[SEP], the end of a text).")] = 50,
+             greedy: Annotated[bool, typer.Option(help="Always take the most likely token (ignores the sampling "
+                                                       "options).")] = False,
+             temperature: Annotated[float, typer.Option(help="Sampling temperature (> 0; lower is more "
+                                                             "conservative).")] = 1.0,
+             top_k: Annotated[int, typer.Option(min=0, help="Sample from the k most likely tokens (0: all).")] = 50,
+             top_p: Annotated[float, typer.Option(help="Nucleus sampling: the most likely tokens holding this "
+                                                       "probability (1: all).")] = 0.95,
+             seed: Annotated[int, typer.Option(help="Random seed: the same seed gives the same samples.")] = 0,
+             cache: Annotated[bool, typer.Option(help="Reuse keys/values of earlier tokens (KV cache); "
+                                                      "--no-cache recomputes the whole prefix each step.")] = True,
+             batch_size: Annotated[int, typer.Option(min=1, help="Prompts decoded together.")] = 16,
+             json_out: Annotated[bool, typer.Option("--json", help="One JSON line per prompt.")] = False) -> None:
+    """Continue prompts with a GPT-style decoder: sampling (temperature, top-k, top-p, seed) or greedy.
+
+    Example: bertkit generate runs/decoder-imdb "This movie was" --max-new-tokens 40 --seed 1
+    """
+    from bertkit.errors import BertkitError
+    from bertkit.generation import Sampling
+    from bertkit.jobs import generate as job
+
+    try:
+        sampling = Sampling(greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p)
+    except ValueError as exc:
+        raise BertkitError(str(exc)) from None
+    results = job.run(run, _texts(prompts, input_file, "prompt"), max_new_tokens, sampling, seed, cache,
+                      batch_size)
+    for r in results:
+        typer.echo(json.dumps(r, ensure_ascii=False) if json_out else r["prompt"] + r["continuation"])
+
+
+@app.command()
+@user_errors
+def perplexity(run: Annotated[Path, typer.Argument(help="A decoder run.")],
+               file: Annotated[Path, typer.Argument(help="A text file, scored as one stream (data-root relative "
+                                                         "is fine: wikitext2/wiki.test.raw).")],
+               window: Annotated[int | None, typer.Option(help="Tokens per window, [CLS] included (default: "
+                                                               "the model's max_len).")] = None,
+               stride: Annotated[int | None, typer.Option(help="Tokens the window moves (default: half a window; "
+                                                               "smaller gives more context, costs more).")] = None,
+               batch_size: Annotated[int, typer.Option(min=1, help="Windows per forward pass.")] = 16,
+               json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Perplexity of a decoder on a text file: per token, per word (comparable across tokenizers) and bits per
+    byte, with a sliding window.
+
+    Example: bertkit perplexity runs/decoder-imdb wikitext2/wiki.test.raw
+    """
+    from bertkit.jobs import generate as job
+    from bertkit.paths import resolve_data_path
+
+    result = job.perplexity(run, resolve_data_path(file), window, stride, batch_size)
+    if json_out:
+        typer.echo(json.dumps(result))
+        return
+    typer.echo(f"{result['file']}: {result['tokens']:,} tokens, {result['words']:,} words (window {result['window']}, "
+               f"stride {result['stride']})")
+    typer.echo(f"  token perplexity {result['token_ppl']:.2f}   word perplexity {result['word_ppl']:.2f}   "
+               f"bits per byte {result['bits_per_byte']:.3f}")
+
+
+BeamOption = Annotated[int, typer.Option(min=1, help="Beam size (1: greedy decoding).")]
+LengthPenaltyOption = Annotated[float, typer.Option(help="Beam scores are log-probability sums divided by "
+                                                         "length^this (0: raw sums; > 0 favours longer outputs).")]
+MaxNewOption = Annotated[int | None, typer.Option(min=1, help="Output tokens at most (default: the model's "
+                                                              "max_len - 1).")]
+
+
+@app.command()
+@user_errors
+def translate(run: Annotated[Path, typer.Argument(help="An encoder-decoder run (bertkit finetune seq2seq).")],
+              sentences: Annotated[list[str] | None, typer.Argument(help="Sentences to translate (or "
+                                                                         "--input).")] = None,
+              input_file: Annotated[Path | None, typer.Option("--input", "-i", help="A file of sentences, one per "
+                                                              "line (- for stdin).")] = None,
+              out: Annotated[Path | None, typer.Option("--out", "-o", help="Write translations here, one per line "
+                                                                           "(default stdout).")] = None,
+              beam: BeamOption = 4, length_penalty: LengthPenaltyOption = 1.0, max_new_tokens: MaxNewOption = None,
+              batch_size: Annotated[int, typer.Option(min=1, help="Sentences decoded together.")] = 64,
+              overwrite: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False) -> None:
+    """Translate sentences with an encoder-decoder: beam search (default 4) or greedy (--beam 1), KV cache.
+
+    Example: bertkit translate runs/multi30k "A man is riding a bike." --beam 4
+    """
+    from bertkit.jobs import translate as job
+
+    lines = job.translate(run, _texts(sentences, input_file, "sentence"), beam, length_penalty, max_new_tokens,
+                          batch_size, out, overwrite)
+    if out is None:
+        for line in lines:
+            typer.echo(line)
+
+
+@app.command("evaluate-seq2seq")
+@user_errors
+def evaluate_seq2seq(run: Annotated[Path, typer.Argument(help="An encoder-decoder run.")],
+                     source: Annotated[str, typer.Option(help="Source sentences, one per line.")],
+                     target: Annotated[str, typer.Option(help="Reference translations, line by line.")],
+                     beam: BeamOption = 4, length_penalty: LengthPenaltyOption = 1.0,
+                     max_new_tokens: MaxNewOption = None,
+                     batch_size: Annotated[int, typer.Option(min=1, help="Sentences decoded together.")] = 64,
+                     hypotheses: Annotated[Path | None, typer.Option(help="Also write the translations here.")]
+                     = None,
+                     overwrite: Annotated[bool, typer.Option(help="Replace an existing --hypotheses file.")]
+                     = False,
+                     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """Corpus BLEU and chrF (sacrebleu) of a run's translations of --source against --target.
+
+    Example: bertkit evaluate-seq2seq runs/multi30k --source multi30k/test_2016_flickr.en
+    --target multi30k/test_2016_flickr.de --beam 4
+    """
+    from bertkit.jobs import translate as job
+
+    result = job.evaluate(run, source, target, beam, length_penalty, max_new_tokens, batch_size, hypotheses,
+                          overwrite)
+    if json_out:
+        typer.echo(json.dumps(result))
+        return
+    typer.echo(f"{result['sentences']:,} sentences, beam {beam}: BLEU {result['bleu']:.2f}  chrF "
+               f"{result['chrf']:.2f}  ({result['seconds']:.1f} s)")
+    typer.echo(f"  {result['bleu_signature']}")
+
+
+@app.command()
+@user_errors
+def attention(run: RunArgument,
+              text: Annotated[str, typer.Argument(help="The input: a sentence (the source, for an "
+                                                       "encoder-decoder).")],
+              out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the PNG files.")]
+              = Path("attention"),
+              layer: Annotated[int | None, typer.Option(help="Only this layer (0-based; default: every layer).")]
+              = None,
+              head: Annotated[int | None, typer.Option(help="Only this head (0-based; default: every head, and "
+                                                            "their mean).")] = None,
+              target: Annotated[str | None, typer.Option(help="Encoder-decoder: the output to align with "
+                                                             "(default: the model's greedy translation).")] = None,
+              overwrite: Annotated[bool, typer.Option(help="Write into an existing non-empty --out.")] = False,
+              ) -> None:
+    """Attention heatmaps (PNG, tokens on the axes) per layer and head; for an encoder-decoder also the
+    cross-attention alignment between source and output tokens.
+
+    Example: bertkit attention runs/multi30k "A dog runs on the beach." -o attention/
+    """
+    from bertkit.jobs import attention as job
+
+    written = job.run(run, text, out, layer, head, target, overwrite)
+    typer.echo(f"wrote {len(written)} image(s) to {out}" + (f", e.g. {written[0].name}" if written else ""))

@@ -1,0 +1,126 @@
+"""`bertkit generate` and `bertkit perplexity`: use a decoder (GPT) run — continue prompts, or score a text file.
+
+Prompts are [CLS] + their tokens, as every pretraining block began with [CLS]; generation stops at [SEP], the token
+that closed every training document.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from tokenizers import Tokenizer
+
+from bertkit.errors import BertkitError
+from bertkit.generation import Sampling, generate
+from bertkit.nn.model import Model
+from bertkit.text.tasks import read_lines
+from bertkit.text.tokenizer import load_tokenizer, special_ids
+from bertkit.train.checkpoint import load_run
+
+
+def load_lm(run: Path, device: str | torch.device | None = None) -> tuple[Model, Tokenizer]:
+    """A decoder run with its LM head, and its tokenizer; any other model is a clear error."""
+    config, model = load_run(run)
+    arch = config.model.architecture
+    if arch != "decoder" or "lm" not in config.model.heads:
+        hint = ("an encoder predicts masked tokens: try `bertkit fill-mask`" if arch == "encoder" else
+                "an encoder-decoder translates: try `bertkit translate`" if arch == "encoder-decoder" else
+                "it has no LM head")
+        raise BertkitError(f"{run}: generation needs a decoder language model (`bertkit pretrain --objective clm`); "
+                           f"this is a{'n' if arch[0] == 'e' else ''} {arch} ({hint})")
+    model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    return model.eval(), load_tokenizer(run)
+
+
+def prompt_ids(tokenizer: Tokenizer, prompts: list[str], room: int) -> tuple[list[list[int]], int]:
+    """[CLS] + each prompt's tokens, keeping the last `room` - 1 tokens of a longer prompt (the end is what the
+    continuation follows). Returns (ids, how many prompts were cut)."""
+    cls = special_ids(tokenizer).cls
+    out, cut = [], 0
+    for i, enc in enumerate(tokenizer.encode_batch(prompts, add_special_tokens=False)):
+        if not prompts[i].strip():
+            raise BertkitError(f"prompt {i + 1} is empty: give some text to continue")
+        ids = enc.ids
+        if len(ids) > room - 1:
+            ids, cut = ids[len(ids) - (room - 1):], cut + 1
+        out.append([cls] + ids)
+    return out, cut
+
+
+def run(run_dir: Path, prompts: list[str], max_new_tokens: int = 50, sampling: Sampling = Sampling(),
+        seed: int | None = 0, use_cache: bool = True, batch_size: int = 16,
+        console: Console | None = None) -> list[dict]:
+    """Continue each prompt; returns [{"prompt", "continuation", "tokens"}] in order."""
+    console = console or Console(stderr=True)
+    if not prompts:
+        raise BertkitError("no prompt given")
+    model, tokenizer = load_lm(run_dir)
+    max_len = model.config.max_len
+    if max_new_tokens >= max_len:
+        raise BertkitError(f"--max-new-tokens {max_new_tokens} leaves no room for a prompt: the model reads at most "
+                           f"max_len={max_len} tokens")
+    ids, cut = prompt_ids(tokenizer, prompts, max_len - max_new_tokens)
+    if cut:
+        console.print(f"[yellow]warning: {cut} prompt(s) were longer than {max_len - max_new_tokens - 1} tokens "
+                      f"(max_len {max_len} - --max-new-tokens {max_new_tokens} - [CLS]); kept their last tokens")
+    special = special_ids(tokenizer)
+    results = []
+    for start in range(0, len(ids), batch_size):
+        # a seed per batch: the same prompts, options and seed give the same samples
+        new = generate(model, ids[start:start + batch_size], max_new_tokens, special.sep, special.pad, sampling,
+                       None if seed is None else seed + start, use_cache)
+        for prompt, tokens in zip(prompts[start:start + batch_size], new):
+            results.append({"prompt": prompt, "continuation": tokenizer.decode(tokens), "tokens": len(tokens)})
+    return results
+
+
+@torch.no_grad()
+def perplexity(run_dir: Path, file: Path, window: int | None = None, stride: int | None = None,
+               batch_size: int = 16, console: Console | None = None) -> dict:
+    """Perplexity of a decoder on a text file read as one stream: windows of [CLS] + `window` - 1 tokens moved by
+    `stride`, each token scored once with as much context as its window gives (stride < window - 1 gives every
+    scored token at least window - 1 - stride tokens of context). Reports per token, per word (whitespace words of
+    the file: comparable across tokenizers) and bits per byte."""
+    console = console or Console(stderr=True)
+    model, tokenizer = load_lm(run_dir)
+    window = window or model.config.max_len
+    if not 2 <= window <= model.config.max_len:
+        raise BertkitError(f"--window {window}: must be in [2, max_len={model.config.max_len}]")
+    body = window - 1
+    stride = stride or max(1, body // 2)
+    if not 1 <= stride <= body:
+        raise BertkitError(f"--stride {stride}: must be in [1, window - 1 = {body}]")
+    text = "\n".join(read_lines(file))
+    if not text.strip():
+        raise BertkitError(f"{file}: no text")
+    tokens = tokenizer.encode(text, add_special_tokens=False).ids
+    cls = special_ids(tokenizer).cls
+    # window starts b = 0, stride, …; window b scores tokens [max(b, scored_until), b + body)
+    starts = list(range(0, max(1, len(tokens) - body + stride), stride))
+    device = model.device
+    nll, count, scored_until = 0.0, 0, 0
+    for first in range(0, len(starts), batch_size):
+        chunk = starts[first:first + batch_size]
+        rows = [[cls] + tokens[b:b + body] for b in chunk]
+        longest = max(len(r) for r in rows)
+        ids = torch.tensor([r + [0] * (longest - len(r)) for r in rows], device=device)  # right pad: never scored
+        log_p = model(ids, head="lm").logits.float().log_softmax(-1)  # (N, W, V)
+        for i, b in enumerate(chunk):
+            end = min(b + body, len(tokens))
+            begin = max(b, scored_until)
+            if begin >= end:
+                continue
+            # token j (index into tokens) sits at window position j - b + 1 and is predicted from position j - b
+            targets = torch.tensor(tokens[begin:end], device=device)
+            positions = torch.arange(begin - b, end - b, device=device)
+            nll -= float(log_p[i, positions, targets].sum())
+            count += end - begin
+            scored_until = end
+    words = len(text.split())
+    n_bytes = len(text.encode("utf-8"))
+    return {"file": str(file), "tokens": count, "words": words, "bytes": n_bytes, "window": window,
+            "stride": stride, "loss": nll / count, "token_ppl": math.exp(nll / count),
+            "word_ppl": math.exp(nll / words), "bits_per_byte": nll / math.log(2) / n_bytes}

@@ -1,0 +1,173 @@
+"""`bertkit finetune seq2seq`: an encoder-decoder trained on parallel text (translation), by the one loop.
+
+Two starts, one code path: `--recipe` builds a new encoder-decoder from its [model] table and trains its BPE
+vocabulary on the training pairs (one joint vocabulary for both sides by default, `task.joint_vocab = false` for one
+per side); `--model RUN` continues from an encoder-decoder run's weights and tokenizers. The output is a run
+directory like every other (model + `lm` head, tokenizer.json, target/tokenizer.json for a separate target
+vocabulary) plus results.json; model.safetensors holds the best checkpoint by validation BLEU (or loss).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+from accelerate.utils import set_seed
+from rich.console import Console
+
+from bertkit.config import Config
+from bertkit.errors import BertkitError
+from bertkit.nn.model import Model
+from bertkit.paths import atomic_dir
+from bertkit.text.tasks import read_parallel
+from bertkit.text.tokenizer import train_bpe
+from bertkit.train.checkpoint import check_run_output, load_config, load_run, write_config
+from bertkit.train.loop import make_accelerator, train_best
+from bertkit.train.metrics import translation_metrics
+from bertkit.train.seq2seq_objective import Seq2SeqObjective
+from bertkit.translation import PairTokenizers, Translator
+
+RESUMABLE_CHANGES = {"max_steps", "max_time", "log_every", "eval_every", "save_every", "keep_checkpoints",
+                     "patience"}
+
+
+def _split(pairs: list, fraction: float, seed: int) -> tuple[list, list]:
+    order = np.random.default_rng([seed, 17]).permutation(len(pairs))
+    held = max(1, round(fraction * len(pairs)))
+    if len(pairs) < 2:
+        raise BertkitError("need at least 2 training pairs to hold one out (or pass --validation-source/-target)")
+    return [pairs[i] for i in sorted(order[held:].tolist())], [pairs[i] for i in sorted(order[:held].tolist())]
+
+
+def _tokenizers(config: Config, pairs: list[tuple[str, str]], console: Console) -> PairTokenizers:
+    """BPE vocabularies trained on the training pairs: one joint (both sides) or one per side."""
+    tok, vocab = config.tokenizer, config.model.vocab_size
+    options = {"byte_level": tok.byte_level, "lowercase": tok.lowercase, "nfkc": tok.nfkc,
+               "min_frequency": tok.min_frequency}
+    if config.task.joint_vocab:
+        console.print(f"training a joint {vocab:,}-token BPE on both sides of {len(pairs):,} pairs")
+        joint = train_bpe([t for pair in pairs for t in pair], vocab, **options)
+        return PairTokenizers(joint, joint)
+    if config.model.share_embeddings:
+        raise BertkitError("task.joint_vocab = false gives each side its own vocabulary: set "
+                           "model.share_embeddings = false too (one embedding table cannot index two vocabularies)")
+    console.print(f"training a {vocab:,}-token BPE per side on {len(pairs):,} pairs")
+    return PairTokenizers(train_bpe([s for s, _ in pairs], vocab, **options),
+                          train_bpe([t for _, t in pairs], vocab, **options))
+
+
+def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False, progress: bool = True,
+        console: Console | None = None) -> dict:
+    """Train an encoder-decoder on `task.train_source` / `task.train_target`; returns the best validation
+    metrics and where things are."""
+    console = console or Console(stderr=True)
+    task, out = config.task, Path(out)
+    if task.train_source is None or task.train_target is None:
+        raise BertkitError("task.train_source / task.train_target: give both sides of the training text "
+                           "(--train-source FILE --train-target FILE)")
+    if (task.validation_source is None) != (task.validation_target is None):
+        raise BertkitError("task.validation_source / task.validation_target: give both sides or neither")
+    check_run_output(out, config, resume, ("task", "train"), {f"train.{k}" for k in RESUMABLE_CHANGES})
+    base = None
+    if resume:
+        config = dataclasses.replace(config, model=load_config(out).model, tokenizer=load_config(out).tokenizer)
+    elif model_dir is not None:
+        base_config, base = load_run(model_dir)
+        config = dataclasses.replace(config, model=base_config.model, tokenizer=base_config.tokenizer)
+    if config.model.architecture != "encoder-decoder":
+        where = f"{model_dir}" if model_dir is not None else "the recipe"
+        raise BertkitError(f"model.architecture: seq2seq training needs an encoder-decoder, {where} has "
+                           f"{config.model.architecture!r} (try --recipe translate-multi30k)")
+    accelerator = make_accelerator(config.train.precision)
+    main = accelerator.is_main_process
+    set_seed(config.train.seed)
+
+    pairs, skipped = read_parallel(task.train_source, task.train_target)
+    if task.max_train_examples is not None:
+        pairs = pairs[:task.max_train_examples]
+    if task.validation_source is not None:
+        train_pairs = pairs
+        validation, _ = read_parallel(task.validation_source, task.validation_target)
+    else:
+        train_pairs, validation = _split(pairs, task.validation_fraction, config.train.seed)
+    if skipped and main:
+        console.print(f"[yellow]skipped {skipped:,} training pair(s) with an empty side")
+
+    if resume:
+        tokenizers = PairTokenizers.load(out)
+    elif model_dir is not None:
+        tokenizers = PairTokenizers.load(model_dir)
+    else:
+        tokenizers = _tokenizers(config, train_pairs, console if main else Console(quiet=True))
+    vocab = max(tokenizers.source.get_vocab_size(), tokenizers.target.get_vocab_size())
+    if vocab > config.model.vocab_size:
+        raise BertkitError(f"tokenizer vocab ({vocab:,}) is larger than model.vocab_size ({config.model.vocab_size:,})")
+    max_length = task.max_length or config.model.max_len
+    if max_length > config.model.max_len:
+        raise BertkitError(f"task.max_length: {max_length} is longer than the model's max_len ({config.model.max_len})")
+    source, cut_s = tokenizers.encode_source([s for s, _ in train_pairs], max_length)
+    target, cut_t = tokenizers.encode_target([t for _, t in train_pairs], max_length)
+    val_source, _ = tokenizers.encode_source([s for s, _ in validation], max_length)
+    val_target, _ = tokenizers.encode_target([t for _, t in validation], max_length)
+    if (cut_s or cut_t) and main:
+        console.print(f"[yellow]warning: {cut_s:,} source and {cut_t:,} target sentences are longer than "
+                      f"{max_length} tokens and were truncated (task.max_length)")
+
+    model_cfg = dataclasses.replace(config.model, heads=("lm",), num_labels=0)
+    if model_dir is not None and task.dropout is not None:  # continuing a run: the task's dropout (as finetune)
+        model_cfg = dataclasses.replace(model_cfg, dropout=task.dropout, attention_dropout=task.dropout)
+    model = Model(model_cfg)
+    if base is not None:
+        model.load_state_dict(base.state_dict(), strict=False)  # the same architecture; heads hold no weights
+    del base
+    special = tokenizers.special
+    translator = Translator(out, model=model, tokenizers=tokenizers, max_length=max_length,
+                            batch_size=max(64, config.train.batch_size))
+    world = accelerator.num_processes
+    objective = Seq2SeqObjective(source, target, val_source, val_target, [t for _, t in validation], special.cls,
+                                 special.pad, task.label_smoothing, config.train, world, task.bleu_examples,
+                                 translator)
+    train_cfg = config.train
+    if train_cfg.epochs is not None:
+        train_cfg = dataclasses.replace(train_cfg, max_steps=max(1, math.ceil(train_cfg.epochs
+                                                                               * objective.steps_per_epoch)))
+    config = dataclasses.replace(config, model=model_cfg, train=dataclasses.replace(config.train,
+                                                                                     max_steps=train_cfg.max_steps))
+    metric = config.train.metric or objective.default_metric
+    if metric not in objective.metric_names:
+        raise BertkitError(f"train.metric: {metric!r} is not a validation metric of seq2seq (allowed: "
+                           f"{'|'.join(objective.metric_names)})")
+    if metric == "bleu" and not task.bleu_examples:
+        raise BertkitError("train.metric: bleu needs task.bleu_examples > 0")
+    if main:
+        counts = model.parameter_counts()
+        console.print(f"seq2seq: {len(train_pairs):,} training / {len(validation):,} validation pairs; vocab "
+                      f"{tokenizers.source.get_vocab_size():,}{' (joint)' if tokenizers.joint else ''}; "
+                      f"{counts['total'] / 1e6:.1f} M parameters; {train_cfg.max_steps:,} steps of "
+                      f"{objective.global_batch} ({train_cfg.max_steps / objective.steps_per_epoch:.1f} epochs); "
+                      f"best checkpoint by validation {metric}")
+        if not resume:
+            with atomic_dir(out) as tmp:
+                write_config(tmp, config)
+                tokenizers.save(tmp)
+    accelerator.wait_for_everyone()
+
+    summary = train_best(model, objective, train_cfg, out, accelerator, metric, resume=resume, console=console,
+                         progress=progress)
+    if main:
+        model.to(accelerator.device)
+        summary["validation"] = {k: v for k, v in objective.evaluate(model).items()}
+        if task.bleu_examples:
+            translator.model = model
+            hyps, _ = translator.translate([s for s, _ in validation[:task.bleu_examples]])
+            summary["validation"]["bleu_detail"] = translation_metrics(hyps, [t for _, t in
+                                                                             validation[:task.bleu_examples]])
+        (out / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        headline = {k: v for k, v in summary["validation"].items() if isinstance(v, float)}
+        console.print(f"wrote {out} (best step {summary['best_step']} of {summary['steps']}): validation "
+                      + "  ".join(f"{k} {v:.4f}" for k, v in headline.items()))
+    accelerator.wait_for_everyone()
+    return summary
