@@ -73,7 +73,9 @@ class SentenceEncoder:
         self.run = Path(run)
         config, net = model if model is not None else load_run(self.run)
         if config.model.architecture != "encoder":
-            raise BertkitError(f"{run}: sentence embeddings need an encoder, this is a {config.model.architecture}")
+            arch = config.model.architecture
+            raise BertkitError(f"{run}: sentence embeddings need an encoder, this is a{'n' if arch[0] == 'e' else ''} "
+                               f"{arch}")
         self.config, self.model = config, net
         if device is not None or model is None:
             self.model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))

@@ -119,7 +119,9 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
     else:
         base_config, base = load_run(model_dir)
     if base_config.model.architecture != "encoder":
-        raise BertkitError(f"{model_dir}: finetuning needs an encoder, this is a {base_config.model.architecture}")
+        arch = base_config.model.architecture
+        raise BertkitError(f"{model_dir}: finetuning needs an encoder, this is a{'n' if arch[0] == 'e' else ''} {arch}"
+                           + (" (train encoder-decoders with `finetune seq2seq`)" if arch == "encoder-decoder" else ""))
     tokenizer = load_tokenizer(model_dir)
     pad_id = special_ids(tokenizer).pad
     accelerator = make_accelerator(config.train.precision)
