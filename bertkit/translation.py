@@ -98,8 +98,9 @@ class Translator:
         self.max_length = max_length or model.config.max_len
 
     def translate_ids(self, source: list[list[int]], beam_size: int = 1, length_penalty: float = 1.0,
-                      max_new_tokens: int | None = None, use_cache: bool = True) -> list[list[int]]:
-        """Source ids -> output ids (no BOS/EOS), in the input order."""
+                      max_new_tokens: int | None = None, use_cache: bool = True,
+                      on_batch=None) -> list[list[int]]:
+        """Source ids -> output ids (no BOS/EOS), in the input order; `on_batch(n)` after each batch of n."""
         special = self.tokenizers.special
         limit = min(max_new_tokens or self.max_length - 1, self.max_length - 1)
         order = np.argsort([len(s) for s in source], kind="stable")
@@ -110,11 +111,13 @@ class Translator:
                                beam_size, length_penalty, use_cache)
             for r, h in zip(rows, hyps):
                 out[r] = h
+            if on_batch is not None:
+                on_batch(len(rows))
         return out
 
     def translate(self, texts: list[str], beam_size: int = 1, length_penalty: float = 1.0,
-                  max_new_tokens: int | None = None) -> tuple[list[str], int]:
+                  max_new_tokens: int | None = None, on_batch=None) -> tuple[list[str], int]:
         """Texts -> translations; also returns how many sources were longer than the model and cut."""
         source, cut = self.tokenizers.encode_source(texts, self.max_length)
-        outputs = self.translate_ids(source, beam_size, length_penalty, max_new_tokens)
+        outputs = self.translate_ids(source, beam_size, length_penalty, max_new_tokens, on_batch=on_batch)
         return [self.tokenizers.decode(ids) for ids in outputs], cut

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from tokenizers import Tokenizer
 
 from bertkit.errors import BertkitError
@@ -102,7 +103,12 @@ def perplexity(run_dir: Path, file: Path, window: int | None = None, stride: int
     starts = list(range(0, max(1, len(tokens) - body + stride), stride))
     device = model.device
     nll, count, scored_until = 0.0, 0, 0
+    bar = Progress(TextColumn("[bold]perplexity"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                   console=console, transient=True, disable=not console.is_terminal)
+    task = bar.add_task("windows", total=len(starts))
+    bar.start()
     for first in range(0, len(starts), batch_size):
+        bar.advance(task, len(starts[first:first + batch_size]))
         chunk = starts[first:first + batch_size]
         rows = [[cls] + tokens[b:b + body] for b in chunk]
         longest = max(len(r) for r in rows)
@@ -119,6 +125,7 @@ def perplexity(run_dir: Path, file: Path, window: int | None = None, stride: int
             nll -= float(log_p[i, positions, targets].sum())
             count += end - begin
             scored_until = end
+    bar.stop()
     words = len(text.split())
     n_bytes = len(text.encode("utf-8"))
     return {"file": str(file), "tokens": count, "words": words, "bytes": n_bytes, "window": window,

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from bertkit.errors import BertkitError
 from bertkit.paths import atomic_file
@@ -18,6 +19,17 @@ def _check_out(out: Path | None, overwrite: bool) -> None:
     """Refuse an existing output before any work is done (the write itself is atomic)."""
     if out is not None and Path(out).exists() and not overwrite:
         raise BertkitError(f"{out}: already exists (choose another path or pass --overwrite)")
+
+
+def _run(translator: Translator, texts: list[str], beam: int, length_penalty: float, max_new_tokens: int | None,
+         console: Console) -> tuple[list[str], int]:
+    """Translate with a progress bar (on stderr; transient)."""
+    bar = Progress(TextColumn("[bold]translate"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                   console=console, transient=True, disable=not console.is_terminal)
+    with bar:
+        task = bar.add_task("translate", total=len(texts))
+        return translator.translate(texts, beam, length_penalty, max_new_tokens,
+                                    on_batch=lambda n: bar.advance(task, n))
 
 
 def _write(out: Path, lines: list[str], overwrite: bool) -> None:
@@ -35,7 +47,7 @@ def translate(run: Path, texts: list[str], beam: int = 4, length_penalty: float 
     keep = [i for i, t in enumerate(texts) if t.strip()]
     if not keep:
         raise BertkitError("nothing to translate: every input is empty")
-    outputs, cut = translator.translate([texts[i].strip() for i in keep], beam, length_penalty, max_new_tokens)
+    outputs, cut = _run(translator, [texts[i].strip() for i in keep], beam, length_penalty, max_new_tokens, console)
     if cut:
         console.print(f"[yellow]warning: {cut} sentence(s) were longer than the model's {translator.max_length} "
                       "tokens and were cut")
@@ -59,7 +71,7 @@ def evaluate(run: Path, source: str | Path, target: str | Path, beam: int = 4, l
         console.print(f"[yellow]skipped {skipped:,} pair(s) with an empty side")
     translator = Translator(run, batch_size=batch_size)
     start = time.perf_counter()
-    outputs, cut = translator.translate([s for s, _ in pairs], beam, length_penalty, max_new_tokens)
+    outputs, cut = _run(translator, [s for s, _ in pairs], beam, length_penalty, max_new_tokens, console)
     seconds = time.perf_counter() - start
     if cut:
         console.print(f"[yellow]warning: {cut} source sentence(s) were longer than the model's "
