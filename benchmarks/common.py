@@ -1,5 +1,5 @@
-"""Helpers the benchmark scripts share: run a bertkit command as a user would, import all-MiniLM-L6-v2 once, and
-the arguments, encoders and results file of the README tables."""
+"""Helpers the benchmark scripts share: run a bertkit command as a user would, import all-MiniLM-L6-v2 once, the
+arguments, encoders and results file of the README tables, and best-of-N timing."""
 
 from __future__ import annotations
 
@@ -55,3 +55,20 @@ def load_results(out: Path) -> dict:
 def save_results(out: Path, results: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+
+
+def best_time(fn, repeats: int) -> float:
+    """Seconds of the fastest of `repeats` calls of fn(), after one warm-up call (CUDA synchronised)."""
+    import torch
+
+    fn()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return best

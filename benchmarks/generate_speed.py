@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -23,6 +22,7 @@ from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 from bertkit.config import ModelConfig  # noqa: E402
 from bertkit.generation import Sampling, generate  # noqa: E402
 from bertkit.nn.model import Model  # noqa: E402
+from common import best_time  # noqa: E402
 
 
 def gpt2_into_bertkit(hf: GPT2LMHeadModel, cfg: ModelConfig) -> Model:
@@ -84,13 +84,7 @@ def main() -> None:
     results = {}
     for name, fn in (("transformers GPT2 (cache)", run_hf), ("bertkit (KV cache)", lambda: run_ours(True)),
                      ("bertkit (no cache)", lambda: run_ours(False))):
-        fn()  # warm-up
-        best = float("inf")
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            fn()
-            best = min(best, time.perf_counter() - start)
-        results[name] = args.batch * args.new / best
+        results[name] = args.batch * args.new / best_time(fn, args.repeats)
     print(f"{args.layers} x {args.d_model}, vocab {args.vocab}, {args.batch} prompts of {args.prompt} tokens, "
           f"{args.new} new tokens, greedy; same tokens as GPT-2: {same}")
     for name, rate in results.items():

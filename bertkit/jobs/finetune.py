@@ -61,10 +61,11 @@ def label_set(kind: str, examples) -> list[str]:
     return ["O"] + [f"{p}-{t}" for t in types for p in ("B", "I")]
 
 
-def _split(examples: list, fraction: float, seed: int) -> tuple[list, list]:
+def hold_out(examples: list, fraction: float, seed: int) -> tuple[list, list]:
     """Hold out a seeded `fraction` of the training examples for validation (at least one, and one left)."""
     if len(examples) < 2:
-        raise BertkitError("need at least 2 training examples to hold one out for validation (or pass --validation)")
+        raise BertkitError("need at least 2 training examples to hold one out for validation (or give a validation "
+                           "file)")
     order = np.random.default_rng([seed, 17]).permutation(len(examples))
     held = max(1, round(fraction * len(examples)))
     keep = sorted(order[held:].tolist())
@@ -144,7 +145,7 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
     if task.validation_file is not None:
         train_examples, validation = examples, read_task_file(config.task, task.validation_file)
     else:
-        train_examples, validation = _split(examples, task.validation_fraction, config.train.seed)
+        train_examples, validation = hold_out(examples, task.validation_fraction, config.train.seed)
     sentence = config.sentence if task.kind == "sentence" else base_config.sentence
     if task.kind == "sentence":  # the embedding length: what training saw (task.max_length) unless set, or the base's
         sentence = dataclasses.replace(sentence, max_length=sentence.max_length or task.max_length

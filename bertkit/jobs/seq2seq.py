@@ -14,32 +14,23 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 from accelerate.utils import set_seed
 from rich.console import Console
 
 from bertkit.config import Config
 from bertkit.errors import BertkitError
+from bertkit.jobs.finetune import hold_out
 from bertkit.nn.model import Model
 from bertkit.paths import atomic_dir
 from bertkit.text.tasks import read_parallel
 from bertkit.text.tokenizer import train_bpe
 from bertkit.train.checkpoint import check_run_output, load_config, load_run, write_config
 from bertkit.train.loop import make_accelerator, train_best
-from bertkit.train.metrics import translation_metrics
 from bertkit.train.seq2seq_objective import Seq2SeqObjective
 from bertkit.translation import PairTokenizers, Translator
 
 RESUMABLE_CHANGES = {"max_steps", "max_time", "log_every", "eval_every", "save_every", "keep_checkpoints",
                      "patience"}
-
-
-def _split(pairs: list, fraction: float, seed: int) -> tuple[list, list]:
-    order = np.random.default_rng([seed, 17]).permutation(len(pairs))
-    held = max(1, round(fraction * len(pairs)))
-    if len(pairs) < 2:
-        raise BertkitError("need at least 2 training pairs to hold one out (or pass --validation-source/-target)")
-    return [pairs[i] for i in sorted(order[held:].tolist())], [pairs[i] for i in sorted(order[:held].tolist())]
 
 
 def _tokenizers(config: Config, pairs: list[tuple[str, str]], console: Console) -> PairTokenizers:
@@ -73,7 +64,8 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
     check_run_output(out, config, resume, ("task", "train"), {f"train.{k}" for k in RESUMABLE_CHANGES})
     base = None
     if resume:
-        config = dataclasses.replace(config, model=load_config(out).model, tokenizer=load_config(out).tokenizer)
+        stored = load_config(out)
+        config = dataclasses.replace(config, model=stored.model, tokenizer=stored.tokenizer)
     elif model_dir is not None:
         base_config, base = load_run(model_dir)
         config = dataclasses.replace(config, model=base_config.model, tokenizer=base_config.tokenizer)
@@ -92,7 +84,7 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
         train_pairs = pairs
         validation, _ = read_parallel(task.validation_source, task.validation_target)
     else:
-        train_pairs, validation = _split(pairs, task.validation_fraction, config.train.seed)
+        train_pairs, validation = hold_out(pairs, task.validation_fraction, config.train.seed)
     if skipped and main:
         console.print(f"[yellow]skipped {skipped:,} training pair(s) with an empty side")
 
@@ -159,12 +151,9 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
                          progress=progress)
     if main:
         model.to(accelerator.device)
-        summary["validation"] = {k: v for k, v in objective.evaluate(model).items()}
-        if task.bleu_examples:
-            translator.model = model
-            hyps, _ = translator.translate([s for s, _ in validation[:task.bleu_examples]])
-            summary["validation"]["bleu_detail"] = translation_metrics(hyps, [t for _, t in
-                                                                             validation[:task.bleu_examples]])
+        summary["validation"] = objective.evaluate(model)
+        if objective.last_bleu is not None:  # the evaluation's own decoding: sacrebleu's line and signature
+            summary["validation"]["bleu_detail"] = objective.last_bleu
         (out / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         headline = {k: v for k, v in summary["validation"].items() if isinstance(v, float)}
         console.print(f"wrote {out} (best step {summary['best_step']} of {summary['steps']}): validation "

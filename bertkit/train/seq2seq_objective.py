@@ -37,6 +37,7 @@ class Seq2SeqObjective:
         self.validation = (validation_source, validation_target)
         self.references = validation_references[:bleu_examples]
         self.translator = translator  # a Translator on the training model, for validation BLEU
+        self.last_bleu: dict | None = None  # the last evaluation's full sacrebleu result
         if bleu_examples == 0:
             self.default_metric = "val_loss"
         # an evaluation in training-step units: forward passes (~1/3 of a step) plus decoding for BLEU
@@ -106,6 +107,7 @@ class Seq2SeqObjective:
             self.translator.model = model
             hyps = self.translator.translate_ids(source[:len(self.references)])
             texts = [self.translator.tokenizers.decode(h) for h in hyps]
-            result["bleu"] = translation_metrics(texts, self.references)["bleu"]
+            self.last_bleu = translation_metrics(texts, self.references)
+            result["bleu"] = self.last_bleu["bleu"]
         model.train(was_training)
         return result
