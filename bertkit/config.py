@@ -450,33 +450,48 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]
     and `none` clears an optional value.
     """
     data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
-    sections = {f.name: _section_type(Config, f.name) for f in dataclasses.fields(Config)}
     in_recipe = {name for name, value in data.items() if isinstance(value, dict)}  # before any override adds one
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected key=value")
         key, raw = (s.strip() for s in item.split("=", 1))
-        if "." in key:
-            section, name = key.split(".", 1)
-            if section not in sections:
-                raise ConfigError(f"--set {key}: unknown section '{section}' (allowed: {', '.join(sections)})")
-        else:
-            owners = [s for s, cls in sections.items() if key in {f.name for f in dataclasses.fields(cls)}]
-            if len(owners) > 1:
-                # `dropout` is both model.dropout and task.dropout: a bare key means the one section the recipe
-                # itself has a table for (a pretraining recipe has [model], a finetuning recipe [task]).
-                tables = [s for s in owners if s in in_recipe]
-                owners = tables if len(tables) == 1 else owners
-            if len(owners) != 1:
-                every = sorted(f"{s}.{f.name}" for s, cls in sections.items() for f in dataclasses.fields(cls))
-                hint = _suggest(key, [k.split(".", 1)[1] for k in every])
-                raise ConfigError(f"--set {key}: unknown key{hint}" if not owners else
-                                  f"--set {key}: ambiguous, say one of {', '.join(f'{o}.{key}' for o in owners)}")
-            section, name = owners[0], key
+        section, name = resolve_key(key, in_recipe, "--set")
         if not isinstance(data.setdefault(section, {}), dict):
             raise ConfigError(f"[{section}] must be a table of key = value")
-        data[section][name] = _parse_value(raw, _is_optional(sections[section], name))
+        data[section][name] = parse_value(section, name, raw)
     return data
+
+
+def resolve_key(key: str, in_recipe: set[str] | frozenset[str] = frozenset(), what: str = "--set",
+                ) -> tuple[str, str]:
+    """`section.key` or a bare `key` -> (section, key). A bare key must name one field of one section; where two
+    sections share it (`dropout`: model and task) it means the one section the recipe has a table for
+    (`in_recipe`). Errors name the key and suggest a close one."""
+    sections = {f.name: _section_type(Config, f.name) for f in dataclasses.fields(Config)}
+    if "." in key:
+        section, name = key.split(".", 1)
+        if section not in sections:
+            raise ConfigError(f"{what} {key}: unknown section '{section}' (allowed: {', '.join(sections)})")
+        return section, name
+    owners = [s for s, cls in sections.items() if key in {f.name for f in dataclasses.fields(cls)}]
+    if len(owners) > 1:
+        # `dropout` is both model.dropout and task.dropout: a bare key means the one section the recipe
+        # itself has a table for (a pretraining recipe has [model], a finetuning recipe [task]).
+        tables = [s for s in owners if s in in_recipe]
+        owners = tables if len(tables) == 1 else owners
+    if len(owners) != 1:
+        every = sorted(f"{s}.{f.name}" for s, cls in sections.items() for f in dataclasses.fields(cls))
+        hint = _suggest(key, [k.split(".", 1)[1] for k in every])
+        raise ConfigError(f"{what} {key}: unknown key{hint}" if not owners else
+                          f"{what} {key}: ambiguous, say one of {', '.join(f'{o}.{key}' for o in owners)}")
+    return owners[0], key
+
+
+def parse_value(section: str, name: str, raw: str) -> Any:
+    """A command-line value for `section.name`, parsed as TOML (`64`, `0.1`, `true`); a bare word is a string and
+    `none` clears an optional key."""
+    sections = {f.name: _section_type(Config, f.name) for f in dataclasses.fields(Config)}
+    return _parse_value(raw, _is_optional(sections[section], name))
 
 
 def _is_optional(section_cls: type, name: str) -> bool:

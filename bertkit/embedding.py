@@ -20,10 +20,30 @@ import torch
 from bertkit.config import Config
 from bertkit.errors import BertkitError
 from bertkit.inference import run_sorted
+from bertkit.nn.heads import pool as pool_states
 from bertkit.nn.model import Model
 from bertkit.text.features import Encoded, TaskEncoder
 from bertkit.text.tokenizer import load_tokenizer, special_ids
 from bertkit.train.checkpoint import TOKENIZER_FILE, WEIGHTS_FILE, load_run
+
+
+def parse_layers(text: str, layer_count: int) -> list[int]:
+    """'all' | '0,3,-1' -> layer indices into `Model.layer_states` (0: embeddings output; negative from the end)."""
+    if text.strip().lower() == "all":
+        return list(range(layer_count))
+    layers = []
+    for part in text.split(","):
+        try:
+            index = int(part)
+        except ValueError:
+            raise BertkitError(f"--layers {text!r}: expected 'all' or layer numbers such as 0,3,-1") from None
+        if not -layer_count <= index < layer_count:
+            raise BertkitError(f"--layers: layer {index} does not exist (this model has layers 0..{layer_count - 1}; "
+                               "0 is the embeddings output)")
+        layers.append(index % layer_count)
+    if len(set(layers)) != len(layers):
+        raise BertkitError(f"--layers {text!r}: a layer is named twice")
+    return layers
 
 
 def normalize_rows(vectors: np.ndarray) -> np.ndarray:
@@ -105,6 +125,34 @@ class SentenceEncoder:
         self.truncated += sum(e.truncated for e in encoded)
         return embed_encoded(self.model, encoded, self.pad_id, self.batch_size, self.sentence.pooling,
                              self.sentence.normalize, on_batch)
+
+    def encode_layers(self, texts: list[str], layers: list[int], tokens: bool = False,
+                      on_batch: Callable[[int], None] | None = None) -> list[np.ndarray] | np.ndarray:
+        """Every chosen layer's representation (`layers` index `layer_states`: 0 the embeddings output, -1 the last
+        layer). Pooled (the run's pooling and normalisation, per layer): (N, L', D). With `tokens`: one
+        (T_i, L', D) array per text, every token of it (specials included) un-normalised."""
+        encoded = self.encoder.texts(list(texts)) if texts else []
+        self.truncated += sum(e.truncated for e in encoded)
+        chosen = torch.tensor(layers)
+
+        def forward(ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
+            states = self.model.layer_states(ids, mask, types)[:, :, chosen.to(ids.device)]  # (B, T, L', D)
+            if tokens:
+                return states
+            b, t, n, d = states.shape
+            pooled = pool_states(states.permute(0, 2, 1, 3).reshape(b * n, t, d),
+                                 mask.repeat_interleave(n, dim=0), self.sentence.pooling)  # (B * L', D)
+            return pooled.reshape(b, n, d)  # (B, L', D)
+
+        if not encoded:
+            return [] if tokens else np.zeros((0, len(layers), self.dim), dtype=np.float32)
+        rows = run_sorted(self.model, encoded, self.pad_id, self.batch_size, forward, on_batch)
+        if tokens:
+            return rows
+        vectors = np.stack(rows).astype(np.float32, copy=False)  # (N, L', D)
+        if self.sentence.normalize:
+            vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), 1e-12)
+        return vectors
 
     def similarity(self, a: list[str], b: list[str]) -> np.ndarray:
         """Cosine similarity of a[i] and b[i] for every i (one length-sorted pass over both sides). -> (N,)"""

@@ -67,7 +67,7 @@ def run_sorted(model: Model, examples: list[Encoded], pad_id: int, batch_size: i
         else:
             results = map(one, batches)
         for chunk, result in zip(batches, results):
-            per_token = result.ndim == 3
+            per_token = result.ndim >= 3  # (B, T, …): keep each example's own tokens
             for row, index in enumerate(chunk):
                 out[index] = result[row, :lengths[index]] if per_token else result[row]
             if on_batch is not None:

@@ -45,6 +45,13 @@ def pytest_collection_modifyitems(config, items):
 SAMPLE_CORPUS = Path(__file__).resolve().parents[1] / "data" / "samples" / "corpus.txt"
 
 
+def repeated_corpus(path: Path, times: int) -> Path:
+    """The sample corpus `times` over, each copy's lines numbered apart (so they are distinct documents)."""
+    lines = [line for line in SAMPLE_CORPUS.read_text().splitlines() if line]
+    path.write_text("\n".join(f"{i} {line}" for i in range(times) for line in lines) + "\n")
+    return path
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Every test gets its own bertkit cache: no test sees another's tokenised corpora."""

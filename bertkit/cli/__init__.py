@@ -139,7 +139,7 @@ def export(run: Annotated[Path, typer.Argument(help="A bertkit run directory.")]
 
 
 # The job families add their commands to `app` (imported here so `bertkit.cli:app` has them all).
-from bertkit.cli import finetune, generate, pretrain, sentence  # noqa: F401
+from bertkit.cli import analyze, finetune, generate, pretrain, sentence  # noqa: F401
 
 
 def run() -> None:

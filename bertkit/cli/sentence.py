@@ -47,12 +47,21 @@ def embed(model: Annotated[Path, typer.Option("--model", "-m", help="Any encoder
           keep_empty: Annotated[bool, typer.Option(help="Embed empty lines as \"\" instead of skipping them.")]
           = False,
           overwrite: Annotated[bool, typer.Option(help="Replace an existing OUT.")] = False,
+          layers: Annotated[str | None, typer.Option(
+              help="Per-layer vectors: 'all' or layer numbers such as 0,3,-1 (0 = the embeddings output, -1 = the "
+                   "last layer); OUT.npy becomes (texts, layers, D), each layer pooled and normalised like the "
+                   "run's embeddings.")] = None,
+          tokens: Annotated[bool, typer.Option(
+              help="Every token's states instead of one pooled vector per text (the last layer unless --layers): "
+                   "OUT.npy is (tokens, layers, D) and OUT.tokens.tsv names each row's text, position and "
+                   "token.")] = False,
           progress: ProgressOption = True) -> None:
-    """Embed sentences (one vector per text, the run's pooling and normalisation) into .npy or .parquet."""
+    """Embed sentences (one vector per text, the run's pooling and normalisation) into .npy or .parquet; with
+    --layers / --tokens, per-layer or per-token representations for your own analyses."""
     from bertkit.jobs import embed as job
 
     job.run(model, inputs, out, text_field or "text", id_field, batch_size, chunk_size, keep_empty, overwrite,
-            progress)
+            progress, layers=layers, tokens=tokens)
 
 
 @app.command()

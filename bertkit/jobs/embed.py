@@ -24,7 +24,7 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from bertkit.embedding import SentenceEncoder
+from bertkit.embedding import SentenceEncoder, parse_layers
 from bertkit.errors import BertkitError
 from bertkit.text.corpus import Record, find_files, iter_records
 
@@ -144,17 +144,40 @@ def truncation_warning(console: Console, encoder: SentenceEncoder, what: str = "
                       "and were truncated (sentence.max_length)")
 
 
+def _staged(out: Path, sidecar: Path) -> tuple[Path, Path]:
+    """Temporary paths beside the output and its sidecar: written there, renamed into place only when complete."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return (out.parent / f".{out.name}.tmp-{os.getpid()}", out.parent / f".{sidecar.name}.tmp-{os.getpid()}")
+
+
+def _bar(label: str, console: Console, progress: bool) -> Progress:
+    return Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    console=console, disable=not progress)
+
+
 def run(model: Path, inputs: list[str], out: Path, text_field: str = "text", id_field: str | None = None,
         batch_size: int = 64, chunk_size: int = 8192, keep_empty: bool = False, overwrite: bool = False,
-        progress: bool = True, console: Console | None = None) -> dict:
-    """Embed every text of `inputs` with the sentence encoder of run `model` into `out` (.npy or .parquet)."""
+        progress: bool = True, console: Console | None = None, layers: str | None = None,
+        tokens: bool = False) -> dict:
+    """Embed every text of `inputs` with the sentence encoder of run `model` into `out` (.npy or .parquet).
+
+    With `layers` ('all' or '0,3,-1') every chosen layer's pooled vector: OUT.npy is (N, L', D). With `tokens`
+    every token's states instead (the last layer unless `layers` says): OUT.npy is (N_tokens, L', D) and
+    OUT.tokens.tsv says which text, position and token each row is.
+    """
     console = console or Console(stderr=True)
     out = Path(out)
     suffix = out.suffix.lower()
     rows_file = out.with_name(f"{out.stem}.rows.npy")
+    tokens_file = out.with_name(f"{out.stem}.tokens.tsv")
     if suffix not in FORMATS:
         raise BertkitError(f"{out}: unknown output format (allowed: {', '.join(FORMATS)})")
-    for target in (out, rows_file) if suffix == ".npy" else (out,):
+    if (layers is not None or tokens) and suffix != ".npy":
+        raise BertkitError(f"{out}: --layers and --tokens write a .npy array (with a layer axis); Parquet holds one "
+                           "vector per text")
+    if (layers is not None or tokens) and id_field is not None:
+        raise BertkitError("--id-field needs a .parquet output, --layers / --tokens a .npy one")
+    for target in (out, tokens_file) if tokens else (out, rows_file) if suffix == ".npy" else (out,):
         if target.is_dir():
             raise BertkitError(f"{target}: is a directory, expected a file path")
         if target.exists() and not overwrite:
@@ -165,25 +188,29 @@ def run(model: Path, inputs: list[str], out: Path, text_field: str = "text", id_
         raise BertkitError(f"--chunk-size {chunk_size} is smaller than --batch-size {batch_size}")
     files = find_files(inputs)
     encoder = SentenceEncoder(model, batch_size=batch_size)
+    chosen = parse_layers(layers or "-1", encoder.model.layer_count) if layers is not None or tokens else None
     found = scan(files, text_field, id_field, keep_empty)
     if found.rows == 0:
         raise BertkitError(f"{', '.join(map(str, inputs))}: no texts to embed"
                            + (f" ({found.empty:,} empty)" if found.empty else ""))
+    if tokens:
+        return _token_states(encoder, files, found, chosen, out, tokens_file, text_field, keep_empty, chunk_size,
+                             progress, console)
     mapped = suffix == ".npy" and found.empty > 0 and not keep_empty
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    tmp_rows = out.parent / f".{rows_file.name}.tmp-{os.getpid()}"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    bar = Progress(TextColumn("[bold]embed"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                   console=console, disable=not progress)
+    tmp, tmp_rows = _staged(out, rows_file)
+    bar = _bar("embed", console, progress)
     try:
         with bar:
             task = bar.add_task("embed", total=found.rows)
-            writer = _Writer(tmp, suffix, found.rows, encoder.dim, id_field is not None)
+            dims = (encoder.dim,) if chosen is None else (len(chosen), encoder.dim)
+            writer = _Writer(tmp, suffix, found.rows, dims, id_field is not None)
             row_map = np.lib.format.open_memmap(tmp_rows, mode="w+", dtype=np.int64, shape=(found.rows,)) \
                 if mapped else None
             for chunk in chunks(files, text_field, id_field, keep_empty, chunk_size):
-                vectors = encoder.encode([r.text for _, _, r in chunk],
-                                         on_batch=lambda n: bar.advance(task, n))  # (n, D)
+                texts = [r.text for _, _, r in chunk]
+                advance = lambda n: bar.advance(task, n)  # noqa: E731
+                vectors = encoder.encode(texts, on_batch=advance) if chosen is None else \
+                    encoder.encode_layers(texts, chosen, on_batch=advance)  # (n, D) | (n, L', D)
                 if row_map is not None and writer.position + len(chunk) <= found.rows:
                     row_map[writer.position:writer.position + len(chunk)] = [p for p, _, _ in chunk]
                 writer.write(vectors, chunk)
@@ -204,7 +231,7 @@ def run(model: Path, inputs: list[str], out: Path, text_field: str = "text", id_
         tmp.unlink(missing_ok=True)
         tmp_rows.unlink(missing_ok=True)
     summary = {"out": str(out), "rows": found.rows, "dim": encoder.dim, "empty": found.empty,
-               "truncated": encoder.truncated, "model": encoder.identity}
+               "truncated": encoder.truncated, "model": encoder.identity, "layers": chosen}
     truncation_warning(console, encoder)
     if found.empty and not keep_empty:
         where = f"{rows_file} maps each row to its input position" if mapped else "each row carries its file and line"
@@ -214,17 +241,65 @@ def run(model: Path, inputs: list[str], out: Path, text_field: str = "text", id_
                       "--keep-empty embeds them as empty strings instead")
     elif found.empty:
         console.print(f"{found.empty:,} empty texts were embedded as empty strings (--keep-empty)")
-    console.print(f"wrote {found.rows:,} × {encoder.dim} embeddings to {out}")
+    shape = f"{found.rows:,} × {encoder.dim}" if chosen is None else \
+        f"{found.rows:,} × {len(chosen)} layers ({', '.join(map(str, chosen))}) × {encoder.dim}"
+    console.print(f"wrote {shape} embeddings to {out}")
     return summary
+
+
+def _token_states(encoder: SentenceEncoder, files: list[Path], found: InputScan, layers: list[int], out: Path,
+                  tokens_file: Path, text_field: str, keep_empty: bool, chunk_size: int, progress: bool,
+                  console: Console) -> dict:
+    """Every token's states of the chosen layers: OUT.npy (N_tokens, L', D) and OUT.tokens.tsv (row, text,
+    position, token_id, token), where `text` is the input position (empty texts counted, as in OUT.rows.npy)."""
+    tokenizer = encoder.encoder
+    total = sum(len(e.input_ids) for chunk in chunks(files, text_field, None, keep_empty, chunk_size)
+                for e in tokenizer.texts([r.text for _, _, r in chunk]))  # a counting pass sizes the array
+    tmp, tmp_tokens = _staged(out, tokens_file)
+    bar = _bar("embed tokens", console, progress)
+    try:
+        with bar, tmp_tokens.open("w", encoding="utf-8") as sidecar:
+            task = bar.add_task("embed", total=found.rows)
+            array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32,
+                                              shape=(total, len(layers), encoder.dim))
+            sidecar.write("row\ttext\tposition\ttoken_id\ttoken\n")
+            row = 0
+            for chunk in chunks(files, text_field, None, keep_empty, chunk_size):
+                texts = [r.text for _, _, r in chunk]
+                states = encoder.encode_layers(texts, layers, tokens=True, on_batch=lambda n: bar.advance(task, n))
+                for (position, _, _), encoded, text_states in zip(chunk, tokenizer.texts(texts), states):
+                    if row + len(text_states) > total:
+                        raise BertkitError("the inputs changed while being embedded; nothing was written")
+                    array[row:row + len(text_states)] = text_states  # (T, L', D)
+                    for index, token_id in enumerate(encoded.input_ids):
+                        token = tokenizer.tokenizer.id_to_token(token_id) or ""
+                        sidecar.write(f"{row + index}\t{position}\t{index}\t{token_id}\t"
+                                      f"{token.replace(chr(9), ' ').replace(chr(10), ' ')}\n")
+                    row += len(text_states)
+            if row != total:
+                raise BertkitError("the inputs changed while being embedded; nothing was written")
+            array.flush()
+            del array
+        os.replace(tmp_tokens, tokens_file)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+        tmp_tokens.unlink(missing_ok=True)
+    truncation_warning(console, encoder)
+    console.print(f"wrote {total:,} tokens × {len(layers)} layers ({', '.join(map(str, layers))}) × {encoder.dim} "
+                  f"to {out} (which text, position and token each row is: {tokens_file})")
+    return {"out": str(out), "rows": total, "texts": found.rows, "dim": encoder.dim, "layers": layers,
+            "tokens_file": str(tokens_file), "truncated": encoder.truncated, "model": encoder.identity}
 
 
 class _Writer:
     """Chunks of embeddings into a memory-mapped .npy (size known up front) or Parquet row groups."""
 
-    def __init__(self, path: Path, suffix: str, rows: int, dim: int, with_ids: bool):
+    def __init__(self, path: Path, suffix: str, rows: int, dims: tuple[int, ...], with_ids: bool):
         self.suffix, self.rows, self.position = suffix, rows, 0
+        dim = dims[-1]
         if suffix == ".npy":
-            self.array = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, dim))
+            self.array = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, *dims))
         else:
             import pyarrow as pa
             import pyarrow.parquet as pq

@@ -78,6 +78,21 @@ class Model(nn.Module):
                 out.logits = self.heads[head](out.last_hidden_state, mask)
         return out
 
+    def layer_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                     token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Every layer's token states of the stack that reads the input: (B, T) -> (B, T, L + 1, D), [:, :, 0] the
+        embeddings output and [:, :, -1] the last layer (after the final norm of a pre-norm stack). An
+        encoder-decoder reads with its encoder; a decoder's states are causal (each token sees only its past)."""
+        stack = self.backbone.encoder if self.config.architecture == "encoder-decoder" else self.backbone
+        out = stack(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                    output_hidden_states=True)
+        return torch.stack(out.hidden_states, dim=2)  # (B, T, L + 1, D)
+
+    @property
+    def layer_count(self) -> int:
+        """Entries of `layer_states`: the embeddings output plus one per block of the reading stack."""
+        return self.config.n_layers + 1
+
     @property
     def token_embedding(self) -> nn.Embedding:
         """The (output-side) token embedding that tied heads project onto."""

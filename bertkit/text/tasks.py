@@ -163,11 +163,12 @@ def split_lines(lines: list[str], pairs: bool) -> list[tuple[str, str | None]]:
     return out
 
 
-def read_conll(path: str | Path, tag_column: int = -1) -> list[TaggedSentence]:
+def read_conll(path: str | Path, tag_column: int = -1, iob: bool = True) -> list[TaggedSentence]:
     """CoNLL column files: whitespace-separated columns, a blank line between sentences, -DOCSTART- skipped.
 
-    Every non-blank line of a file must have the same number of columns (the error names file:line). Tags are
-    normalised to IOB2 whatever the file's scheme (IOB1, IOB2 or BIOES).
+    Every non-blank line of a file must have the same number of columns (the error names file:line). Span tags
+    (`iob`) are normalised to IOB2 whatever the file's scheme (IOB1, IOB2 or BIOES); with `iob=False` the column is
+    read as it is (part-of-speech tags).
     """
     path = Path(path)
     if not path.is_file():
@@ -179,7 +180,7 @@ def read_conll(path: str | Path, tag_column: int = -1) -> list[TaggedSentence]:
 
     def flush():
         if tokens:
-            sentences.append(TaggedSentence(tuple(tokens), tuple(to_iob2(tags))))
+            sentences.append(TaggedSentence(tuple(tokens), tuple(to_iob2(tags) if iob else tags)))
             tokens.clear()
             tags.clear()
 
@@ -202,7 +203,8 @@ def read_conll(path: str | Path, tag_column: int = -1) -> list[TaggedSentence]:
                     raise BertkitError(f"{path}:{number}: {len(columns)} columns, expected {width} like the first "
                                        "line")
                 try:
-                    _split_tag(columns[tag_column])
+                    if iob:
+                        _split_tag(columns[tag_column])
                 except BertkitError as exc:
                     raise BertkitError(f"{path}:{number}: {exc}") from None
                 tokens.append(columns[0])

@@ -111,3 +111,51 @@ def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
     assert "no such file" in cli_error("embed", "--model", base, tmp_path / "nope.txt", "-o", tmp_path / "n.npy")
     assert "not a bertkit run directory" in cli_error("embed", "--model", tmp_path, corpus, "-o", tmp_path / "m.npy")
     assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_layers_pool_every_layer_and_the_last_one_is_the_embedding(tmp_path, base):
+    """--layers all: (N, L+1, D); the last layer is exactly `embed`'s vector, layer 0 the pooled embeddings
+    output; --tokens: every token's states with a sidecar naming the text, position and token of each row."""
+    import torch
+
+    from bertkit.train.checkpoint import load_run
+
+    corpus = _corpus(tmp_path)
+    texts = [t for t in LINES if t.strip()]
+    cli_ok("embed", "--model", base, corpus, "-o", tmp_path / "plain.npy", "--no-progress")
+    cli_ok("embed", "--model", base, corpus, "-o", tmp_path / "layers.npy", "--layers", "all", "--chunk-size", "3",
+           "--batch-size", "2", "--no-progress")
+    layered, plain = np.load(tmp_path / "layers.npy"), np.load(tmp_path / "plain.npy")
+    assert layered.shape == (len(texts), 3, 32)  # tiny: 2 blocks + the embeddings output
+    np.testing.assert_allclose(layered[:, -1], plain, atol=1e-5)
+    assert np.load(tmp_path / "layers.rows.npy").tolist() == [i for i, t in enumerate(LINES) if t.strip()]
+
+    encoder = SentenceEncoder(base)
+    config, model = load_run(base)
+    ids = encoder.encoder.texts(texts)
+    with torch.no_grad():  # layer 0 of text 2 by hand: the embeddings module, mean-pooled, normalised
+        emb = model.backbone.embeddings(torch.tensor([ids[2].input_ids]))[0].mean(0)
+    np.testing.assert_allclose(layered[2, 0], (emb / emb.norm()).numpy(), atol=1e-5)
+
+    cli_ok("embed", "--model", base, corpus, "-o", tmp_path / "tok.npy", "--tokens", "--layers", "0,-1",
+           "--chunk-size", "4", "--batch-size", "3", "--no-progress")
+    states = np.load(tmp_path / "tok.npy")
+    assert states.shape == (sum(len(e.input_ids) for e in ids), 2, 32)
+    sidecar = [line.split("\t") for line in (tmp_path / "tok.tokens.tsv").read_text().splitlines()[1:]]
+    assert [int(r[1]) for r in sidecar if r[2] == "0"] == [i for i, t in enumerate(LINES) if t.strip()]
+    assert [int(r[3]) for r in sidecar] == [t for e in ids for t in e.input_ids]
+    with torch.no_grad():  # token rows of text 2 = the model's last hidden states for it alone
+        last = model(torch.tensor([ids[2].input_ids])).last_hidden_state[0].numpy()
+    rows = [int(r[0]) for r in sidecar if r[1] == "3"]  # input position 3 is the third non-empty text
+    np.testing.assert_allclose(states[rows, 1], last, atol=1e-5)
+
+
+def test_layer_flags_bad_inputs_are_one_line(tmp_path, base):
+    corpus = _corpus(tmp_path)
+    assert "layer 9 does not exist" in cli_error("embed", "--model", base, corpus, "-o", tmp_path / "x.npy",
+                                                 "--layers", "0,9")
+    assert "expected 'all'" in cli_error("embed", "--model", base, corpus, "-o", tmp_path / "x.npy",
+                                         "--layers", "first")
+    assert "write a .npy array" in cli_error("embed", "--model", base, corpus, "-o", tmp_path / "x.parquet",
+                                             "--layers", "all")
+    assert not list(tmp_path.glob("x*"))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SAMPLE_CORPUS
+from conftest import repeated_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set", "batch_size=4",
@@ -28,10 +28,7 @@ def _cli(*args, env=None, check=True):
 
 @pytest.fixture
 def corpus(tmp_path):
-    lines = [line for line in SAMPLE_CORPUS.read_text().splitlines() if line]
-    path = tmp_path / "corpus.txt"
-    path.write_text("\n".join(f"{i} {line}" for i in range(30) for line in lines) + "\n")
-    return path
+    return repeated_corpus(tmp_path / "corpus.txt", 30)
 
 
 def _losses(run):

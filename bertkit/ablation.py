@@ -1,0 +1,173 @@
+"""Ablation plans: which variants of a base recipe to train, and under what budget.
+
+`--vary KEY=V1,V2,…` names a config key (as `--set` does: `positions` or `model.positions`) and its values. By
+default each variant changes one key from the base recipe (values equal to the base's are the base itself and not
+repeated); `grid=True` crosses every key's values. A variant whose config is invalid (rotary positions with an odd
+head size, say) is kept in the plan with the reason, so the report can list it instead of the run crashing.
+
+A budget is the same for every variant: wall-clock time (`5m`, `90s`, `1h`: the schedule is fitted to it, so a
+slower variant trains on fewer tokens), tokens (`2Mtok`, `500ktok`: every variant sees the same data), or
+optimiser steps (`300steps`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bertkit.config import Config, parse_duration, resolve_key
+from bertkit.errors import BertkitError, ConfigError
+
+_AMOUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgb]?)\s*(tok|tokens|steps?)\s*$", re.IGNORECASE)
+_SCALE = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What every variant gets: `kind` time (seconds) | tokens | steps, and the amount."""
+
+    kind: str
+    amount: float
+    text: str
+
+    @classmethod
+    def parse(cls, text: str) -> Budget:
+        """'5m' / '90s' / '1.5h' (time), '2Mtok' / '500k tokens' (tokens), '300steps' (optimiser steps)."""
+        match = _AMOUNT.match(str(text))
+        if match:
+            amount = float(match.group(1)) * _SCALE[match.group(2).lower()]
+            kind = "steps" if match.group(3).lower().startswith("step") else "tokens"
+            if amount < 1:
+                raise BertkitError(f"--budget {text!r}: must be at least 1 {kind[:-1]}")
+            return cls(kind, amount, str(text))
+        try:
+            return cls("time", parse_duration(text, "--budget"), str(text))
+        except ConfigError:
+            raise BertkitError(f"--budget {text!r}: expected a time (90s, 5m, 1h), tokens (2Mtok, 500ktok) or "
+                               "steps (300steps)") from None
+
+    def overrides(self, tokens_per_step: int) -> list[str]:
+        """`--set` overrides that impose the budget on a recipe whose optimiser step consumes `tokens_per_step`."""
+        if self.kind == "time":  # time decides: the step cap is out of the way
+            return [f"train.max_time={self.amount}s", "train.max_steps=1000000000", "train.epochs=none"]
+        steps = self.amount if self.kind == "steps" else math.ceil(self.amount / tokens_per_step)
+        return [f"train.max_steps={max(1, int(steps))}", "train.max_time=none", "train.epochs=none"]
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One configuration of the ablation: its name, the `section.key=value` changes to the base, and its config
+    (None with `invalid` saying why, when the combination is not a valid model)."""
+
+    name: str
+    changes: tuple[str, ...]
+    config: Config | None
+    invalid: str | None = None
+
+    @property
+    def slug(self) -> str:
+        """A directory name for the variant."""
+        return re.sub(r"[^A-Za-z0-9_.=+-]", "_", self.name)[:120]
+
+
+@dataclass
+class Plan:
+    """The base recipe's config, the keys varied with their values, and the variants to run (base first)."""
+
+    base: Config
+    varied: dict[str, list[str]]
+    variants: list[Variant] = field(default_factory=list)
+
+
+def parse_vary(items: list[str], base_data_sections: set[str]) -> dict[str, list[str]]:
+    """['positions=learned,rotary', …] -> {'model.positions': ['learned', 'rotary'], …}; errors name the flag."""
+    varied: dict[str, list[str]] = {}
+    for item in items:
+        if "=" not in item:
+            raise BertkitError(f"--vary {item!r}: expected KEY=VALUE1,VALUE2,… (e.g. positions=learned,rotary)")
+        key, raw = (s.strip() for s in item.split("=", 1))
+        section, name = resolve_key(key, base_data_sections, "--vary")
+        dotted = f"{section}.{name}"
+        values = [v.strip() for v in raw.split(",") if v.strip()]
+        if not values:
+            raise BertkitError(f"--vary {key}: no values")
+        if dotted in varied:
+            raise BertkitError(f"--vary {dotted}: given twice (list every value in one --vary)")
+        if len(set(values)) != len(values):
+            raise BertkitError(f"--vary {dotted}: a value is repeated ({raw})")
+        varied[dotted] = values
+    if not varied:
+        raise BertkitError("--vary: give at least one KEY=VALUE1,VALUE2,…")
+    return varied
+
+
+def build_plan(load: callable, varied: dict[str, list[str]], grid: bool) -> Plan:
+    """Variants of the base config `load([])`; `load(changes)` builds the config with `section.key=value` changes
+    (raising ConfigError / BertkitError for an invalid one)."""
+    base = load([])
+    for dotted in varied:  # an unknown key is the user's mistake in the flag, not an invalid variant
+        section, name = dotted.split(".", 1)
+        if not hasattr(getattr(base, section), name):
+            raise BertkitError(f"--vary {dotted}: unknown key")
+
+    def base_value(dotted: str):
+        section, name = dotted.split(".", 1)
+        return getattr(getattr(base, section), name)
+
+    def make(changes: tuple[str, ...]) -> Variant:
+        name = "+".join(f"{c.split('.', 1)[1]}" for c in changes) or "base"
+        try:
+            return Variant(name, changes, load(list(changes)))
+        except (ConfigError, BertkitError) as exc:
+            return Variant(name, changes, None, str(exc))
+
+    plan = Plan(base, varied, [Variant("base", (), base)])
+    if grid:
+        for combination in itertools.product(*[[f"{k}={v}" for v in values] for k, values in varied.items()]):
+            variant = make(tuple(combination))
+            if variant.config is not None and variant.config == base:
+                continue  # the base itself, already first
+            plan.variants.append(variant)
+    else:
+        for dotted, values in varied.items():
+            for value in values:
+                variant = make((f"{dotted}={value}",))
+                if variant.config is not None and _same(getattr(variant.config, dotted.split(".")[0]),
+                                                        dotted.split(".", 1)[1], base_value(dotted)):
+                    continue  # the base's own value
+                plan.variants.append(variant)
+    return plan
+
+
+def _same(section, name: str, value) -> bool:
+    return getattr(section, name) == value
+
+
+def check_plan_file(path: Path, plan_record: dict) -> None:
+    """An ablation directory belongs to one base, budget and task: resuming with another would mix numbers that
+    cannot be compared. New variants may be added to it."""
+    import json
+
+    if not path.is_file():
+        return
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise BertkitError(f"{path}: unreadable; use another --out") from None
+    for key in ("base", "budget", "task", "finetune"):
+        if old.get(key) != plan_record.get(key):
+            detail = _first_difference(old.get(key), plan_record.get(key))
+            raise BertkitError(f"{path.parent}: holds an ablation with a different {key}{detail}; use another --out "
+                               "(finished variants are reused only under the same base recipe, budget and task)")
+
+
+def _first_difference(old, new, prefix: str = "") -> str:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            if old.get(key) != new.get(key):
+                return _first_difference(old.get(key), new.get(key), f"{prefix}{key}.")
+        return ""
+    return f" ({prefix.rstrip('.') or 'value'}: {old!r} there, {new!r} now)"

@@ -1,0 +1,228 @@
+"""`bertkit ablate`: train a base recipe and its variants under one budget, seed(s) and corpus; report the table.
+
+Layout of OUT:
+  plan.json                       the base config, budget, task (checked on every re-run)
+  variants/<variant>/seed-<s>/    pretrain/ (a normal run directory), finetune/ (--task classify), result.json
+  ablation.csv                    one row per variant and seed (invalid and failed ones included, with the reason)
+  ablation.md                     the Markdown table (mean ± std over seeds)
+  ablation.png                    validation loss per variant (bars) and validation-loss curves against tokens
+
+Resumable: a variant-seed with result.json is reused, not re-run; one interrupted half-way starts again from
+scratch (so every variant gets its budget in one piece). Adding `--vary` values to a finished ablation runs only the
+new variants.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import statistics
+import tomllib
+import traceback
+from pathlib import Path
+
+from rich.console import Console
+
+from bertkit.ablation import Budget, Plan, Variant, build_plan, check_plan_file, parse_vary
+from bertkit.config import Config, load_recipe, resolve_recipe, with_values
+from bertkit.errors import BertkitError
+from bertkit.train.checkpoint import load_config
+from bertkit.train.loop import METRICS_FILE
+
+TASKS = ("pretrain", "classify")
+RESULT_FILE = "result.json"
+COLUMNS = ("variant", "changes", "seed", "status", "params", "steps", "tokens", "train_seconds", "tokens_per_s",
+           "val_loss", "val_accuracy", "downstream_metric", "downstream", "message")
+
+
+@dataclasses.dataclass
+class AblationSpec:
+    """Everything `bertkit ablate` was asked for."""
+
+    recipe: str
+    vary: list[str]
+    budget: str
+    out: Path
+    sets: list[str] = dataclasses.field(default_factory=list)
+    grid: bool = False
+    seeds: list[int] = dataclasses.field(default_factory=list)  # empty: the recipe's train.seed
+    task: str = "pretrain"
+    corpus: list[str] = dataclasses.field(default_factory=list)
+    finetune_recipe: str = "finetune-sst2"
+    finetune_sets: list[str] = dataclasses.field(default_factory=list)
+    finetune_budget: str = "2m"
+
+
+def tokens_per_step(config: Config) -> int:
+    """Tokens one optimiser step consumes in pretraining: packed blocks are full."""
+    return config.train.batch_size * config.train.accumulation_steps * config.data.block_size
+
+
+def make_plan(spec: AblationSpec) -> tuple[Plan, Budget]:
+    """The variants and the budget (errors in the flags are raised here, before anything runs)."""
+    if spec.task not in TASKS:
+        raise BertkitError(f"--task {spec.task!r}: not allowed (allowed: {'|'.join(TASKS)})")
+    budget = Budget.parse(spec.budget)
+    path = resolve_recipe(spec.recipe)
+    tables = {k for k, v in tomllib.loads(path.read_text(encoding="utf-8")).items() if isinstance(v, dict)}
+    if "model" not in tables:
+        raise BertkitError(f"--recipe {spec.recipe}: has no [model] table; ablate a pretraining recipe (tiny, mini, "
+                           "…) and give the finetuning one with --finetune-recipe")
+    varied = parse_vary(spec.vary, tables)
+
+    def load(changes: list[str]) -> Config:
+        config = load_recipe(path, [*spec.sets, *changes])
+        return with_values(config, {"data.corpus": tuple(spec.corpus) if spec.corpus else None})
+
+    plan = build_plan(load, varied, spec.grid)
+    if not plan.base.data.corpus:
+        raise BertkitError("data.corpus: the recipe names no corpus (pass --corpus FILE)")
+    return plan, budget
+
+
+def _finetune_config(spec: AblationSpec) -> Config | None:
+    if spec.task != "classify":
+        return None
+    budget = Budget.parse(spec.finetune_budget)
+    if budget.kind == "tokens":
+        raise BertkitError(f"--finetune-budget {spec.finetune_budget!r}: give a time (2m) or steps (200steps)")
+    config = load_recipe(spec.finetune_recipe, [*spec.finetune_sets, *budget.overrides(1)])
+    if config.task.kind != "classify":
+        raise BertkitError(f"--finetune-recipe {spec.finetune_recipe}: task.kind is {config.task.kind!r}, "
+                           "--task classify needs a classify recipe")
+    if config.task.train_file is None:
+        raise BertkitError(f"--finetune-recipe {spec.finetune_recipe}: no task.train_file (add --finetune-set "
+                           "task.train_file=FILE)")
+    from bertkit.text.tasks import read_task_file
+
+    read_task_file(config.task, config.task.train_file)  # a bad file or column stops here, before any training
+    return config
+
+
+def run(spec: AblationSpec, progress: bool = True, console: Console | None = None) -> list[dict]:
+    """Run every variant × seed not already finished; write the CSV, Markdown table and plot; return the rows."""
+    from bertkit.jobs.ablate_report import write_report
+
+    console = console or Console(stderr=True)
+    plan, budget = make_plan(spec)
+    finetune = _finetune_config(spec)
+    seeds = spec.seeds or [plan.base.train.seed]
+    if len(set(seeds)) != len(seeds):
+        raise BertkitError(f"--seed: a seed is repeated ({', '.join(map(str, seeds))})")
+    out = Path(spec.out)
+    if out.exists() and not out.is_dir():
+        raise BertkitError(f"{out}: exists and is not a directory")
+    record = json.loads(json.dumps({
+        "recipe": spec.recipe, "base": plan.base.to_dict(), "budget": budget.text, "task": spec.task,
+        "finetune": finetune.to_dict() if finetune else None}))
+    check_plan_file(out / "plan.json", record)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "plan.json").write_text(json.dumps({**record, "seeds": seeds, "varied": plan.varied,
+                                               "grid": spec.grid}, indent=2) + "\n", encoding="utf-8")
+    runnable = [v for v in plan.variants if v.config is not None]
+    console.print(f"ablation: {len(plan.variants)} variants ({len(runnable)} valid) × {len(seeds)} seed(s), budget "
+                  f"{budget.text} ({budget.kind}) each, task {spec.task}; writing {out}")
+    rows: list[dict] = []
+    total, done = len(runnable) * len(seeds), 0
+    for variant in plan.variants:
+        for seed in seeds:
+            if variant.config is None:
+                rows.append(_row(variant, seed, "invalid", message=variant.invalid))
+                console.print(f"[yellow]{variant.name}: invalid, skipped: {variant.invalid}")
+                continue
+            done += 1
+            rows.append(_run_one(variant, seed, budget, finetune, out, done, total, progress, console))
+            write_report(out, rows, spec.task)  # after every variant: a long ablation shows its table as it grows
+    paths = write_report(out, rows, spec.task)
+    console.print(f"wrote {', '.join(str(p) for p in paths)}")
+    return rows
+
+
+def _row(variant: Variant, seed: int, status: str, message: str | None = None, **values) -> dict:
+    row = {column: None for column in COLUMNS}
+    row.update(variant=variant.name, changes=" ".join(variant.changes), seed=seed, status=status, message=message,
+               **values)
+    return row
+
+
+def _run_one(variant: Variant, seed: int, budget: Budget, finetune: Config | None, out: Path, index: int,
+             total: int, progress: bool, console: Console) -> dict:
+    """Train (and finetune) one variant with one seed, or reuse its finished result."""
+    from bertkit.config import apply_overrides
+    from bertkit.jobs import finetune as finetune_job
+    from bertkit.jobs import pretrain as pretrain_job
+
+    folder = out / "variants" / variant.slug / f"seed-{seed}"
+    result_file = folder / RESULT_FILE
+    if result_file.is_file():
+        row = json.loads(result_file.read_text(encoding="utf-8"))
+        console.print(f"[{index}/{total}] {variant.name} (seed {seed}): finished earlier, reused")
+        return row
+    if folder.exists():
+        console.print(f"[yellow][{index}/{total}] {variant.name} (seed {seed}): unfinished earlier, starting again")
+        shutil.rmtree(folder)
+    console.rule(f"[bold][{index}/{total}] {variant.name} (seed {seed})")
+    config = Config.from_dict(apply_overrides(variant.config.to_dict(), [
+        *budget.overrides(tokens_per_step(variant.config)), f"train.seed={seed}"]))
+    try:
+        result = pretrain_job.run(config, folder / "pretrain", progress=progress, console=console)
+        state, evaluation = result["state"], result["evaluation"]
+        row = _row(variant, seed, "ok", params=_backbone_params(folder / "pretrain"), steps=state["step"],
+                   tokens=state["step"] * tokens_per_step(config), train_seconds=round(state["step_seconds"], 2),
+                   val_loss=evaluation.get("val_loss"), val_accuracy=evaluation.get("val_accuracy"))
+        row["tokens_per_s"] = round(row["tokens"] / max(state["step_seconds"], 1e-9), 1)
+        if finetune is not None:
+            tuned = finetune_job.run(dataclasses.replace(finetune, train=dataclasses.replace(finetune.train,
+                                                                                             seed=seed)),
+                                     folder / "pretrain", folder / "finetune", progress=progress, console=console)
+            row.update(downstream_metric=tuned["metric"], downstream=tuned["validation"][tuned["metric"]])
+    except BertkitError as exc:  # a combination the job refuses (e.g. block_size > max_len): reported, not fatal
+        if not variant.changes:  # ... unless it is the base recipe itself: then nothing can be compared
+            raise
+        console.print(f"[yellow]{variant.name}: invalid: {exc}")
+        return _row(variant, seed, "invalid", message=str(exc))
+    except Exception as exc:  # noqa: BLE001  a variant that breaks (diverges, runs out of memory) is a result too
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
+        console.print(f"[red]{variant.name}: failed: {type(exc).__name__}: {exc} (traceback in {folder}/error.txt)")
+        return _row(variant, seed, "failed", message=f"{type(exc).__name__}: {exc}")
+    result_file.write_text(json.dumps(row, indent=2) + "\n", encoding="utf-8")
+    return row
+
+
+def _backbone_params(run: Path) -> int:
+    """Parameters of the backbone (embeddings and blocks; heads excluded: they are not what an ablation varies)."""
+    from bertkit.nn.model import Model
+
+    counts = Model(dataclasses.replace(load_config(run).model, heads=())).parameter_counts()
+    return counts["total"]
+
+
+def eval_curve(run: Path, tokens_per_step_: int) -> list[tuple[float, float]]:
+    """(tokens seen, validation loss) at every evaluation of a pretraining run."""
+    path = run / METRICS_FILE
+    if not path.is_file():
+        return []
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [(r["step"] * tokens_per_step_, r["val_loss"]) for r in records if r.get("kind") == "eval"
+            and "val_loss" in r]
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    """Per variant (plan order): mean and standard deviation over its finished seeds."""
+    by_variant: dict[str, list[dict]] = {}
+    for row in rows:
+        by_variant.setdefault(row["variant"], []).append(row)
+    out = []
+    for name, group in by_variant.items():
+        ok = [r for r in group if r["status"] == "ok"]
+        entry = {"variant": name, "changes": group[0]["changes"], "seeds": len(ok), "status":
+                 "ok" if ok else group[0]["status"], "message": None if ok else group[0]["message"]}
+        for key in ("params", "tokens", "tokens_per_s", "val_loss", "val_accuracy", "downstream"):
+            values = [r[key] for r in ok if r.get(key) is not None]
+            entry[key] = statistics.fmean(values) if values else None
+            entry[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else None
+        entry["downstream_metric"] = next((r["downstream_metric"] for r in ok if r.get("downstream_metric")), None)
+        out.append(entry)
+    return out

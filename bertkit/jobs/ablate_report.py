@@ -1,0 +1,130 @@
+"""The ablation's outputs: ablation.csv (every variant × seed), ablation.md (the table) and ablation.png."""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+
+from bertkit.jobs.ablate import COLUMNS, eval_curve, summarise
+
+
+def write_report(out: Path, rows: list[dict], task: str) -> list[Path]:
+    """Write the three files (each atomically: a reader never sees half a table); returns their paths."""
+    summary = summarise(rows)
+    paths = [out / "ablation.csv", out / "ablation.md", out / "ablation.png"]
+    _atomic_write(paths[0], lambda tmp: _write_csv(tmp, rows))
+    _atomic_write(paths[1], lambda tmp: tmp.write_text(markdown_table(summary, task), encoding="utf-8"))
+    _atomic_write(paths[2], lambda tmp: _plot(tmp, out, summary, rows, task))
+    return paths
+
+
+def _atomic_write(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: row.get(k) for k in COLUMNS})
+
+
+def _fmt(value, std=None, digits: int = 3, scale: float = 1.0) -> str:
+    if value is None:
+        return "–"
+    text = f"{value * scale:,.{digits}f}"
+    return text + (f" ± {std * scale:.{digits}f}" if std is not None else "")
+
+
+def _count(value: float) -> str:
+    return f"{value / 1e6:.2f} M" if value >= 1e6 else f"{value / 1e3:.1f} k"
+
+
+def markdown_table(summary: list[dict], task: str) -> str:
+    """The table a paper takes: one line per variant, the base first, Δ loss against the base."""
+    base = next((s for s in summary if s["variant"] == "base" and s["val_loss"] is not None), None)
+    metric = next((s["downstream_metric"] for s in summary if s.get("downstream_metric")), None)
+    head = ["variant", "params", "tokens/s", "tokens seen", "val MLM loss", "Δ loss vs base", "val accuracy %"]
+    if task == "classify":
+        head.append(f"downstream {metric or 'metric'} %")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    ok = [s for s in summary if s["val_loss"] is not None]
+    best_loss = min((s["val_loss"] for s in ok), default=None)
+    for s in summary:
+        if s["status"] != "ok":
+            cells = [s["variant"], f"{s['status']}: {str(s['message']).replace('|', '/')}"] + [""] * (len(head) - 2)
+            lines.append("| " + " | ".join(cells) + " |")
+            continue
+        loss = _fmt(s["val_loss"], s["val_loss_std"])
+        if s["val_loss"] == best_loss and len(ok) > 1:
+            loss = f"**{loss}**"
+        delta = "–" if base is None or s is base else f"{s['val_loss'] - base['val_loss']:+.3f}"
+        cells = [s["variant"], _count(s["params"]), _fmt(s["tokens_per_s"], None, 0),
+                 _count(s["tokens"]), loss, delta,
+                 _fmt(s["val_accuracy"], s["val_accuracy_std"], 1, 100)]
+        if task == "classify":
+            cells.append(_fmt(s["downstream"], s["downstream_std"], 1, 100))
+        lines.append("| " + " | ".join(cells) + " |")
+    seeds = max((s["seeds"] for s in summary), default=0)
+    note = f"\nMean ± standard deviation over {seeds} seeds.\n" if seeds > 1 else "\n"
+    return "\n".join(lines) + "\n" + note
+
+
+def _plot(path: Path, out: Path, summary: list[dict], rows: list[dict], task: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a window
+    import matplotlib.pyplot as plt
+
+    ok = [s for s in summary if s["val_loss"] is not None]
+    panels = 3 if task == "classify" else 2
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, max(3.5, 0.45 * len(ok) + 1.5)))
+    names = [s["variant"] for s in ok]
+    colours = ["tab:gray" if n == "base" else "tab:blue" for n in names]
+    bar_panels = [("val_loss", "validation MLM loss (lower is better)", 1.0)]
+    if task == "classify":
+        bar_panels.append(("downstream", "downstream validation %", 100.0))
+    for ax, (key, title, scale) in zip([axes[0], axes[2]] if task == "classify" else [axes[0]], bar_panels):
+        values = [(s[key] or 0.0) * scale for s in ok]
+        errors = [(s[f"{key}_std"] or 0.0) * scale for s in ok]
+        ax.barh(range(len(ok)), values, xerr=errors if any(errors) else None, color=colours)
+        ax.set_yticks(range(len(ok)), names)
+        ax.invert_yaxis()
+        base = next((s for s in ok if s["variant"] == "base"), None)
+        if base is not None and base[key] is not None:
+            ax.axvline(base[key] * scale, color="black", linestyle="--", linewidth=0.8)
+        if values:
+            low, high = min(values), max(values)
+            pad = max(0.05 * (high - low), 1e-3 * max(abs(high), 1.0))
+            ax.set_xlim(low - 4 * pad - max(errors, default=0), high + 2 * pad + max(errors, default=0))
+        ax.set_title(title)
+        ax.grid(axis="x", alpha=0.3)
+    curves = axes[1]
+    first_seed = {}
+    for row in rows:
+        if row["status"] == "ok" and row["variant"] not in first_seed:
+            first_seed[row["variant"]] = row
+    for name, row in first_seed.items():
+        folder = out / "variants" / _slug(row) / f"seed-{row['seed']}" / "pretrain"
+        points = eval_curve(folder, row["tokens"] // max(1, row["steps"]))
+        if points:
+            curves.plot([t / 1e6 for t, _ in points], [v for _, v in points], "o-" if len(points) < 12 else "-",
+                        label=name, color="black" if name == "base" else None, markersize=3)
+    curves.set_xlabel("tokens seen (millions)")
+    curves.set_title("validation MLM loss during training")
+    curves.grid(alpha=0.3)
+    if first_seed:
+        curves.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
+
+
+def _slug(row: dict) -> str:
+    from bertkit.ablation import Variant
+
+    return Variant(row["variant"], (), None).slug

@@ -1,0 +1,151 @@
+"""`bertkit ablate`: budgets, the plan (one change at a time or a grid, invalid combinations kept with the reason),
+the outputs, resume (finished variants are reused, unfinished ones start again), and bad flags as one line."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import cli_error, cli_ok, repeated_corpus
+
+from bertkit.ablation import Budget, build_plan, parse_vary
+from bertkit.config import load_recipe
+from bertkit.errors import BertkitError
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--recipe", "tiny", "--set", "vocab_size=300", "--set", "block_size=32", "--set", "batch_size=4",
+        "--set", "min_frequency=1", "--set", "eval_every=2", "--set", "data.validation_fraction=0.2", "--no-progress"]
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    return repeated_corpus(tmp_path / "corpus.txt", 6)
+
+
+def test_budget_parses_time_tokens_and_steps():
+    assert Budget.parse("5m").kind == "time" and Budget.parse("5m").amount == 300
+    assert Budget.parse("90s").amount == 90
+    tokens = Budget.parse("2Mtok")
+    assert (tokens.kind, tokens.amount) == ("tokens", 2e6)
+    assert Budget.parse("500k tokens").amount == 5e5
+    assert Budget.parse("300steps").kind == "steps"
+    # a token budget becomes the steps that consume it (rounded up), time is then out of the way
+    assert tokens.overrides(4096)[:2] == ["train.max_steps=489", "train.max_time=none"]
+    assert Budget.parse("5m").overrides(4096)[0] == "train.max_time=300.0s"
+    for bad in ("abc", "0tok", "-5m", "5 parsecs"):
+        with pytest.raises(BertkitError, match="--budget"):
+            Budget.parse(bad)
+
+
+def _plan(vary, grid=False):
+    return build_plan(lambda changes: load_recipe("tiny", changes), parse_vary(vary, {"model"}), grid)
+
+
+def test_one_change_at_a_time_skips_the_base_value_and_keeps_invalid_variants():
+    plan = _plan(["positions=learned,rotary,none", "n_heads=2,3", "norm_position=pre"])
+    names = [v.name for v in plan.variants]
+    # tiny has learned positions and 2 heads: those values are the base itself
+    assert names == ["base", "positions=rotary", "positions=none", "n_heads=3", "norm_position=pre"]
+    invalid = {v.name: v.invalid for v in plan.variants if v.config is None}
+    assert list(invalid) == ["n_heads=3"] and "not divisible" in invalid["n_heads=3"]
+    rotary = plan.variants[1].config
+    assert rotary.model.positions == "rotary" and rotary.model.norm_position == plan.base.model.norm_position
+
+
+def test_grid_crosses_every_value_once():
+    plan = _plan(["positions=learned,rotary,relative", "activation=gelu,relu"], grid=True)
+    names = [v.name for v in plan.variants]
+    assert len(names) == 6 and names[0] == "base"  # 3 x 2 combinations, the base's own one first
+    assert "positions=relative+activation=relu" in names
+    assert sum(v.config == plan.base for v in plan.variants) == 1
+
+
+def test_bad_vary_flags_name_the_problem():
+    with pytest.raises(BertkitError, match="expected KEY=VALUE"):
+        parse_vary(["positions"], {"model"})
+    with pytest.raises(BertkitError, match="given twice"):
+        parse_vary(["positions=rotary", "model.positions=none"], {"model"})
+    with pytest.raises(Exception, match="positoins"):
+        parse_vary(["positoins=rotary"], {"model"})
+
+
+def _rows(out):
+    with (out / "ablation.csv").open() as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_ablate_writes_table_csv_plot_and_resumes(tmp_path, corpus, monkeypatch):
+    out = tmp_path / "abl"
+    args = ["ablate", *TINY, "--corpus", corpus, "--budget", "4steps", "--vary", "positions=learned,rotary",
+            "--vary", "n_heads=3", "--seed", 0, "--seed", 1, "-o", out]
+    result = cli_ok(*args)
+    rows = _rows(out)
+    assert [(r["variant"], r["seed"], r["status"]) for r in rows] == [
+        ("base", "0", "ok"), ("base", "1", "ok"), ("positions=rotary", "0", "ok"), ("positions=rotary", "1", "ok"),
+        ("n_heads=3", "0", "invalid"), ("n_heads=3", "1", "invalid")]
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert all(r["steps"] == "4" and r["tokens"] == str(4 * 4 * 32) for r in ok)  # the same budget for all
+    assert all(float(r["tokens_per_s"]) > 0 and 0 <= float(r["val_accuracy"]) <= 1 for r in ok)
+    # rotary positions have no position table: fewer parameters than the base's learned ones
+    assert int(ok[2]["params"]) == int(ok[0]["params"]) - 128 * 32  # tiny: max_len 128, d_model 32
+    # seeds differ, and each number is the run's own final evaluation
+    assert ok[0]["val_loss"] != ok[1]["val_loss"]
+    final = json.loads((out / "variants/positions=rotary/seed-1/pretrain/results.json").read_text())
+    assert float(ok[3]["val_loss"]) == pytest.approx(final["evaluation"]["val_loss"])
+    table = (out / "ablation.md").read_text()
+    assert "| base |" in table and "± " in table and "invalid: model.d_model: 32 is not divisible" in table
+    assert "Mean ± standard deviation over 2 seeds" in table and table in result.output
+    assert (out / "ablation.png").read_bytes()[:4] == b"\x89PNG"
+
+    # Re-running reuses every finished variant; a new value runs only the new variant; an unfinished one restarts.
+    from bertkit.jobs import pretrain
+
+    calls = []
+    real = pretrain.run
+    monkeypatch.setattr(pretrain, "run", lambda config, out, **kw: calls.append(out) or real(config, out, **kw))
+    (out / "variants/positions=rotary/seed-1/result.json").unlink()  # as if killed before it finished
+    cli_ok(*args[:-2], "--vary", "activation=relu", "-o", out)
+    assert [Path(c).parent.parent.name + "/" + Path(c).parent.name for c in calls] == [
+        "positions=rotary/seed-1", "activation=relu/seed-0", "activation=relu/seed-1"]
+    again = _rows(out)
+    timing = ("train_seconds", "tokens_per_s")
+    # exact resume: seeded data and init give the same numbers again (timings aside)
+    assert [{k: v for k, v in r.items() if k not in timing} for r in again[:4]] == \
+        [{k: v for k, v in r.items() if k not in timing} for r in rows[:4]]
+    assert len(again) == 8
+
+    # Another budget in the same directory would mix numbers that cannot be compared.
+    line = cli_error(*[a if a != "4steps" else "6steps" for a in args])
+    assert "different budget" in line and "4steps" in line and "6steps" in line
+
+
+def test_ablate_classify_adds_the_downstream_metric(tmp_path, corpus):
+    out = tmp_path / "abl"
+    cli_ok("ablate", *TINY, "--corpus", corpus, "--budget", "2steps", "--vary", "activation=relu", "--task",
+           "classify", "--finetune-recipe", "finetune-classify", "--finetune-set",
+           f"task.train_file={ROOT / 'data/samples/sentiment.tsv'}", "--finetune-set", "task.validation_fraction=0.3",
+           "--finetune-set", "task.text_column=sentence",
+           "--finetune-budget", "3steps", "-o", out)
+    rows = _rows(out)
+    assert [r["downstream_metric"] for r in rows] == ["accuracy", "accuracy"]
+    assert all(0 <= float(r["downstream"]) <= 1 for r in rows)
+    assert (out / "variants/base/seed-0/finetune/model.safetensors").is_file()
+    assert "downstream accuracy %" in (out / "ablation.md").read_text()
+
+
+def test_ablate_bad_inputs_are_one_line(tmp_path, corpus):
+    base = ["ablate", *TINY, "--corpus", corpus, "-o", tmp_path / "abl"]
+    assert "--budget 'soon'" in cli_error(*base, "--budget", "soon", "--vary", "positions=rotary")
+    assert "positoins" in cli_error(*base, "--budget", "2steps", "--vary", "positoins=rotary")
+    assert "--task 'translate'" in cli_error(*base, "--budget", "2steps", "--vary", "positions=rotary",
+                                             "--task", "translate")
+    assert "no [model] table" in cli_error("ablate", "--recipe", "finetune-classify", "--budget", "2steps",
+                                           "--vary", "positions=rotary", "-o", tmp_path / "x")
+    assert "no text column 'text'" in cli_error(
+        *base, "--budget", "2steps", "--vary", "positions=rotary", "--task", "classify", "--finetune-recipe",
+        "finetune-classify", "--finetune-set", f"task.train_file={ROOT / 'data/samples/sentiment.tsv'}")
+    assert not (tmp_path / "abl").exists()
+    # the base recipe itself failing is not an "invalid variant": nothing could be compared with it
+    assert "block_size" in cli_error(*base, "--set", "max_len=16", "--budget", "2steps", "--vary",
+                                     "positions=rotary")
