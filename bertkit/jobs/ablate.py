@@ -107,9 +107,11 @@ def run(spec: AblationSpec, progress: bool = True, console: Console | None = Non
     console = console or Console(stderr=True)
     plan, budget = make_plan(spec)
     finetune = _finetune_config(spec)
-    seeds = spec.seeds or [plan.base.train.seed]
+    seeds: list[int | None] = list(spec.seeds) or [None]  # None: each variant's own train.seed
     if len(set(seeds)) != len(seeds):
         raise BertkitError(f"--seed: a seed is repeated ({', '.join(map(str, seeds))})")
+    if spec.seeds and "train.seed" in plan.varied:
+        raise BertkitError("--seed and --vary seed=…: give one of them (--vary seed=1,2 makes the seeds variants)")
     out = Path(spec.out)
     if out.exists() and not out.is_dir():
         raise BertkitError(f"{out}: exists and is not a directory")
@@ -126,7 +128,8 @@ def run(spec: AblationSpec, progress: bool = True, console: Console | None = Non
     rows: list[dict] = []
     total, done = len(runnable) * len(seeds), 0
     for variant in plan.variants:
-        for seed in seeds:
+        for given in seeds:
+            seed = given if given is not None else (variant.config or plan.base).train.seed
             if variant.config is None:
                 rows.append(_row(variant, seed, "invalid", message=variant.invalid))
                 console.print(f"[yellow]{variant.name}: invalid, skipped: {variant.invalid}")

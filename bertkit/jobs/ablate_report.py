@@ -91,7 +91,8 @@ def _plot(path: Path, out: Path, summary: list[dict], rows: list[dict], task: st
     for ax, (key, title, scale) in zip([axes[0], axes[2]] if task == "classify" else [axes[0]], bar_panels):
         values = [(s[key] or 0.0) * scale for s in ok]
         errors = [(s[f"{key}_std"] or 0.0) * scale for s in ok]
-        ax.barh(range(len(ok)), values, xerr=errors if any(errors) else None, color=colours)
+        bars = ax.barh(range(len(ok)), values, xerr=errors if any(errors) else None, color=colours)
+        ax.bar_label(bars, fmt="%.3f" if scale == 1.0 else "%.1f", fontsize=7, padding=2)
         ax.set_yticks(range(len(ok)), names)
         ax.invert_yaxis()
         base = next((s for s in ok if s["variant"] == "base"), None)

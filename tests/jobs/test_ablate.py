@@ -149,3 +149,13 @@ def test_ablate_bad_inputs_are_one_line(tmp_path, corpus):
     # the base recipe itself failing is not an "invalid variant": nothing could be compared with it
     assert "block_size" in cli_error(*base, "--set", "max_len=16", "--budget", "2steps", "--vary",
                                      "positions=rotary")
+
+
+def test_seeds_can_be_variants_to_measure_noise(tmp_path, corpus):
+    out = tmp_path / "abl"
+    cli_ok("ablate", *TINY, "--corpus", corpus, "--budget", "2steps", "--vary", "seed=3", "-o", out)
+    rows = _rows(out)
+    assert [(r["variant"], r["seed"]) for r in rows] == [("base", "0"), ("seed=3", "3")]
+    assert rows[0]["val_loss"] != rows[1]["val_loss"]
+    assert "give one of them" in cli_error("ablate", *TINY, "--corpus", corpus, "--budget", "2steps", "--vary",
+                                           "seed=3", "--seed", 1, "-o", out)
