@@ -12,6 +12,7 @@ optimiser steps (`300steps`).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import re
@@ -43,6 +44,9 @@ class Budget:
             if amount < 1:
                 raise BertkitError(f"--budget {text!r}: must be at least 1 {kind[:-1]}")
             return cls(kind, amount, str(text))
+        if str(text).strip().endswith("M"):  # "2M" reads as two million, but as a duration it is two minutes
+            raise BertkitError(f"--budget {text!r}: ambiguous; write {str(text).strip()[:-1]}m for minutes or "
+                               f"{str(text).strip()}tok for tokens")
         try:
             return cls("time", parse_duration(text, "--budget"), str(text))
         except ConfigError:
@@ -69,8 +73,12 @@ class Variant:
 
     @property
     def slug(self) -> str:
-        """A directory name for the variant."""
-        return re.sub(r"[^A-Za-z0-9_.=+-]", "_", self.name)[:120]
+        """A directory name for the variant: its name, or where that had to be cleaned or cut, the cleaned name
+        plus a hash of the changes (two variants never share a directory)."""
+        plain = re.sub(r"[^A-Za-z0-9_.=+-]", "_", self.name)
+        if plain == self.name and len(plain) <= 100:
+            return plain
+        return f"{plain[:80]}-{hashlib.sha1(' '.join(self.changes).encode()).hexdigest()[:8]}"
 
 
 @dataclass
@@ -118,7 +126,7 @@ def build_plan(load: callable, varied: dict[str, list[str]], grid: bool) -> Plan
         return getattr(getattr(base, section), name)
 
     def make(changes: tuple[str, ...]) -> Variant:
-        name = "+".join(f"{c.split('.', 1)[1]}" for c in changes) or "base"
+        name = "+".join(_short(c) for c in changes) or "base"
         try:
             return Variant(name, changes, load(list(changes)))
         except (ConfigError, BertkitError) as exc:
@@ -135,15 +143,23 @@ def build_plan(load: callable, varied: dict[str, list[str]], grid: bool) -> Plan
         for dotted, values in varied.items():
             for value in values:
                 variant = make((f"{dotted}={value}",))
-                if variant.config is not None and _same(getattr(variant.config, dotted.split(".")[0]),
-                                                        dotted.split(".", 1)[1], base_value(dotted)):
+                section, name = dotted.split(".", 1)
+                if variant.config is not None and getattr(getattr(variant.config, section), name) == \
+                        base_value(dotted):
                     continue  # the base's own value
                 plan.variants.append(variant)
     return plan
 
 
-def _same(section, name: str, value) -> bool:
-    return getattr(section, name) == value
+def _short(change: str) -> str:
+    """'model.positions=rotary' -> 'positions=rotary'; a key two sections share (dropout, pooling) stays dotted."""
+    import dataclasses
+
+    section, rest = change.split(".", 1)
+    key = rest.split("=", 1)[0]
+    owners = [f.name for f in dataclasses.fields(Config)
+              if key in {g.name for g in dataclasses.fields(getattr(Config(), f.name))}]
+    return rest if len(owners) == 1 else change
 
 
 def check_plan_file(path: Path, plan_record: dict) -> None:

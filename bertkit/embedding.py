@@ -146,7 +146,8 @@ class SentenceEncoder:
 
         if not encoded:
             return [] if tokens else np.zeros((0, len(layers), self.dim), dtype=np.float32)
-        rows = run_sorted(self.model, encoded, self.pad_id, self.batch_size, forward, on_batch)
+        rows = run_sorted(self.model, encoded, self.pad_id, self.batch_size, forward, on_batch,
+                          per_token=tokens)
         if tokens:
             return rows
         vectors = np.stack(rows).astype(np.float32, copy=False)  # (N, L', D)

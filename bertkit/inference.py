@@ -28,7 +28,7 @@ def inference_workers(device: torch.device) -> int:
 
 def run_sorted(model: Model, examples: list[Encoded], pad_id: int, batch_size: int,
                forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
-               on_batch: Callable[[int], None] | None = None) -> list[np.ndarray]:
+               on_batch: Callable[[int], None] | None = None, per_token: bool | None = None) -> list[np.ndarray]:
     """`forward(ids, mask, token_types)` over length-sorted batches; one float32 row per example, in input order.
 
     Examples run shortest first, so a batch pads only to about its own length; `forward` returns (B, ...) and the
@@ -67,9 +67,11 @@ def run_sorted(model: Model, examples: list[Encoded], pad_id: int, batch_size: i
         else:
             results = map(one, batches)
         for chunk, result in zip(batches, results):
-            per_token = result.ndim >= 3  # (B, T, …): keep each example's own tokens
+            # (B, T, …) outputs keep each example's own tokens; `per_token` says so where the rank cannot
+            # (a pooled (B, L, D) is not per-token; (B, T, L, D) is)
+            tokens = result.ndim == 3 if per_token is None else per_token
             for row, index in enumerate(chunk):
-                out[index] = result[row, :lengths[index]] if per_token else result[row]
+                out[index] = result[row, :lengths[index]] if tokens else result[row]
             if on_batch is not None:
                 on_batch(len(chunk))
     finally:

@@ -36,22 +36,32 @@ class WordFeatures:
 
 
 def word_features(model: Model, encoder: TaskEncoder, sentences: list[tuple[str, ...]], pad_id: int,
-                  batch_size: int = 32) -> WordFeatures:
-    """First-subword states of every layer for every word of `sentences` (words pre-split, e.g. CoNLL)."""
-    joined = [join_words(words) for words in sentences]
-    encoded = encoder.words([text for text, _ in joined], [spans for _, spans in joined])
-    per_sentence = run_sorted(model, encoded, pad_id, batch_size,
-                              lambda ids, mask, types: model.layer_states(ids, mask, types))  # [(T, L+1, D)]
-    rows, kept = [], []
-    for states, enc in zip(per_sentence, encoded):
-        positions = enc.first_token or []
-        kept.append([p >= 0 for p in positions])
-        keep = [p for p in positions if p >= 0]
-        if keep:
-            rows.append(states[keep])  # (W, L+1, D)
-    n_layers, dim = model.layer_count, model.config.d_model
-    states = np.concatenate(rows) if rows else np.zeros((0, n_layers, dim), dtype=np.float32)
-    return WordFeatures(states.astype(np.float32, copy=False), kept, sum(e.truncated for e in encoded))
+                  batch_size: int = 32, chunk: int = 256) -> WordFeatures:
+    """First-subword states of every layer for every word of `sentences` (words pre-split, e.g. CoNLL). Sentences
+    run `chunk` at a time and only the first subwords' states are kept, so memory holds one chunk's token states
+    plus the word states."""
+    rows, kept, truncated = [], [], 0
+    for start in range(0, len(sentences), chunk):
+        joined = [join_words(words) for words in sentences[start:start + chunk]]
+        encoded = encoder.words([text for text, _ in joined], [spans for _, spans in joined])
+        truncated += sum(e.truncated for e in encoded)
+        states = run_sorted(model, encoded, pad_id, batch_size,
+                            lambda ids, mask, types: model.layer_states(ids, mask, types),
+                            per_token=True)  # [(T, L+1, D)]
+        for token_states, enc in zip(states, encoded):
+            positions = enc.first_token or []
+            kept.append([p >= 0 for p in positions])
+            keep = [p for p in positions if p >= 0]
+            if keep:
+                rows.append(token_states[keep])  # (W, L+1, D)
+    shape = (0, model.layer_count, model.config.d_model)
+    states = np.concatenate(rows) if rows else np.zeros(shape, dtype=np.float32)
+    return WordFeatures(states.astype(np.float32, copy=False), kept, truncated)
+
+
+def kept_items(items: list[list], kept: list[list[bool]]) -> list:
+    """The per-word items (tags, words) of the words that have a state, flattened in order."""
+    return [item for sentence, mask in zip(items, kept) for item, has in zip(sentence, mask) if has]
 
 
 def control_labels(words: list[str], labels: list[str], seed: int) -> dict[str, str]:
@@ -106,7 +116,7 @@ def split_by_sentence(flat: list[str], kept: list[list[bool]]) -> list[list[str]
 
 def score(task: str, gold: list[list[str]], predicted_flat: list[str], kept: list[list[bool]]) -> dict[str, float]:
     """accuracy over words with a state; for span tasks also F1 over entities / chunks (seqeval, IOB2)."""
-    gold_flat = [tag for sentence, mask in zip(gold, kept) for tag, has in zip(sentence, mask) if has]
+    gold_flat = kept_items(gold, kept)
     result = {"accuracy": float(np.mean(np.array(gold_flat, dtype=object) == np.array(predicted_flat, dtype=object)))}
     if TASKS[task][1] == "f1":
         result["f1"] = float(f1_score(gold, split_by_sentence(predicted_flat, kept)))

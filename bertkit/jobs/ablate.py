@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import statistics
 import tomllib
@@ -65,6 +66,7 @@ def make_plan(spec: AblationSpec) -> tuple[Plan, Budget]:
         raise BertkitError(f"--task {spec.task!r}: not allowed (allowed: {'|'.join(TASKS)})")
     budget = Budget.parse(spec.budget)
     path = resolve_recipe(spec.recipe)
+    load_recipe(path, spec.sets)  # a malformed recipe or --set is one clear error here
     tables = {k for k, v in tomllib.loads(path.read_text(encoding="utf-8")).items() if isinstance(v, dict)}
     if "model" not in tables:
         raise BertkitError(f"--recipe {spec.recipe}: has no [model] table; ablate a pretraining recipe (tiny, mini, "
@@ -116,12 +118,13 @@ def run(spec: AblationSpec, progress: bool = True, console: Console | None = Non
     if out.exists() and not out.is_dir():
         raise BertkitError(f"{out}: exists and is not a directory")
     record = json.loads(json.dumps({
-        "recipe": spec.recipe, "base": plan.base.to_dict(), "budget": budget.text, "task": spec.task,
+        "recipe": spec.recipe, "base": plan.base.to_dict(), "budget": {"kind": budget.kind, "amount": budget.amount},
+        "task": spec.task,
         "finetune": finetune.to_dict() if finetune else None}))
-    check_plan_file(out / "plan.json", record)
+    if any((out / "variants").glob(f"*/seed-*/{RESULT_FILE}")):  # nothing finished yet: nothing to mix up
+        check_plan_file(out / "plan.json", record)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "plan.json").write_text(json.dumps({**record, "seeds": seeds, "varied": plan.varied,
-                                               "grid": spec.grid}, indent=2) + "\n", encoding="utf-8")
+    _write_json(out / "plan.json", {**record, "seeds": seeds, "varied": plan.varied, "grid": spec.grid})
     runnable = [v for v in plan.variants if v.config is not None]
     console.print(f"ablation: {len(plan.variants)} variants ({len(runnable)} valid) × {len(seeds)} seed(s), budget "
                   f"{budget.text} ({budget.kind}) each, task {spec.task}; writing {out}")
@@ -159,9 +162,13 @@ def _run_one(variant: Variant, seed: int, budget: Budget, finetune: Config | Non
     folder = out / "variants" / variant.slug / f"seed-{seed}"
     result_file = folder / RESULT_FILE
     if result_file.is_file():
-        row = json.loads(result_file.read_text(encoding="utf-8"))
-        console.print(f"[{index}/{total}] {variant.name} (seed {seed}): finished earlier, reused")
-        return row
+        try:
+            row = json.loads(result_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            row = {}
+        if row.get("changes") == " ".join(variant.changes) and row.get("seed") == seed:
+            console.print(f"[{index}/{total}] {variant.name} (seed {seed}): finished earlier, reused")
+            return row
     if folder.exists():
         console.print(f"[yellow][{index}/{total}] {variant.name} (seed {seed}): unfinished earlier, starting again")
         shutil.rmtree(folder)
@@ -190,8 +197,15 @@ def _run_one(variant: Variant, seed: int, budget: Budget, finetune: Config | Non
         (folder / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
         console.print(f"[red]{variant.name}: failed: {type(exc).__name__}: {exc} (traceback in {folder}/error.txt)")
         return _row(variant, seed, "failed", message=f"{type(exc).__name__}: {exc}")
-    result_file.write_text(json.dumps(row, indent=2) + "\n", encoding="utf-8")
+    _write_json(result_file, row)  # last: its presence means "finished"
     return row
+
+
+def _write_json(path: Path, data: dict) -> None:
+    """Write JSON through a temporary file and a rename: a reader never sees half of it."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _backbone_params(run: Path) -> int:

@@ -3,26 +3,23 @@
 from __future__ import annotations
 
 import csv
-import os
 from pathlib import Path
 
 from bertkit.jobs.ablate import COLUMNS, eval_curve, summarise
+from bertkit.paths import atomic_file
 
 
 def write_report(out: Path, rows: list[dict], task: str) -> list[Path]:
     """Write the three files (each atomically: a reader never sees half a table); returns their paths."""
     summary = summarise(rows)
     paths = [out / "ablation.csv", out / "ablation.md", out / "ablation.png"]
-    _atomic_write(paths[0], lambda tmp: _write_csv(tmp, rows))
-    _atomic_write(paths[1], lambda tmp: tmp.write_text(markdown_table(summary, task), encoding="utf-8"))
-    _atomic_write(paths[2], lambda tmp: _plot(tmp, out, summary, rows, task))
+    with atomic_file(paths[0], overwrite=True) as tmp:
+        _write_csv(tmp, rows)
+    with atomic_file(paths[1], overwrite=True) as tmp:
+        tmp.write_text(markdown_table(summary, task), encoding="utf-8")
+    with atomic_file(paths[2], overwrite=True) as tmp:
+        _plot(tmp, out, summary, rows, task)
     return paths
-
-
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    write(tmp)
-    os.replace(tmp, path)
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
@@ -56,13 +53,15 @@ def markdown_table(summary: list[dict], task: str) -> str:
     best_loss = min((s["val_loss"] for s in ok), default=None)
     for s in summary:
         if s["status"] != "ok":
-            cells = [s["variant"], f"{s['status']}: {str(s['message']).replace('|', '/')}"] + [""] * (len(head) - 2)
+            message = " ".join(str(s["message"]).split()).replace("|", "/")  # one table row: no newlines
+            cells = [s["variant"], f"{s['status']}: {message}"] + [""] * (len(head) - 2)
             lines.append("| " + " | ".join(cells) + " |")
             continue
         loss = _fmt(s["val_loss"], s["val_loss_std"])
         if s["val_loss"] == best_loss and len(ok) > 1:
             loss = f"**{loss}**"
-        delta = "–" if base is None or s is base else f"{s['val_loss'] - base['val_loss']:+.3f}"
+        delta = "–" if base is None or s is base or s["val_loss"] is None else \
+            f"{s['val_loss'] - base['val_loss']:+.3f}"
         cells = [s["variant"], _count(s["params"]), _fmt(s["tokens_per_s"], None, 0),
                  _count(s["tokens"]), loss, delta,
                  _fmt(s["val_accuracy"], s["val_accuracy_std"], 1, 100)]

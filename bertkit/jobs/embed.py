@@ -226,6 +226,8 @@ def run(model: Path, inputs: list[str], out: Path, text_field: str = "text", id_
             os.replace(tmp_rows, rows_file)
         elif suffix == ".npy":
             rows_file.unlink(missing_ok=True)
+        if suffix == ".npy":  # (reached only with --overwrite if there was one) a token run's sidecar is stale now
+            tokens_file.unlink(missing_ok=True)
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
@@ -281,6 +283,7 @@ def _token_states(encoder: SentenceEncoder, files: list[Path], found: InputScan,
             array.flush()
             del array
         os.replace(tmp_tokens, tokens_file)
+        out.with_name(f"{out.stem}.rows.npy").unlink(missing_ok=True)  # a pooled run's row map is stale now
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bertkit.errors import BertkitError
 from bertkit.jobs.finetune import hold_out
 from bertkit.paths import atomic_dir, resolve_data_path
-from bertkit.probing import TASKS, LinearProbe, control_labels, score, word_features
+from bertkit.probing import TASKS, LinearProbe, control_labels, kept_items, score, word_features
 from bertkit.text.tasks import read_conll
 
 COLUMNS = ("model", "task", "layer", "metric", "score", "accuracy", "control_accuracy", "selectivity",
@@ -63,10 +63,6 @@ def _read(spec: ProbeSpec) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]
     return words_train, words_eval, tags_train, tags_eval
 
 
-def _flat(tags: list[list[str]], kept: list[list[bool]]) -> list[str]:
-    return [tag for sentence, mask in zip(tags, kept) for tag, has in zip(sentence, mask) if has]
-
-
 def run(spec: ProbeSpec, progress: bool = True, console: Console | None = None) -> list[dict]:
     """Probe every layer of every model for every task; write OUT/probe.csv and OUT/probe.png; return the rows."""
     from bertkit.text.features import TaskEncoder
@@ -82,7 +78,9 @@ def run(spec: ProbeSpec, progress: bool = True, console: Console | None = None) 
     if spec.column is not None and len(spec.tasks) > 1:
         raise BertkitError("--column: names the tag column of one task; give one --task with it")
     out = Path(spec.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not spec.overwrite:
+    if out.exists() and not out.is_dir():
+        raise BertkitError(f"{out}: exists and is not a directory")
+    if out.exists() and any(out.iterdir()) and not spec.overwrite:
         raise BertkitError(f"{out}: already exists (choose another --out or pass --overwrite)")
     names = _model_names(spec.models)
     loaded = []
@@ -108,10 +106,9 @@ def run(spec: ProbeSpec, progress: bool = True, console: Console | None = None) 
             if train.truncated or held.truncated:
                 console.print(f"[yellow]{name}: {train.truncated + held.truncated} sentences are longer than "
                               f"{encoder.max_length} tokens; their cut-off words are left out")
-            train_words = [w for s, m in zip(words_train, train.kept) for w, has in zip(s, m) if has]
-            eval_words = [w for s, m in zip(words_eval, held.kept) for w, has in zip(s, m) if has]
+            train_words, eval_words = kept_items(words_train, train.kept), kept_items(words_eval, held.kept)
             for task in spec.tasks:
-                y_train = _flat(tags_train[task], train.kept)
+                y_train = kept_items(tags_train[task], train.kept)
                 control = control_labels(train_words, y_train, spec.seed) if spec.control else None
                 for layer in range(model.layer_count):
                     bar.update(job, info=f"{name}: {task} layer {layer}")

@@ -33,7 +33,7 @@ def test_budget_parses_time_tokens_and_steps():
     # a token budget becomes the steps that consume it (rounded up), time is then out of the way
     assert tokens.overrides(4096)[:2] == ["train.max_steps=489", "train.max_time=none"]
     assert Budget.parse("5m").overrides(4096)[0] == "train.max_time=300.0s"
-    for bad in ("abc", "0tok", "-5m", "5 parsecs"):
+    for bad in ("abc", "0tok", "-5m", "5 parsecs", "2M"):
         with pytest.raises(BertkitError, match="--budget"):
             Budget.parse(bad)
 
@@ -117,7 +117,7 @@ def test_ablate_writes_table_csv_plot_and_resumes(tmp_path, corpus, monkeypatch)
 
     # Another budget in the same directory would mix numbers that cannot be compared.
     line = cli_error(*[a if a != "4steps" else "6steps" for a in args])
-    assert "different budget" in line and "4steps" in line and "6steps" in line
+    assert "different budget" in line and "4.0 there, 6.0 now" in line
 
 
 def test_ablate_classify_adds_the_downstream_metric(tmp_path, corpus):
@@ -159,3 +159,28 @@ def test_seeds_can_be_variants_to_measure_noise(tmp_path, corpus):
     assert rows[0]["val_loss"] != rows[1]["val_loss"]
     assert "give one of them" in cli_error("ablate", *TINY, "--corpus", corpus, "--budget", "2steps", "--vary",
                                            "seed=3", "--seed", 1, "-o", out)
+
+
+def test_time_budget_and_a_crashing_variant(tmp_path, corpus, monkeypatch):
+    """A time budget fits each variant's schedule to it; a variant that crashes is a `failed` row with its
+    traceback kept, and the others still run."""
+    from bertkit.jobs import pretrain
+
+    real = pretrain.run
+
+    def broken(config, out, **kwargs):
+        if config.model.activation == "relu":
+            raise RuntimeError("boom")
+        return real(config, out, **kwargs)
+
+    monkeypatch.setattr(pretrain, "run", broken)
+    out = tmp_path / "abl"
+    cli_ok("ablate", *TINY, "--corpus", corpus, "--budget", "3s", "--vary", "activation=relu,swiglu", "-o", out)
+    rows = {r["variant"]: r for r in _rows(out)}
+    assert rows["activation=relu"]["status"] == "failed" and "RuntimeError: boom" in rows["activation=relu"]["message"]
+    assert "boom" in (out / "variants/activation=relu/seed-0/error.txt").read_text()
+    assert rows["base"]["status"] == rows["activation=swiglu"]["status"] == "ok"
+    config = json.loads((out / "variants/base/seed-0/pretrain/config.json").read_text())
+    assert config["train"]["max_time"] == "3.0s" and config["train"]["max_steps"] == 10 ** 9
+    assert 0 < float(rows["base"]["train_seconds"]) < 6
+    assert "failed: RuntimeError: boom" in (out / "ablation.md").read_text()

@@ -159,3 +159,19 @@ def test_layer_flags_bad_inputs_are_one_line(tmp_path, base):
     assert "write a .npy array" in cli_error("embed", "--model", base, corpus, "-o", tmp_path / "x.parquet",
                                              "--layers", "all")
     assert not list(tmp_path.glob("x*"))
+
+
+def test_layers_of_texts_shorter_than_the_layer_count(tmp_path, base):
+    """A pooled (N, L', D) output is not per-token: a 2-token text ([CLS] [SEP]) keeps all its layers."""
+    corpus = tmp_path / "short.txt"
+    corpus.write_text("a\n\nthe first review\n")
+    cli_ok("embed", "--model", base, corpus, "-o", tmp_path / "s.npy", "--layers", "all", "--keep-empty",
+           "--no-progress")
+    layered = np.load(tmp_path / "s.npy")
+    assert layered.shape == (3, 3, 32)
+    plain = SentenceEncoder(base).encode(["a", "", "the first review"])
+    np.testing.assert_allclose(layered[:, -1], plain, atol=1e-5)
+    # the middle layer, by hand for the empty text: [CLS] [SEP] through the embeddings and one block
+    encoder = SentenceEncoder(base)
+    single = encoder.encode_layers([""], [1])
+    np.testing.assert_allclose(layered[1, 1], single[0, 0], atol=1e-5)

@@ -80,7 +80,8 @@ def _conll(tmp_path):
     for _ in range(120):
         for word in rng.choice(list(lexicon), size=rng.integers(3, 8)):
             ner = "I-LOC" if word[0].isupper() else "O"
-            lines.append(f"{word} {lexicon[word]} I-NP {ner}")
+            chunk = "I-VP" if lexicon[word] == "VBZ" else "I-NP"
+            lines.append(f"{word} {lexicon[word]} {chunk} {ner}")
         lines.append("")
     path = tmp_path / "toy.conll"
     path.write_text("\n".join(lines) + "\n")
@@ -90,11 +91,12 @@ def _conll(tmp_path):
 def test_probe_writes_csv_and_plot_with_selectivity(tmp_path, base):
     data = _conll(tmp_path)
     out = tmp_path / "probe"
-    result = cli_ok("probe", "--model", base, "--task", "pos", "--task", "ner", "--data", data, "--control",
-                    "--max-iter", "100", "-o", out, "--no-progress")
+    result = cli_ok("probe", "--model", base, "--task", "pos", "--task", "ner", "--task", "chunk", "--data", data,
+                    "--control", "--max-iter", "100", "-o", out, "--no-progress")
     with (out / "probe.csv").open() as fh:
         rows = list(csv.DictReader(fh))
-    assert [(r["task"], r["layer"]) for r in rows] == [(t, str(layer)) for t in ("pos", "ner") for layer in range(3)]
+    assert [(r["task"], r["layer"]) for r in rows] == [(t, str(layer)) for t in ("pos", "ner", "chunk")
+                                                       for layer in range(3)]
     assert {r["metric"] for r in rows} == {"accuracy", "f1"}
     pos0 = rows[0]
     # the embeddings layer holds the word's first subword, and POS here is a function of the word: far above the
@@ -102,6 +104,10 @@ def test_probe_writes_csv_and_plot_with_selectivity(tmp_path, base):
     assert float(pos0["score"]) > 0.7 and int(pos0["train_words"]) > 300
     for r in rows:
         assert float(r["selectivity"]) == pytest.approx(float(r["accuracy"]) - float(r["control_accuracy"]))
+        assert 0 <= float(r["control_accuracy"]) <= 1
+    # eval words of types seen in training: the control labels are a function of the word, so the embeddings layer
+    # learns them too (selectivity near 0 here); the held-out split has 20% of the 120 sentences
+    assert int(pos0["eval_words"]) > 60 and float(pos0["control_accuracy"]) > 0.5
     assert (out / "probe.png").read_bytes()[:4] == b"\x89PNG"
     assert f"pos   layer  0: accuracy {100 * float(pos0['score']):.1f}" in result.output
 
