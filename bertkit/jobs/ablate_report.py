@@ -12,14 +12,27 @@ from bertkit.paths import atomic_file
 def write_report(out: Path, rows: list[dict], task: str) -> list[Path]:
     """Write the three files (each atomically: a reader never sees half a table); returns their paths."""
     summary = summarise(rows)
+    baseline = unigram_baseline(out, rows)
     paths = [out / "ablation.csv", out / "ablation.md", out / "ablation.png"]
     with atomic_file(paths[0], overwrite=True) as tmp:
         _write_csv(tmp, rows)
     with atomic_file(paths[1], overwrite=True) as tmp:
-        tmp.write_text(markdown_table(summary, task), encoding="utf-8")
+        tmp.write_text(markdown_table(summary, task, baseline), encoding="utf-8")
     with atomic_file(paths[2], overwrite=True) as tmp:
-        _plot(tmp, out, summary, rows, task)
+        _plot(tmp, out, summary, rows, task, baseline)
     return paths
+
+
+def unigram_baseline(out: Path, rows: list[dict]) -> dict:
+    """The base run's unigram baseline (validation loss and accuracy of predicting by corpus frequency): the
+    number a model must beat before it uses any context."""
+    import json
+
+    for row in rows:
+        path = out / "variants" / _slug(row) / f"seed-{row['seed']}" / "pretrain" / "baseline.json"
+        if row["variant"] == "base" and row["status"] == "ok" and path.is_file():
+            return json.loads(path.read_text(encoding="utf-8")).get("unigram", {})
+    return {}
 
 
 def _write_csv(path: Path, rows: list[dict]) -> None:
@@ -41,7 +54,7 @@ def _count(value: float) -> str:
     return f"{value / 1e6:.2f} M" if value >= 1e6 else f"{value / 1e3:.1f} k"
 
 
-def markdown_table(summary: list[dict], task: str) -> str:
+def markdown_table(summary: list[dict], task: str, baseline: dict | None = None) -> str:
     """The table a paper takes: one line per variant, the base first, Δ loss against the base."""
     base = next((s for s in summary if s["variant"] == "base" and s["val_loss"] is not None), None)
     metric = next((s["downstream_metric"] for s in summary if s.get("downstream_metric")), None)
@@ -69,11 +82,14 @@ def markdown_table(summary: list[dict], task: str) -> str:
             cells.append(_fmt(s["downstream"], s["downstream_std"], 1, 100))
         lines.append("| " + " | ".join(cells) + " |")
     seeds = max((s["seeds"] for s in summary), default=0)
-    note = f"\nMean ± standard deviation over {seeds} seeds.\n" if seeds > 1 else "\n"
-    return "\n".join(lines) + "\n" + note
+    note = f"\nMean ± standard deviation over {seeds} seeds." if seeds > 1 else ""
+    if baseline and "val_loss" in baseline:
+        note += (f"\nUnigram baseline (predicting every masked token by its corpus frequency): loss "
+                 f"{baseline['val_loss']:.3f}, accuracy {100 * baseline['val_accuracy']:.1f}%.")
+    return "\n".join(lines) + "\n" + note + "\n"
 
 
-def _plot(path: Path, out: Path, summary: list[dict], rows: list[dict], task: str) -> None:
+def _plot(path: Path, out: Path, summary: list[dict], rows: list[dict], task: str, baseline: dict) -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # files only, never a window
@@ -114,6 +130,8 @@ def _plot(path: Path, out: Path, summary: list[dict], rows: list[dict], task: st
         if points:
             curves.plot([t / 1e6 for t, _ in points], [v for _, v in points], "o-" if len(points) < 12 else "-",
                         label=name, color="black" if name == "base" else None, markersize=3)
+    if "val_loss" in baseline:
+        curves.axhline(baseline["val_loss"], color="gray", linestyle=":", label="unigram baseline")
     curves.set_xlabel("tokens seen (millions)")
     curves.set_title("validation MLM loss during training")
     curves.grid(alpha=0.3)

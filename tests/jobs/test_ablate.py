@@ -96,6 +96,7 @@ def test_ablate_writes_table_csv_plot_and_resumes(tmp_path, corpus, monkeypatch)
     table = (out / "ablation.md").read_text()
     assert "| base |" in table and "± " in table and "invalid: model.d_model: 32 is not divisible" in table
     assert "Mean ± standard deviation over 2 seeds" in table and table in result.output
+    assert "Unigram baseline (predicting every masked token by its corpus frequency): loss " in table
     assert (out / "ablation.png").read_bytes()[:4] == b"\x89PNG"
 
     # Re-running reuses every finished variant; a new value runs only the new variant; an unfinished one restarts.
