@@ -45,6 +45,7 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=None, help="also copy probe.png here (e.g. docs/)")
     parser.add_argument("--train-sentences", type=int, default=4000)
     parser.add_argument("--eval-sentences", type=int, default=1000)
+    parser.add_argument("--max-iter", type=int, default=300, help="L-BFGS iterations per probe")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     ensure_minilm(args.minilm)
@@ -52,7 +53,8 @@ def main() -> None:
     rows = probe.run(probe.ProbeSpec(
         models=[args.minilm, args.pretrained, args.random], tasks=["pos", "ner"], data="conll2003/train.txt",
         eval_data="conll2003/dev.txt", out=args.out, control=True, max_train_sentences=args.train_sentences,
-        max_eval_sentences=args.eval_sentences, seed=args.seed, overwrite=True), progress=False)
+        max_eval_sentences=args.eval_sentences, max_iter=args.max_iter, seed=args.seed,
+        overwrite=True), progress=False)
     if args.plot:
         args.plot.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(args.out / "probe.png", args.plot)
