@@ -121,10 +121,6 @@ def build_plan(load: callable, varied: dict[str, list[str]], grid: bool) -> Plan
         if not hasattr(getattr(base, section), name):
             raise BertkitError(f"--vary {dotted}: unknown key")
 
-    def base_value(dotted: str):
-        section, name = dotted.split(".", 1)
-        return getattr(getattr(base, section), name)
-
     def make(changes: tuple[str, ...]) -> Variant:
         name = "+".join(_short(c) for c in changes) or "base"
         try:
@@ -132,34 +128,26 @@ def build_plan(load: callable, varied: dict[str, list[str]], grid: bool) -> Plan
         except (ConfigError, BertkitError) as exc:
             return Variant(name, changes, None, str(exc))
 
-    plan = Plan(base, varied, [Variant("base", (), base)])
+    options = [[f"{key}={value}" for value in values] for key, values in varied.items()]
     if grid:
-        for combination in itertools.product(*[[f"{k}={v}" for v in values] for k, values in varied.items()]):
-            variant = make(tuple(combination))
-            if variant.config is not None and variant.config == base:
-                continue  # the base itself, already first
-            plan.variants.append(variant)
+        changes = list(itertools.product(*options))
     else:
-        for dotted, values in varied.items():
-            for value in values:
-                variant = make((f"{dotted}={value}",))
-                section, name = dotted.split(".", 1)
-                if variant.config is not None and getattr(getattr(variant.config, section), name) == \
-                        base_value(dotted):
-                    continue  # the base's own value
-                plan.variants.append(variant)
+        changes = [(option,) for key_options in options for option in key_options]
+    plan = Plan(base, varied, [Variant("base", (), base)])
+    for variant in map(make, changes):
+        if variant.config != base:  # (a value equal to the base's gives the base itself, already first)
+            plan.variants.append(variant)
     return plan
 
 
 def _short(change: str) -> str:
     """'model.positions=rotary' -> 'positions=rotary'; a key two sections share (dropout, pooling) stays dotted."""
-    import dataclasses
-
-    section, rest = change.split(".", 1)
-    key = rest.split("=", 1)[0]
-    owners = [f.name for f in dataclasses.fields(Config)
-              if key in {g.name for g in dataclasses.fields(getattr(Config(), f.name))}]
-    return rest if len(owners) == 1 else change
+    rest = change.split(".", 1)[1]
+    try:
+        resolve_key(rest.split("=", 1)[0])
+    except ConfigError:  # ambiguous without its section
+        return change
+    return rest
 
 
 def check_plan_file(path: Path, plan_record: dict) -> None:

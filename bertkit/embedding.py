@@ -132,6 +132,11 @@ class SentenceEncoder:
         layer). Pooled (the run's pooling and normalisation, per layer): (N, L', D). With `tokens`: one
         (T_i, L', D) array per text, every token of it (specials included) un-normalised."""
         encoded = self.encoder.texts(list(texts)) if texts else []
+        return self.encode_layers_encoded(encoded, layers, tokens, on_batch)
+
+    def encode_layers_encoded(self, encoded: list[Encoded], layers: list[int], tokens: bool = False,
+                              on_batch: Callable[[int], None] | None = None) -> list[np.ndarray] | np.ndarray:
+        """`encode_layers` of texts already tokenised by `self.encoder` (callers that also need the tokens)."""
         self.truncated += sum(e.truncated for e in encoded)
         chosen = torch.tensor(layers)
 

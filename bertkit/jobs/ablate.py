@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import statistics
 import tomllib
@@ -28,8 +27,9 @@ from rich.console import Console
 from bertkit.ablation import Budget, Plan, Variant, build_plan, check_plan_file, parse_vary
 from bertkit.config import Config, load_recipe, resolve_recipe, with_values
 from bertkit.errors import BertkitError
+from bertkit.paths import atomic_file
 from bertkit.train.checkpoint import load_config
-from bertkit.train.loop import METRICS_FILE
+from bertkit.train.loop import read_metrics
 
 TASKS = ("pretrain", "classify")
 RESULT_FILE = "result.json"
@@ -145,6 +145,16 @@ def run(spec: AblationSpec, progress: bool = True, console: Console | None = Non
     return rows
 
 
+def variant_folder(out: Path, variant: Variant, seed: int) -> Path:
+    """Where one variant-seed's runs live: OUT/variants/<slug>/seed-<s>/ (pretrain/, finetune/, result.json)."""
+    return out / "variants" / variant.slug / f"seed-{seed}"
+
+
+def row_variant(row: dict) -> Variant:
+    """The variant a CSV row belongs to (its name and changes; enough to find its directory)."""
+    return Variant(row["variant"], tuple(row["changes"].split()) if row["changes"] else (), None)
+
+
 def _row(variant: Variant, seed: int, status: str, message: str | None = None, **values) -> dict:
     row = {column: None for column in COLUMNS}
     row.update(variant=variant.name, changes=" ".join(variant.changes), seed=seed, status=status, message=message,
@@ -159,7 +169,7 @@ def _run_one(variant: Variant, seed: int, budget: Budget, finetune: Config | Non
     from bertkit.jobs import finetune as finetune_job
     from bertkit.jobs import pretrain as pretrain_job
 
-    folder = out / "variants" / variant.slug / f"seed-{seed}"
+    folder = variant_folder(out, variant, seed)
     result_file = folder / RESULT_FILE
     if result_file.is_file():
         try:
@@ -203,9 +213,8 @@ def _run_one(variant: Variant, seed: int, budget: Budget, finetune: Config | Non
 
 def _write_json(path: Path, data: dict) -> None:
     """Write JSON through a temporary file and a rename: a reader never sees half of it."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    with atomic_file(path, overwrite=True) as tmp:
+        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
 def _backbone_params(run: Path) -> int:
@@ -218,12 +227,8 @@ def _backbone_params(run: Path) -> int:
 
 def eval_curve(run: Path, tokens_per_step_: int) -> list[tuple[float, float]]:
     """(tokens seen, validation loss) at every evaluation of a pretraining run."""
-    path = run / METRICS_FILE
-    if not path.is_file():
-        return []
-    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [(r["step"] * tokens_per_step_, r["val_loss"]) for r in records if r.get("kind") == "eval"
-            and "val_loss" in r]
+    return [(r["step"] * tokens_per_step_, r["val_loss"]) for r in read_metrics(run)
+            if r.get("kind") == "eval" and "val_loss" in r]
 
 
 def summarise(rows: list[dict]) -> list[dict]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from bertkit.jobs.ablate import COLUMNS, eval_curve, summarise
+from bertkit.jobs.ablate import COLUMNS, eval_curve, row_variant, summarise, variant_folder
 from bertkit.paths import atomic_file
 
 
@@ -29,7 +29,7 @@ def unigram_baseline(out: Path, rows: list[dict]) -> dict:
     import json
 
     for row in rows:
-        path = out / "variants" / _slug(row) / f"seed-{row['seed']}" / "pretrain" / "baseline.json"
+        path = variant_folder(out, row_variant(row), row["seed"]) / "pretrain" / "baseline.json"
         if row["variant"] == "base" and row["status"] == "ok" and path.is_file():
             return json.loads(path.read_text(encoding="utf-8")).get("unigram", {})
     return {}
@@ -125,7 +125,7 @@ def _plot(path: Path, out: Path, summary: list[dict], rows: list[dict], task: st
         if row["status"] == "ok" and row["variant"] not in first_seed:
             first_seed[row["variant"]] = row
     for name, row in first_seed.items():
-        folder = out / "variants" / _slug(row) / f"seed-{row['seed']}" / "pretrain"
+        folder = variant_folder(out, row_variant(row), row["seed"]) / "pretrain"
         points = eval_curve(folder, row["tokens"] // max(1, row["steps"]))
         if points:
             curves.plot([t / 1e6 for t, _ in points], [v for _, v in points], "o-" if len(points) < 12 else "-",
@@ -141,8 +141,3 @@ def _plot(path: Path, out: Path, summary: list[dict], rows: list[dict], task: st
     fig.savefig(path, dpi=110, format="png")
     plt.close(fig)
 
-
-def _slug(row: dict) -> str:
-    from bertkit.ablation import Variant
-
-    return Variant(row["variant"], (), None).slug

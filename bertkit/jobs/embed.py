@@ -267,9 +267,10 @@ def _token_states(encoder: SentenceEncoder, files: list[Path], found: InputScan,
             sidecar.write("row\ttext\tposition\ttoken_id\ttoken\n")
             row = 0
             for chunk in chunks(files, text_field, None, keep_empty, chunk_size):
-                texts = [r.text for _, _, r in chunk]
-                states = encoder.encode_layers(texts, layers, tokens=True, on_batch=lambda n: bar.advance(task, n))
-                for (position, _, _), encoded, text_states in zip(chunk, tokenizer.texts(texts), states):
+                encoded_chunk = tokenizer.texts([r.text for _, _, r in chunk])
+                states = encoder.encode_layers_encoded(encoded_chunk, layers, tokens=True,
+                                                       on_batch=lambda n: bar.advance(task, n))
+                for (position, _, _), encoded, text_states in zip(chunk, encoded_chunk, states):
                     if row + len(text_states) > total:
                         raise BertkitError("the inputs changed while being embedded; nothing was written")
                     array[row:row + len(text_states)] = text_states  # (T, L', D)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from bertkit.errors import BertkitError
-from bertkit.train.loop import METRICS_FILE
+from bertkit.train.loop import METRICS_FILE, read_metrics
 
 
 def run(run_dir: Path, out: Path | None = None) -> Path:
@@ -14,7 +14,7 @@ def run(run_dir: Path, out: Path | None = None) -> Path:
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         raise BertkitError(f"{run_dir}: no {METRICS_FILE} (is it a training run?)")
-    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = read_metrics(run_dir)
     train = [r for r in records if r["kind"] == "train"]
     evals = [r for r in records if r["kind"] == "eval" and "val_loss" in r]
     if not train and not evals:

@@ -110,6 +110,10 @@ def run(spec: ProbeSpec, progress: bool = True, console: Console | None = None) 
             for task in spec.tasks:
                 y_train = kept_items(tags_train[task], train.kept)
                 control = control_labels(train_words, y_train, spec.seed) if spec.control else None
+                if control is not None:  # the control task's labels: the same for every layer
+                    control_train = [control[w] for w in train_words]
+                    # evaluation words of types unseen in training get a control label too
+                    control_gold = _control_gold(eval_words, control, y_train, spec.seed)
                 for layer in range(model.layer_count):
                     bar.update(job, info=f"{name}: {task} layer {layer}")
                     probe = LinearProbe(spec.max_iter, seed=spec.seed).fit(train.states[:, layer], y_train)
@@ -120,11 +124,10 @@ def run(spec: ProbeSpec, progress: bool = True, console: Console | None = None) 
                            "accuracy": result["accuracy"], "control_accuracy": None, "selectivity": None,
                            "train_words": len(y_train), "eval_words": len(eval_words)}
                     if control is not None:
-                        # evaluation words of types unseen in training get a control label too
                         guess = LinearProbe(spec.max_iter, seed=spec.seed).fit(
-                            train.states[:, layer], [control[w] for w in train_words]).predict(held.states[:, layer])
-                        gold = _control_gold(eval_words, control, y_train, spec.seed)
-                        row["control_accuracy"] = sum(g == p for g, p in zip(gold, guess)) / max(1, len(gold))
+                            train.states[:, layer], control_train).predict(held.states[:, layer])
+                        row["control_accuracy"] = sum(g == p for g, p in zip(control_gold, guess)) / \
+                            max(1, len(control_gold))
                         row["selectivity"] = row["accuracy"] - row["control_accuracy"]
                         bar.advance(job)
                     rows.append(row)

@@ -124,6 +124,14 @@ def make_accelerator(precision: str) -> Accelerator:
                        mixed_precision={"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision])
 
 
+def read_metrics(run_dir: Path) -> list[dict]:
+    """Every record a run logged to metrics.jsonl, in order ([] when it has none yet)."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
 class _Metrics:
     """metrics.jsonl (+ TensorBoard) on the main process; a resumed run first drops lines past its checkpoint."""
 

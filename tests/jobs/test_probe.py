@@ -154,7 +154,7 @@ def test_probe_bad_inputs_are_one_line(tmp_path, base):
     assert "config.json" in cli_error("probe", "-m", tmp_path, "--task", "pos", "--data", data, "-o", tmp_path / "p")
 
 
-def test_probe_reads_decoders_and_unused_config_stays_valid(tmp_path, sample_tokenizer):
+def test_probe_reads_decoders(tmp_path, sample_tokenizer):
     """Any run: a decoder's (causal) states are probed the same way."""
     from bertkit.text.tokenizer import save_tokenizer
     from bertkit.train.checkpoint import save_run
