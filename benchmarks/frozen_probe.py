@@ -30,7 +30,7 @@ from bertkit.nn.model import Model  # noqa: E402
 from bertkit.paths import resolve_data_path  # noqa: E402
 from bertkit.text.tasks import read_labelled  # noqa: E402
 from bertkit.text.tokenizer import load_tokenizer  # noqa: E402
-from bertkit.train.checkpoint import load_run  # noqa: E402
+from bertkit.run.directory import load_run  # noqa: E402
 
 WORDS = (" great", " terrible", " boring", " actor")
 

@@ -22,7 +22,7 @@ from common import ensure_minilm  # noqa: E402
 
 from bertkit.jobs import probe  # noqa: E402
 from bertkit.nn.model import Model  # noqa: E402
-from bertkit.train.checkpoint import load_run, save_run  # noqa: E402
+from bertkit.run.directory import load_run, save_run  # noqa: E402
 
 
 def random_copy(pretrained: Path, out: Path, seed: int) -> Path:

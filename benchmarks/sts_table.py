@@ -32,7 +32,7 @@ def random_run(pretrained: Path, out: Path) -> Path:
     import torch
 
     from bertkit.nn.model import Model
-    from bertkit.train.checkpoint import load_config, save_run
+    from bertkit.run.directory import load_config, save_run
 
     config = load_config(pretrained)
     torch.manual_seed(0)

@@ -22,9 +22,9 @@ from bertkit.errors import BertkitError
 from bertkit.inference import run_sorted
 from bertkit.nn.heads import pool as pool_states
 from bertkit.nn.model import Model
+from bertkit.run.directory import TOKENIZER_FILE, WEIGHTS_FILE, default_device, load_run, load_run_tokenizer
 from bertkit.text.features import Encoded, TaskEncoder
-from bertkit.text.tokenizer import load_tokenizer, special_ids
-from bertkit.train.checkpoint import TOKENIZER_FILE, WEIGHTS_FILE, load_run
+from bertkit.text.tokenizer import special_ids
 
 
 def parse_layers(text: str, layer_count: int) -> list[int]:
@@ -98,9 +98,9 @@ class SentenceEncoder:
                                f"{arch}")
         self.config, self.model = config, net
         if device is not None or model is None:
-            self.model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+            self.model.to(default_device(device))
         self.sentence = config.sentence
-        self.tokenizer = load_tokenizer(self.run)
+        self.tokenizer = load_run_tokenizer(self.run, config)
         self.pad_id = special_ids(self.tokenizer).pad
         self.encoder = TaskEncoder(self.tokenizer, self.sentence.window(config.model.max_len))
         self.batch_size = batch_size

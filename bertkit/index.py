@@ -9,17 +9,27 @@ INDEX/ (a directory)
 
 Vectors are normalised, so the inner product is the cosine similarity on both paths. Building writes a temporary
 directory and renames it into place; appending writes new shard files (and a new FAISS file) under fresh names and
-then replaces index.json in one rename, so a crash at any moment leaves the previous index whole. Every file's size
-is checked against index.json on opening: a truncated or corrupt index is an error, never a wrong answer.
+then replaces index.json in one rename, so a crash at any moment leaves the previous index whole. Every file is
+written to a temporary, fsynced and renamed (then the directory fsynced), so a power cut cannot leave a committed
+index.json naming a torn file; what an interrupted append leaves behind is removed by the next one (under the lock).
+Every file's size is checked against index.json on opening: a truncated or corrupt index is an error, never a wrong
+answer.
+
+index.json is untrusted input (indexes are shared): every file name in it must be one of the names bertkit writes
+(shard-NNNNN.f32 / .jsonl / .offsets, ivf-NNNNN.faiss), a plain name inside the index directory, so no index can
+make bertkit read, overwrite or delete a file elsewhere. Nothing is unpickled: vectors are raw float32, documents
+JSON, and the FAISS file is read by FAISS's own (non-executable) format.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import math
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import BertkitError
+from bertkit.run.files import confined, fsync_dir, remove_stale, replace, write_atomic
 
 INDEX_FILE = "index.json"
 FORMAT = "bertkit-index"
@@ -44,6 +55,11 @@ FAISS_MIN = 300_000
 BLAS_THRESHOLD = 1
 _EXACT_CHUNK = 1 << 17  # rows of a shard scored (or added to FAISS) at once: 64 MB of scores at 128 queries
 _SHARD_KEYS = ("vectors", "docs", "offsets", "count", "docs_bytes")
+# The only file names an index holds (besides index.json and .lock): a name read from index.json must be one of them.
+_NAMES = {"vectors": re.compile(r"shard-(\d{5,9})\.f32"), "docs": re.compile(r"shard-(\d{5,9})\.jsonl"),
+          "offsets": re.compile(r"shard-(\d{5,9})\.offsets"), "faiss": re.compile(r"ivf-(\d{5,9})\.faiss")}
+# Leftovers of an interrupted append: temporaries of any of the writers below.
+_STALE = (f".{INDEX_FILE}.tmp-*", ".shard-*.tmp-*", ".ivf-*.tmp-*")
 
 
 def _faiss():
@@ -92,7 +108,8 @@ class VectorIndex:
         for shard in self.shards:
             self._check_shard(shard)
         if self.backend == "faiss" and not (self.path / self.meta["faiss"]["file"]).is_file():
-            raise BertkitError(f"{self.path / self.meta['faiss']['file']}: missing (the index is incomplete)")
+            raise BertkitError(f"{self.path / self.meta['faiss']['file']}: missing (the index is incomplete or was "
+                               "moved in parts)")
         self._vectors: list[np.ndarray] = []
         self._offsets: list[np.ndarray] = []
         self._faiss = None
@@ -156,7 +173,7 @@ class VectorIndex:
             file = self.path / self.meta["faiss"]["file"]
             try:
                 self._faiss = faiss.read_index(str(file))
-            except RuntimeError as exc:
+            except (RuntimeError, MemoryError) as exc:  # FAISS's C++ errors (a bad_alloc too) arrive as these
                 raise BertkitError(f"{file}: unreadable FAISS index ({str(exc).splitlines()[0][:120]})") from None
             if self._faiss.ntotal != self.count or self._faiss.d != self.dim:
                 raise BertkitError(f"{file}: holds {self._faiss.ntotal} vectors of dimension {self._faiss.d}, "
@@ -166,21 +183,26 @@ class VectorIndex:
     def docs(self, rows: list[int]) -> list[dict]:
         """The {"id", "text"} of global rows, read by offset."""
         if not self._offsets:
-            self._offsets = [np.memmap(self.path / s["offsets"], dtype=np.int64, mode="r") for s in self.shards]
+            for shard in self.shards:
+                with _reading(self.path / shard["offsets"]):
+                    self._offsets.append(np.memmap(self.path / shard["offsets"], dtype=np.int64, mode="r"))
         starts = np.cumsum([0] + [s["count"] for s in self.shards])
         out = []
         for row in rows:
             shard = int(np.searchsorted(starts, row, side="right") - 1)
             local = row - starts[shard]
             begin, end = self._offsets[shard][local], self._offsets[shard][local + 1]
-            with (self.path / self.shards[shard]["docs"]).open("rb") as fh:
+            with _reading(self.path / self.shards[shard]["docs"]), \
+                    (self.path / self.shards[shard]["docs"]).open("rb") as fh:
                 fh.seek(int(begin))
                 raw = fh.read(int(end - begin))
             try:
-                out.append(json.loads(raw))
+                doc = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError):
-                raise BertkitError(f"{self.path / self.shards[shard]['docs']}: corrupt document at row {row}") \
-                    from None
+                doc = None
+            if not (isinstance(doc, dict) and isinstance(doc.get("id"), str) and isinstance(doc.get("text"), str)):
+                raise BertkitError(f"{self.path / self.shards[shard]['docs']}: corrupt document at row {row}")
+            out.append(doc)
         return out
 
     def hits(self, scores: np.ndarray, rows: np.ndarray) -> list[list[Hit]]:
@@ -193,7 +215,7 @@ class VectorIndex:
     def ids(self) -> Iterator[str]:
         """Every document id, in row order (streamed)."""
         for shard in self.shards:
-            with (self.path / shard["docs"]).open("rb") as fh:
+            with _reading(self.path / shard["docs"]), (self.path / shard["docs"]).open("rb") as fh:
                 for number, line in enumerate(fh, start=1):
                     try:
                         yield json.loads(line)["id"]
@@ -203,7 +225,11 @@ class VectorIndex:
 
 def shard_vectors(path: Path, shard: dict, dim: int) -> np.ndarray:
     """One shard's (n, D) vectors, memory-mapped read-only."""
-    return np.memmap(Path(path) / shard["vectors"], dtype=np.float32, mode="r", shape=(shard["count"], dim))
+    if shard["count"] == 0:  # an empty file cannot be mapped
+        return np.zeros((0, dim), np.float32)
+    file = Path(path) / shard["vectors"]
+    with _reading(file):
+        return np.memmap(file, dtype=np.float32, mode="r", shape=(shard["count"], dim))
 
 
 def add_to_faiss(index, vectors: np.ndarray) -> None:
@@ -215,12 +241,30 @@ def add_to_faiss(index, vectors: np.ndarray) -> None:
 @contextlib.contextmanager
 def index_lock(path: Path) -> Iterator[None]:
     """An exclusive lock on an index directory for the length of an append (a second `index add` waits)."""
-    with (Path(path) / ".lock").open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    lock = Path(path) / ".lock"
+    try:  # never through a link: a shared index's .lock must not create or open a file elsewhere
+        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        why = "a link (refused)" if exc.errno == errno.ELOOP else exc.strerror
+        raise BertkitError(f"{lock}: cannot be opened to lock the index ({why})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             yield
         finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _reading(file: Path) -> Iterator[None]:
+    """A file that vanished or became unreadable after the checks on opening (moved meanwhile): one line."""
+    try:
+        yield
+    except OSError as exc:
+        raise BertkitError(f"{file}: cannot be read ({exc.strerror or exc}; was the index changed or moved "
+                           "while in use?)") from None
 
 
 def exact_search(shards: list[np.ndarray], queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -248,7 +292,8 @@ def exact_search(shards: list[np.ndarray], queries: np.ndarray, k: int) -> tuple
 # ----------------------------------------------------------------------------------------------------- writing
 
 def read_meta(path: Path) -> dict:
-    """index.json, checked: a clear error for anything that is not a bertkit index."""
+    """index.json, checked: a clear error for anything that is not a bertkit index, and for any file name in it that
+    is not one of bertkit's own names inside the index directory (a hostile or corrupt index)."""
     file = Path(path) / INDEX_FILE
     if not Path(path).is_dir():
         raise BertkitError(f"{path}: no such index (a directory made by `bertkit index build`)")
@@ -258,6 +303,8 @@ def read_meta(path: Path) -> dict:
         meta = json.loads(file.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BertkitError(f"{file}: corrupt ({exc})") from None
+    except OSError as exc:
+        raise BertkitError(f"{file}: cannot be read ({exc.strerror})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise BertkitError(f"{file}: not a bertkit index")
     if meta.get("version") != VERSION:
@@ -266,65 +313,125 @@ def read_meta(path: Path) -> dict:
         if key not in meta:
             raise BertkitError(f"{file}: corrupt (no '{key}')")
     shards_ok = isinstance(meta["shards"], list) and all(
-        isinstance(s, dict) and all(k in s for k in _SHARD_KEYS) for s in meta["shards"])
-    faiss_ok = meta["backend"] != "faiss" or (isinstance(meta.get("faiss"), dict)
-                                              and all(k in meta["faiss"] for k in ("file", "nlist", "nprobe")))
-    model_ok = isinstance(meta["model"], dict) and "identity" in meta["model"]
-    if not (shards_ok and faiss_ok and model_ok) or meta["backend"] not in ("exact", "faiss"):
-        what = "shards" if not shards_ok else "faiss" if not faiss_ok else "model" if not model_ok else "backend"
+        isinstance(s, dict) and all(k in s for k in _SHARD_KEYS) and _counts(s["count"], s["docs_bytes"])
+        for s in meta["shards"])
+    faiss = meta.get("faiss")
+    faiss_ok = meta["backend"] != "faiss" or (isinstance(faiss, dict) and all(k in faiss for k in ("file", "nlist",
+                                                                                                  "nprobe"))
+                                              and _counts(faiss["nlist"], faiss["nprobe"], least=1))
+    model_ok = isinstance(meta["model"], dict) and isinstance(meta["model"].get("identity"), str) \
+        and isinstance(meta["model"].get("path", ""), str)
+    sizes_ok = _counts(meta["dim"], least=1) and _counts(meta["count"])
+    if not (shards_ok and faiss_ok and model_ok and sizes_ok) or meta["backend"] not in ("exact", "faiss"):
+        what = "shards" if not shards_ok else "faiss" if not faiss_ok else "model" if not model_ok else \
+            "dim' / 'count" if not sizes_ok else "backend"
         raise BertkitError(f"{file}: corrupt (malformed '{what}' entry)")
+    names = [(key, shard[key]) for shard in meta["shards"] for key in ("vectors", "docs", "offsets")]
+    names += [("faiss", meta["faiss"]["file"])] if meta["backend"] == "faiss" else []
+    for key, name in names:
+        _own_name(Path(path), key, name)
+    if len({name for _, name in names}) != len(names):
+        raise BertkitError(f"{file}: corrupt (a file is named twice)")
     return meta
 
 
+def _counts(*values: object, least: int = 0) -> bool:
+    """Every value is an integer >= `least` (JSON true/false and floats are not)."""
+    return all(isinstance(v, int) and not isinstance(v, bool) and v >= least for v in values)
+
+
+def _own_name(root: Path, key: str, name: object) -> Path:
+    """`root / name` for a name index.json gives: a plain name inside `root` (run.files.confined), of the form
+    bertkit writes for this kind of file, and not a link leading out of the directory."""
+    file = confined(root, name, f"{INDEX_FILE} names a file")
+    if not _NAMES[key].fullmatch(name):
+        raise BertkitError(f"{root}: {INDEX_FILE} names {key} file {name!r}, not a name bertkit writes (refused: a "
+                           "hostile or corrupt index)")
+    if file.is_symlink() and file.resolve().parent != root.resolve():
+        raise BertkitError(f"{file}: a link to a file outside the index (refused)")
+    return file
+
+
+def file_number(name: str) -> int:
+    """The number in a shard or FAISS file name (shard-00003.f32 -> 3); names are checked by read_meta."""
+    for pattern in _NAMES.values():
+        match = pattern.fullmatch(name)
+        if match:
+            return int(match.group(1))
+    raise BertkitError(f"{name!r}: not an index file name")
+
+
+def next_number(meta: dict) -> int:
+    """A number above every file index.json names: the new files of an append never replace a committed one."""
+    names = [shard[key] for shard in meta["shards"] for key in ("vectors", "docs", "offsets")]
+    names += [meta["faiss"]["file"]] if meta.get("faiss") else []
+    return 1 + max((file_number(name) for name in names), default=-1)
+
+
+def remove_leftovers(path: Path, meta: dict) -> int:
+    """Delete what interrupted appends left in an index directory: temporaries, and shard / FAISS files index.json
+    does not name (written, but never committed). Only under `index_lock`; returns how many went."""
+    path = Path(path)
+    gone = sum(remove_stale(path, pattern) for pattern in _STALE)
+    named = {shard[key] for shard in meta["shards"] for key in ("vectors", "docs", "offsets")}
+    named |= {meta["faiss"]["file"]} if meta.get("faiss") else set()
+    for entry in path.iterdir():
+        if entry.name not in named and any(p.fullmatch(entry.name) for p in _NAMES.values()) and \
+                (entry.is_symlink() or entry.is_file()):
+            entry.unlink(missing_ok=True)
+            gone += 1
+    if gone:
+        fsync_dir(path)
+    return gone
+
+
 def write_meta(path: Path, meta: dict) -> None:
-    """Replace index.json in one rename (the commit point of a build or an append)."""
-    tmp = Path(path) / f".{INDEX_FILE}.tmp-{os.getpid()}"
-    with tmp.open("w", encoding="utf-8") as fh:
-        fh.write(json.dumps(meta, indent=2) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, Path(path) / INDEX_FILE)
+    """Replace index.json in one rename (the commit point of a build or an append): temp, fsync, rename, fsync."""
+    write_atomic(Path(path) / INDEX_FILE, json.dumps(meta, indent=2) + "\n")
 
 
 class ShardWriter:
-    """Rows of (vector, id, text) streamed into one new shard's three files."""
+    """Rows of (vector, id, text) streamed into one new shard's three files (temporaries until `close`)."""
 
     def __init__(self, directory: Path, number: int, dim: int):
         self.directory, self.dim, self.count, self.position = Path(directory), dim, 0, 0
         self.names = {"vectors": f"shard-{number:05d}.f32", "docs": f"shard-{number:05d}.jsonl",
                       "offsets": f"shard-{number:05d}.offsets"}
-        for name in self.names.values():
-            if (self.directory / name).exists():
-                (self.directory / name).unlink()  # an earlier, uncommitted attempt
-        self._vectors = (self.directory / self.names["vectors"]).open("wb")
-        self._docs = (self.directory / self.names["docs"]).open("wb")
-        self._offsets = (self.directory / self.names["offsets"]).open("wb")
+        self._tmp = {key: self.directory / f".{name}.tmp-{os.getpid()}" for key, name in self.names.items()}
+        self._files = {key: tmp.open("wb") for key, tmp in self._tmp.items()}
 
     def add(self, vectors: np.ndarray, ids: list[str], texts: list[str]) -> None:
-        self._vectors.write(np.ascontiguousarray(vectors, dtype=np.float32).tobytes())
+        self._files["vectors"].write(np.ascontiguousarray(vectors, dtype=np.float32).tobytes())
         offsets = []
         for key, text in zip(ids, texts):
             line = (json.dumps({"id": key, "text": text}, ensure_ascii=False) + "\n").encode("utf-8")
             offsets.append(self.position)
             self.position += len(line)
-            self._docs.write(line)
-        self._offsets.write(np.asarray(offsets, dtype=np.int64).tobytes())
+            self._files["docs"].write(line)
+        self._files["offsets"].write(np.asarray(offsets, dtype=np.int64).tobytes())
         self.count += len(ids)
 
     def close(self) -> dict:
-        """Flush to disk; the shard's entry for index.json."""
-        self._offsets.write(np.asarray([self.position], dtype=np.int64).tobytes())
-        for fh in (self._vectors, self._docs, self._offsets):
+        """fsync the three files and rename them to their names (then fsync the directory); the shard's entry for
+        index.json. Uncommitted until index.json names them."""
+        self._files["offsets"].write(np.asarray([self.position], dtype=np.int64).tobytes())
+        for fh in self._files.values():
             fh.flush()
             os.fsync(fh.fileno())
             fh.close()
+        for key, tmp in self._tmp.items():
+            os.replace(tmp, self.directory / self.names[key])
+        fsync_dir(self.directory)
         return {**self.names, "count": self.count, "docs_bytes": self.position}
 
     def discard(self) -> None:
-        for fh in (self._vectors, self._docs, self._offsets):
-            fh.close()
-        for name in self.names.values():
-            (self.directory / name).unlink(missing_ok=True)
+        """Remove whatever this writer wrote (its names are new: never a committed file)."""
+        for fh in self._files.values():
+            with contextlib.suppress(OSError):  # a full disk can fail the final flush too
+                fh.close()
+        for key, tmp in self._tmp.items():
+            tmp.unlink(missing_ok=True)
+            (self.directory / self.names[key]).unlink(missing_ok=True)
 
 
 def build_faiss(shards: list[np.ndarray], dim: int, nlist: int | None = None, seed: int = 0):
@@ -358,14 +465,32 @@ def gather_rows(shards: list[np.ndarray], rows: np.ndarray) -> np.ndarray:
 
 
 def write_faiss(index, path: Path, number: int) -> str:
-    """Write a FAISS index under a fresh name (renamed into place); returns the name."""
+    """Write a FAISS index under a fresh name (temp, fsync, rename, fsync directory); returns the name."""
     faiss = _faiss()
     name = f"ivf-{number:05d}.faiss"
-    tmp = path / f".{name}.tmp-{os.getpid()}"
-    faiss.write_index(index, str(tmp))
-    with tmp.open("rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path / name)
+    tmp = Path(path) / f".{name}.tmp-{os.getpid()}"
+    failed: list[OSError] = []
+
+    def write(data: bytes) -> None:  # Python writes: a full disk is an OSError with its errno, not a RuntimeError
+        try:
+            fh.write(data)
+        except OSError as exc:
+            failed.append(exc)
+            raise
+
+    try:
+        with tmp.open("wb") as fh:
+            try:
+                faiss.write_index(index, faiss.PyCallbackIOWriter(write))
+            except (RuntimeError, OSError):
+                if failed:
+                    raise failed[0] from None
+                raise
+            fh.flush()
+            os.fsync(fh.fileno())
+        replace(tmp, Path(path) / name)
+    finally:
+        tmp.unlink(missing_ok=True)
     return name
 
 

@@ -6,7 +6,6 @@ are the numbers its predictions give.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -165,37 +164,22 @@ def entities(tags: list[str], scores: list[float], spans: list[tuple[int, int]],
 
 # ------------------------------------------------------------------------------------------- finetuned models
 
-LABELS_FILE = "labels.json"
-
-
-def write_labels(directory: Path, kind: str, labels: list[str]) -> None:
-    """labels.json: the task and its label set, in head-output order."""
-    (Path(directory) / LABELS_FILE).write_text(json.dumps({"task": kind, "labels": labels}, indent=2) + "\n",
-                                               encoding="utf-8")
-
-
 class TaskModel:
     """A finetuned run directory ready for inference: model, tokenizer, label names, input encoder."""
 
     def __init__(self, run: str | Path, batch_size: int = 64, device: str | torch.device | None = None):
-        from bertkit.text.tokenizer import load_tokenizer, special_ids
-        from bertkit.train.checkpoint import load_run
+        from bertkit.run.directory import LABELS_FILE, load_run, load_run_tokenizer, read_labels
+        from bertkit.text.tokenizer import special_ids
 
         run = Path(run)
-        self.config, self.model = load_run(run)
-        self.model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.config, self.model = load_run(run, device)
         heads = [h for h in TASK_HEADS if h in self.config.model.heads]
-        labels_path = run / LABELS_FILE
-        if not heads or not labels_path.is_file():
+        if not heads or not (run / LABELS_FILE).is_file():
             raise BertkitError(f"{run}: has no task head (heads: {', '.join(self.config.model.heads) or 'none'}); "
                                "finetune it first with `bertkit finetune classify|ner`")
-        try:
-            stored = json.loads(labels_path.read_text(encoding="utf-8"))
-            self.kind, self.labels = stored["task"], list(stored["labels"])
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise BertkitError(f"{labels_path}: not a bertkit labels file ({exc})") from None
+        self.kind, self.labels = read_labels(run)
         self.head = heads[0]
-        self.tokenizer = load_tokenizer(run)
+        self.tokenizer = load_run_tokenizer(run, self.config)
         self.pad_id = special_ids(self.tokenizer).pad
         max_length = min(self.config.task.max_length or self.config.model.max_len, self.config.model.max_len)
         self.encoder = TaskEncoder(self.tokenizer, max_length)

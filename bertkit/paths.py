@@ -1,12 +1,8 @@
-"""Where bertkit reads shared data and keeps its caches, and how it writes directories without damaging them."""
+"""Where bertkit reads shared data and keeps its caches (durable writes live in bertkit.run.files)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 from bertkit.errors import BertkitError
@@ -46,58 +42,3 @@ def resolve_data_path(path: str | Path) -> Path:
         if (root / path).exists():
             return root / path
     return path
-
-
-@contextlib.contextmanager
-def atomic_dir(out: str | Path, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary directory beside `out`; when the block succeeds it becomes `out` in one rename.
-
-    An existing non-empty `out` is an error unless `overwrite`; then the old one is moved aside and removed only
-    after the new one is in place. On any failure the temporary directory is deleted and `out` is untouched.
-    """
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise BertkitError(f"{out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise BertkitError(f"{out}: already exists and is not empty (choose another output or pass --overwrite)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a run directory is an ordinary directory
-    try:
-        yield tmp
-        old = None
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            os.replace(out, old / out.name)
-        try:
-            os.replace(tmp, out)
-        except BaseException:
-            if old is not None:  # put the previous run back where it was
-                os.replace(old / out.name, out)
-            raise
-        finally:
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def atomic_file(out: str | Path, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary path beside `out`; when the block succeeds it becomes `out` in one rename. An existing
-    `out` is an error unless `overwrite` (and is untouched on failure)."""
-    out = Path(out)
-    if out.is_dir():
-        raise BertkitError(f"{out}: is a directory, expected a file path")
-    if out.exists() and not overwrite:
-        raise BertkitError(f"{out}: already exists (choose another --out or pass --overwrite)")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    try:
-        yield tmp
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)

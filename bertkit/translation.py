@@ -82,19 +82,24 @@ class Translator:
 
     def __init__(self, run: str | Path, device: str | torch.device | None = None, batch_size: int = 64,
                  model: Model | None = None, tokenizers: PairTokenizers | None = None, max_length: int | None = None):
-        from bertkit.train.checkpoint import load_run
+        from bertkit.run.directory import load_run
 
         self.batch_size = batch_size
         if model is None:
-            config, model = load_run(run)
+            config, model = load_run(run, device)
             if config.model.architecture != "encoder-decoder":
                 raise BertkitError(f"{run}: translation needs an encoder-decoder run, this is a "
                                    f"{config.model.architecture} (use `bertkit generate` for a decoder)")
             if "lm" not in config.model.heads:
                 raise BertkitError(f"{run}: has no output (lm) head; train it with `bertkit finetune seq2seq`")
-            model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model = model.eval()
-        self.tokenizers = tokenizers or PairTokenizers.load(run)
+        if tokenizers is None:
+            from bertkit.text.tokenizer import check_vocab_matches
+
+            tokenizers = PairTokenizers.load(run)
+            for side in (tokenizers.source, tokenizers.target):
+                check_vocab_matches(side, model.config.vocab_size, run)
+        self.tokenizers = tokenizers
         self.max_length = max_length or model.config.max_len
 
     def translate_ids(self, source: list[list[int]], beam_size: int = 1, length_penalty: float = 1.0,

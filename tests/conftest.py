@@ -69,6 +69,29 @@ def sample_tokenizer():
 
 # ------------------------------------------------------------------------------------- CLI and run helpers
 
+def file_size_cap(limit: int):
+    """A subprocess preexec_fn that caps every file the child writes at `limit` bytes: a full disk on demand
+    (RLIMIT_FSIZE with SIGXFSZ ignored fails the write with EFBIG, as a full disk fails it with ENOSPC)."""
+    import resource
+    import signal
+
+    def cap():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return cap
+
+
+def bertkit_capped(args, limit: int, cwd: Path):
+    """`python -m bertkit ARGS` in a subprocess under `file_size_cap(limit)`, offline, with its own cache."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, BERTKIT_CACHE=str(cwd / "cache"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    return subprocess.run([sys.executable, "-m", "bertkit", *map(str, args)], preexec_fn=file_size_cap(limit),
+                          env=env, cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
+
+
 def cli_invoke(*args):
     """Run `bertkit ARGS` in-process (typer's CliRunner); returns the result."""
     from typer.testing import CliRunner
@@ -100,7 +123,7 @@ def base(tmp_path, sample_tokenizer):
     from bertkit.config import Config
     from bertkit.nn.model import Model
     from bertkit.text.tokenizer import save_tokenizer
-    from bertkit.train.checkpoint import save_run
+    from bertkit.run.directory import save_run
 
     folder = tmp_path / "tok"
     save_tokenizer(sample_tokenizer, folder)

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from bertkit.cli import app
 from bertkit.config import Config
 from bertkit.nn.model import Model
-from bertkit.train.checkpoint import is_run_dir, save_run
+from bertkit.run.directory import is_run_dir, save_run
 from conftest import tiny
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ from bertkit.config import Config, SentenceConfig
 from bertkit.embedding import SentenceEncoder, model_identity
 from bertkit.nn.heads import pool
 from bertkit.nn.model import Model
-from bertkit.train.checkpoint import save_run
+from bertkit.run.directory import save_run
 from conftest import tiny
 
 TEXTS = ["a short one", "", "a much longer sentence about films and actors and plots that goes on",
@@ -50,7 +50,7 @@ def test_sorted_batches_give_each_text_its_own_embedding_in_input_order(run):
 
 def test_pooling_and_normalisation_follow_the_run(run, tmp_path):
     config, model = Config(model=tiny(vocab_size=400)), None
-    from bertkit.train.checkpoint import load_run
+    from bertkit.run.directory import load_run
 
     config, model = load_run(run)
     raw = SentenceEncoder(run, model=(dataclasses.replace(config, sentence=SentenceConfig(normalize=False)), model))
@@ -74,7 +74,7 @@ def test_identity_changes_exactly_when_embeddings_would(run, tmp_path):
 
     from safetensors.torch import load_file, save_file
 
-    from bertkit.train.checkpoint import load_config
+    from bertkit.run.directory import load_config
 
     config = load_config(run)
     same = shutil.copytree(run, tmp_path / "copy")

@@ -70,7 +70,7 @@ def test_build_search_append_and_refuse_other_models(tmp_path, base, sample_toke
     # another model (same architecture, other weights) may not add to or query this index
     from bertkit.config import Config
     from bertkit.nn.model import Model
-    from bertkit.train.checkpoint import save_run
+    from bertkit.run.directory import save_run
     from conftest import tiny
 
     other = save_run(tmp_path / "other", Model(tiny(vocab_size=400)), Config(model=tiny(vocab_size=400)),

@@ -9,6 +9,7 @@ evaluate-seq2seq, attention).
 from __future__ import annotations
 
 import functools
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Literal
@@ -33,14 +34,24 @@ ProgressOption = Annotated[bool, typer.Option(help="Show a progress bar.")]
 
 
 def user_errors(fn):
-    """Report a BertkitError as `error: …` on stderr and exit 2; anything else is a bug and keeps its traceback."""
+    """Report a BertkitError (or a full disk) as `error: …` on stderr and exit 2; anything else is a bug and keeps
+    its traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        from bertkit.run.files import is_disk_full
+
         try:
             return fn(*args, **kwargs)
         except BertkitError as exc:
             typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        except Exception as exc:  # a full disk met outside a disk_errors block
+            if not is_disk_full(exc):
+                raise
+            where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+            typer.echo(f"error: {where}no space left on the device; nothing was committed, free some space and run "
+                       "again", err=True)
             raise typer.Exit(2) from None
 
     return wrapper
@@ -56,6 +67,8 @@ def _version(value: bool) -> None:
 def main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                                help="Print the version and exit.")] = False) -> None:
     """BERT-style pretrain-and-finetune toolkit."""
+    if hasattr(signal, "SIGXFSZ"):  # over a file-size limit, writes fail with EFBIG (one error line), not a kill
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
 
 @app.command()

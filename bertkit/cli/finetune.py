@@ -49,6 +49,11 @@ def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: boo
     if values.get("train.max_steps") is not None and values.get("train.epochs") is None:
         # --max-steps given on the command line wins over the recipe's epochs
         config = _clear_epochs(config)
+    if resume:  # the run's own limits unless this command changes them
+        from bertkit.run.directory import keep_run_limits
+
+        config = keep_run_limits(config, out, {"max_steps": max_steps, "max_time": max_time, "epochs": epochs},
+                                 set_ or [])
     job.run(config, model, out, resume=resume, progress=progress)
 
 

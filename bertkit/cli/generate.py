@@ -3,13 +3,13 @@ encoder-decoder runs, and looking inside any run."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from bertkit.cli import app, user_errors
+from bertkit.run.files import to_json
 
 RunArgument = Annotated[Path, typer.Argument(help="A run directory.")]
 
@@ -65,7 +65,7 @@ def generate(run: Annotated[Path, typer.Argument(help="A decoder run (bertkit pr
     results = job.run(run, _texts(prompts, input_file, "prompt"), max_new_tokens, sampling, seed, cache,
                       batch_size)
     for r in results:
-        typer.echo(json.dumps(r, ensure_ascii=False) if json_out else r["prompt"] + r["continuation"])
+        typer.echo(to_json(r, indent=None) if json_out else r["prompt"] + r["continuation"])
 
 
 @app.command()
@@ -89,7 +89,7 @@ def perplexity(run: Annotated[Path, typer.Argument(help="A decoder run.")],
 
     result = job.perplexity(run, resolve_data_path(file), window, stride, batch_size)
     if json_out:
-        typer.echo(json.dumps(result))
+        typer.echo(to_json(result, indent=None))
         return
     typer.echo(f"{result['file']}: {result['tokens']:,} tokens, {result['words']:,} words (window {result['window']}, "
                f"stride {result['stride']})")
@@ -152,7 +152,7 @@ def evaluate_seq2seq(run: Annotated[Path, typer.Argument(help="An encoder-decode
     result = job.evaluate(run, source, target, beam, length_penalty, max_new_tokens, batch_size, hypotheses,
                           overwrite)
     if json_out:
-        typer.echo(json.dumps(result))
+        typer.echo(to_json(result, indent=None))
         return
     typer.echo(f"{result['sentences']:,} sentences, beam {beam}: BLEU {result['bleu']:.2f}  chrF "
                f"{result['chrf']:.2f}  ({result['seconds']:.1f} s)")

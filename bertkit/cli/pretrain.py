@@ -69,6 +69,10 @@ def pretrain(recipe: Annotated[str | None, typer.Option(
                                   "train.max_steps": max_steps,
                                   "train.max_time": max_time, "data.text_field": text_field,
                                   "data.skip_bad_lines": skip_bad_lines or None})
+    if resume:  # the run's own limits unless this command changes them
+        from bertkit.run.directory import keep_run_limits
+
+        config = keep_run_limits(config, out, {"max_steps": max_steps, "max_time": max_time}, set_ or [])
     job.run(config, out, tokenizer_path=tokenizer, resume=resume, progress=progress)
 
 
@@ -80,13 +84,12 @@ def fill_mask(model: Annotated[Path, typer.Argument(help="A run directory with a
               json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
               ) -> None:
     """Fill each [MASK] with the model's top-k guesses."""
-    import json
-
     from bertkit.jobs import fill_mask as job
+    from bertkit.run.files import to_json
 
     results = job.run(model, text, top_k)
     if json_out:
-        typer.echo(json.dumps(results, ensure_ascii=False))
+        typer.echo(to_json(results, indent=None))
         return
     for index, options in enumerate(results, start=1):
         typer.echo(f"[MASK] #{index}:")

@@ -125,11 +125,10 @@ def index_add(index: Annotated[Path, typer.Argument(help="An index directory.")]
 @user_errors
 def index_info(index: Annotated[Path, typer.Argument(help="An index directory.")]) -> None:
     """What an index holds: vectors, dimension, backend, model (every file is checked)."""
-    import json
-
     from bertkit.jobs import search as job
+    from bertkit.run.files import to_json
 
-    typer.echo(json.dumps(job.info(index), indent=2))
+    typer.echo(to_json(job.info(index)))
 
 
 @app.command()
@@ -147,14 +146,13 @@ def search(index: Annotated[Path, typer.Argument(help="An index directory from `
                                                        "query instead of refusing it.")] = False,
            json_out: Annotated[bool, typer.Option("--json", help="One JSON line per query.")] = False) -> None:
     """The k most similar documents of an index for each query (cosine similarity)."""
-    import json
-
     from bertkit.jobs import search as job
+    from bertkit.run.files import to_json
 
     results = job.search(index, queries, k, model, exact, nprobe, truncate)
     for query, hits in zip(queries, results):
         if json_out:
-            typer.echo(json.dumps({"query": query, "hits": [h.__dict__ for h in hits]}, ensure_ascii=False))
+            typer.echo(to_json({"query": query, "hits": [h.__dict__ for h in hits]}, indent=None))
             continue
         typer.echo(f"{query}")
         for rank, hit in enumerate(hits, start=1):

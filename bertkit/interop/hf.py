@@ -20,9 +20,9 @@ from safetensors.torch import load_file, save_file
 from bertkit.config import Config, ModelConfig, SentenceConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
+from bertkit.run.directory import TOKENIZER_FILE, load_run, write_run_files
+from bertkit.run.files import atomic_dir
 from bertkit.text.tokenizer import write_hf_tokenizer_config
-from bertkit.paths import atomic_dir
-from bertkit.train.checkpoint import TOKENIZER_FILE, load_run, write_run_files
 
 # HF BertModel key (without the "bert." prefix) -> bertkit Model key.
 _GLOBAL = {

@@ -16,8 +16,8 @@ from typing import Any
 from bertkit.config import SentenceConfig
 from bertkit.errors import BertkitError
 from bertkit.interop.hf import write_hf_folder
-from bertkit.paths import atomic_dir
-from bertkit.train.checkpoint import load_run
+from bertkit.run.directory import load_run
+from bertkit.run.files import atomic_dir
 
 _TRANSFORMER = "sentence_transformers.models.Transformer"
 _POOLING = "sentence_transformers.models.Pooling"

@@ -27,8 +27,8 @@ from rich.console import Console
 from bertkit.ablation import Budget, Plan, Variant, build_plan, check_plan_file, parse_vary
 from bertkit.config import Config, load_recipe, resolve_recipe, with_values
 from bertkit.errors import BertkitError
-from bertkit.paths import atomic_file
-from bertkit.train.checkpoint import load_config
+from bertkit.run.directory import load_config
+from bertkit.run.files import atomic_file
 from bertkit.train.loop import read_metrics
 
 TASKS = ("pretrain", "classify")

@@ -6,7 +6,7 @@ import csv
 from pathlib import Path
 
 from bertkit.jobs.ablate import COLUMNS, eval_curve, row_variant, summarise, variant_folder
-from bertkit.paths import atomic_file
+from bertkit.run.files import atomic_file
 
 
 def write_report(out: Path, rows: list[dict], task: str) -> list[Path]:

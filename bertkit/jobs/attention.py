@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.paths import atomic_dir
-from bertkit.text.tokenizer import load_tokenizer, special_ids
-from bertkit.train.checkpoint import load_run
+from bertkit.run.directory import load_run, load_run_tokenizer
+from bertkit.run.files import atomic_dir
+from bertkit.text.tokenizer import check_vocab_matches, special_ids
 from bertkit.translation import PairTokenizers, Translator
 
 
@@ -43,6 +43,8 @@ def collect(run: Path, text: str, target: str | None = None) -> dict:
     maps = []
     if arch == "encoder-decoder":
         tokenizers = PairTokenizers.load(run)
+        for side in (tokenizers.source, tokenizers.target):
+            check_vocab_matches(side, config.model.vocab_size, run)
         translator = Translator(run, model=model, tokenizers=tokenizers)
         source, _ = tokenizers.encode_source([text], model.config.max_len)
         if target is None:
@@ -66,7 +68,7 @@ def collect(run: Path, text: str, target: str | None = None) -> dict:
         return {"maps": maps, "architecture": arch, "output": target}
     if target is not None:
         raise BertkitError("--target is for encoder-decoder runs (the output to align with the source)")
-    tokenizer = load_tokenizer(run)
+    tokenizer = load_run_tokenizer(run, config)
     if arch == "decoder":
         ids = [special_ids(tokenizer).cls] + tokenizer.encode(text, add_special_tokens=False).ids
     else:

@@ -1,9 +1,13 @@
 """`bertkit embed`: sentence embeddings of a file (or several) to .npy or .parquet, in constant memory.
 
 Inputs stream in chunks of `chunk_size` texts; inside a chunk, batches run sorted by length and the order is
-restored; each chunk is written out before the next is read (`.npy`: a memory-mapped array sized by a first,
-counting pass; `.parquet`: one row group per chunk). Outputs are written beside the target and renamed into place
-only when complete, so an existing file is never half-overwritten.
+restored; each chunk is written out before the next is read (`.npy`: appended to an array whose shape a first,
+counting pass fixed; `.parquet`: one row group per chunk). Outputs are written beside the target, fsynced once and
+renamed into place only when complete, so an existing file is never half-overwritten; a full disk is one line, with
+the temporaries removed and the previous output intact.
+
+The .npy files are written with ordinary writes, not a memory map: a map of a sparse file dies of SIGBUS when the
+disk fills (nothing printed, the temporary left behind), where a write fails with ENOSPC.
 
 Row i of the output is the i-th non-empty input text. Empty texts are skipped and counted (for .npy output,
 OUT.rows.npy maps every row to its input position; Parquet rows carry `file` and `line`), or embedded as "" with
@@ -26,6 +30,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bertkit.embedding import SentenceEncoder, parse_layers
 from bertkit.errors import BertkitError
+from bertkit.run.files import disk_errors, fsync_file, replace
 from bertkit.text.corpus import Record, find_files, iter_records
 
 FORMATS = (".npy", ".parquet")
@@ -199,37 +204,39 @@ def run(model: Path, inputs: list[str], out: Path, text_field: str = "text", id_
     mapped = suffix == ".npy" and found.empty > 0 and not keep_empty
     tmp, tmp_rows = _staged(out, rows_file)
     bar = _bar("embed", console, progress)
+    writer = row_map = None
     try:
-        with bar:
+        with disk_errors(out), bar:
             task = bar.add_task("embed", total=found.rows)
             dims = (encoder.dim,) if chosen is None else (len(chosen), encoder.dim)
             writer = _Writer(tmp, suffix, found.rows, dims, id_field is not None)
-            row_map = np.lib.format.open_memmap(tmp_rows, mode="w+", dtype=np.int64, shape=(found.rows,)) \
-                if mapped else None
+            row_map = _NpyWriter(tmp_rows, np.int64, (found.rows,)) if mapped else None
             for chunk in chunks(files, text_field, id_field, keep_empty, chunk_size):
                 texts = [r.text for _, _, r in chunk]
                 advance = lambda n: bar.advance(task, n)  # noqa: E731
                 vectors = encoder.encode(texts, on_batch=advance) if chosen is None else \
                     encoder.encode_layers(texts, chosen, on_batch=advance)  # (n, D) | (n, L', D)
                 if row_map is not None and writer.position + len(chunk) <= found.rows:
-                    row_map[writer.position:writer.position + len(chunk)] = [p for p, _, _ in chunk]
+                    row_map.write(np.array([p for p, _, _ in chunk], dtype=np.int64))
                 writer.write(vectors, chunk)
-            writer.close()
             if writer.position != found.rows:
                 raise BertkitError(f"the inputs changed while being embedded ({found.rows:,} texts counted, "
                                    f"{writer.position:,} read); nothing was written")
+            writer.close()  # fsynced: only the renames are left
             if row_map is not None:
-                row_map.flush()
-                del row_map
-        # commit: the row map first, then the embeddings (a stale map of an earlier run never survives)
-        if mapped:
-            os.replace(tmp_rows, rows_file)
-        elif suffix == ".npy":
-            rows_file.unlink(missing_ok=True)
-        if suffix == ".npy":  # (reached only with --overwrite if there was one) a token run's sidecar is stale now
-            tokens_file.unlink(missing_ok=True)
-        os.replace(tmp, out)
+                row_map.close()
+            # commit: the row map first, then the embeddings (a stale map of an earlier run never survives)
+            if mapped:
+                replace(tmp_rows, rows_file)
+            elif suffix == ".npy":
+                rows_file.unlink(missing_ok=True)
+            if suffix == ".npy":  # (reached only with --overwrite if there was one) a token run's sidecar is stale
+                tokens_file.unlink(missing_ok=True)
+            replace(tmp, out)
     finally:
+        for open_writer in (writer, row_map):
+            if open_writer is not None:
+                open_writer.abandon()
         tmp.unlink(missing_ok=True)
         tmp_rows.unlink(missing_ok=True)
     summary = {"out": str(out), "rows": found.rows, "dim": encoder.dim, "empty": found.empty,
@@ -259,11 +266,11 @@ def _token_states(encoder: SentenceEncoder, files: list[Path], found: InputScan,
                 for e in tokenizer.texts([r.text for _, _, r in chunk]))  # a counting pass sizes the array
     tmp, tmp_tokens = _staged(out, tokens_file)
     bar = _bar("embed tokens", console, progress)
+    array = None
     try:
-        with bar, tmp_tokens.open("w", encoding="utf-8") as sidecar:
+        with disk_errors(out), bar, tmp_tokens.open("w", encoding="utf-8") as sidecar:
             task = bar.add_task("embed", total=found.rows)
-            array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32,
-                                              shape=(total, len(layers), encoder.dim))
+            array = _NpyWriter(tmp, np.float32, (total, len(layers), encoder.dim))
             sidecar.write("row\ttext\tposition\ttoken_id\ttoken\n")
             row = 0
             for chunk in chunks(files, text_field, None, keep_empty, chunk_size):
@@ -273,7 +280,7 @@ def _token_states(encoder: SentenceEncoder, files: list[Path], found: InputScan,
                 for (position, _, _), encoded, text_states in zip(chunk, encoded_chunk, states):
                     if row + len(text_states) > total:
                         raise BertkitError("the inputs changed while being embedded; nothing was written")
-                    array[row:row + len(text_states)] = text_states  # (T, L', D)
+                    array.write(text_states)  # (T, L', D)
                     for index, token_id in enumerate(encoded.input_ids):
                         token = tokenizer.tokenizer.id_to_token(token_id) or ""
                         sidecar.write(f"{row + index}\t{position}\t{index}\t{token_id}\t"
@@ -281,12 +288,15 @@ def _token_states(encoder: SentenceEncoder, files: list[Path], found: InputScan,
                     row += len(text_states)
             if row != total:
                 raise BertkitError("the inputs changed while being embedded; nothing was written")
-            array.flush()
-            del array
-        os.replace(tmp_tokens, tokens_file)
-        out.with_name(f"{out.stem}.rows.npy").unlink(missing_ok=True)  # a pooled run's row map is stale now
-        os.replace(tmp, out)
+            array.close()
+            sidecar.flush()
+            os.fsync(sidecar.fileno())
+            replace(tmp_tokens, tokens_file)
+            out.with_name(f"{out.stem}.rows.npy").unlink(missing_ok=True)  # a pooled run's row map is stale now
+            replace(tmp, out)
     finally:
+        if array is not None:
+            array.abandon()
         tmp.unlink(missing_ok=True)
         tmp_tokens.unlink(missing_ok=True)
     truncation_warning(console, encoder)
@@ -296,14 +306,42 @@ def _token_states(encoder: SentenceEncoder, files: list[Path], found: InputScan,
             "tokens_file": str(tokens_file), "truncated": encoder.truncated, "model": encoder.identity}
 
 
+class _NpyWriter:
+    """A .npy array of a known shape written front to back with ordinary (buffered) writes, fsynced once at the
+    end: a full disk fails a write with ENOSPC instead of killing the process later (see the module docstring)."""
+
+    def __init__(self, path: Path, dtype: type, shape: tuple[int, ...]):
+        self.dtype = np.dtype(dtype).newbyteorder("<")
+        self.file = path.open("wb")
+        np.lib.format.write_array_header_1_0(self.file, {"descr": np.lib.format.dtype_to_descr(self.dtype),
+                                                         "fortran_order": False, "shape": shape})
+
+    def write(self, rows: np.ndarray) -> None:
+        """Append rows (C order) to the array."""
+        self.file.write(np.ascontiguousarray(rows, dtype=self.dtype).data)
+
+    def close(self) -> None:
+        """Flush and fsync (the caller renames the file into place)."""
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+
+    def abandon(self) -> None:
+        """Close after a failure (the caller deletes the file); a full disk may fail the last flush too."""
+        try:
+            self.file.close()
+        except OSError:
+            pass
+
+
 class _Writer:
-    """Chunks of embeddings into a memory-mapped .npy (size known up front) or Parquet row groups."""
+    """Chunks of embeddings into a .npy (size known up front) or Parquet row groups."""
 
     def __init__(self, path: Path, suffix: str, rows: int, dims: tuple[int, ...], with_ids: bool):
-        self.suffix, self.rows, self.position = suffix, rows, 0
+        self.path, self.suffix, self.rows, self.position = path, suffix, rows, 0
         dim = dims[-1]
         if suffix == ".npy":
-            self.array = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, *dims))
+            self.array = _NpyWriter(path, np.float32, (rows, *dims))
         else:
             import pyarrow as pa
             import pyarrow.parquet as pq
@@ -319,7 +357,7 @@ class _Writer:
             self.position += len(vectors)
             return
         if self.suffix == ".npy":
-            self.array[self.position:self.position + len(vectors)] = vectors
+            self.array.write(vectors)
         else:
             import pyarrow as pa
 
@@ -332,8 +370,19 @@ class _Writer:
         self.position += len(vectors)
 
     def close(self) -> None:
+        """Finish the file and fsync it."""
         if self.suffix == ".npy":
-            self.array.flush()
-            del self.array
+            self.array.close()
         else:
             self.writer.close()
+            fsync_file(self.path)
+
+    def abandon(self) -> None:
+        """Close after a failure (the caller deletes the file)."""
+        if self.suffix == ".npy":
+            self.array.abandon()
+        else:
+            try:
+                self.writer.close()
+            except OSError:
+                pass

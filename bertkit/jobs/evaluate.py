@@ -15,7 +15,7 @@ from rich.table import Table
 
 from bertkit.errors import BertkitError
 from bertkit.inference import TaskModel
-from bertkit.paths import atomic_file
+from bertkit.run.files import atomic_file
 from bertkit.text.features import join_words
 from bertkit.text.tasks import LabelledText, TaggedSentence, read_task_file
 from bertkit.train.metrics import classification_metrics, entity_metrics

@@ -7,8 +7,8 @@ from pathlib import Path
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.text.tokenizer import MASK, check_vocab_matches, load_tokenizer, special_ids
-from bertkit.train.checkpoint import load_run
+from bertkit.run.directory import load_run, load_run_tokenizer
+from bertkit.text.tokenizer import MASK, special_ids
 
 
 def run(model_dir: Path, text: str, top_k: int = 5) -> list[list[dict]]:
@@ -17,8 +17,7 @@ def run(model_dir: Path, text: str, top_k: int = 5) -> list[list[dict]]:
     if "mlm" not in config.model.heads:
         raise BertkitError(f"{model_dir}: this model has no MLM head (pretrain one with `bertkit pretrain`, or import "
                            "a BertForMaskedLM checkpoint)")
-    tokenizer = load_tokenizer(model_dir)
-    check_vocab_matches(tokenizer, config.model.vocab_size, "the model's")
+    tokenizer = load_run_tokenizer(model_dir, config)
     ids = special_ids(tokenizer)
     encoding = tokenizer.encode(text)
     input_ids = torch.tensor([encoding.ids])

@@ -13,7 +13,6 @@ also stores its `[sentence]` settings (pooling, normalisation, length), which `e
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 from pathlib import Path
@@ -24,22 +23,24 @@ from rich.console import Console
 
 from bertkit.config import Config, TaskConfig
 from bertkit.errors import BertkitError
-from bertkit.inference import LABELS_FILE, TaskModel, write_labels
+from bertkit.inference import TaskModel
 from bertkit.jobs.evaluate import evaluate_examples
 from bertkit.nn.model import Model
-from bertkit.paths import atomic_dir
+from bertkit.run.directory import (LABELS_FILE, RESULTS_FILE, check_run_output, load_config, load_run,
+                                   load_run_tokenizer, read_labels, write_config, write_json, write_labels)
+from bertkit.run.files import atomic_dir
+from bertkit.run.lock import locked
 from bertkit.text.features import TaskEncoder, join_words
 from bertkit.text.tasks import SentencePair, read_task_file
-from bertkit.text.tokenizer import load_tokenizer, save_tokenizer, special_ids
-from bertkit.train.checkpoint import check_run_output, load_config, load_run, write_config
-from bertkit.train.loop import make_accelerator, train_best
+from bertkit.text.tokenizer import save_tokenizer, special_ids
+from bertkit.train.loop import already_finished, make_accelerator, train_best
 from bertkit.train.sentence_objectives import SentenceObjective
 from bertkit.train.task_objectives import ClassifyObjective, TagObjective
 
 HEAD = {"classify": "classifier", "ner": "tagger"}
 # Settings a resumed finetune may change without breaking its exact continuation.
 RESUMABLE_CHANGES = {"max_steps", "max_time", "log_every", "eval_every", "save_every", "keep_checkpoints",
-                     "patience"}
+                     "patience", "epochs"}
 
 
 def label_set(kind: str, examples) -> list[str]:
@@ -107,8 +108,12 @@ def _sentence_objective(config: Config, train_examples: list[SentencePair], vali
 def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False, progress: bool = True,
         console: Console | None = None) -> dict:
     """Finetune `model_dir` on `config.task`; returns the best validation metrics and where things are."""
-    console = console or Console(stderr=True)
-    task, out = config.task, Path(out)
+    with locked(out):  # one writer per run directory, for the whole job
+        return _run(config, model_dir, Path(out), resume, progress, console or Console(stderr=True))
+
+
+def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progress: bool, console: Console) -> dict:
+    task = config.task
     if task.train_file is None:
         raise BertkitError("task.train_file: no training file (pass --train FILE)")
     check_run_output(out, config, resume, ("task", "train"), {f"train.{k}" for k in RESUMABLE_CHANGES})
@@ -123,7 +128,7 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
         arch = base_config.model.architecture
         raise BertkitError(f"{model_dir}: finetuning needs an encoder, this is a{'n' if arch[0] == 'e' else ''} {arch}"
                            + (" (train encoder-decoders with `finetune seq2seq`)" if arch == "encoder-decoder" else ""))
-    tokenizer = load_tokenizer(model_dir)
+    tokenizer = load_run_tokenizer(model_dir, base_config)
     pad_id = special_ids(tokenizer).pad
     accelerator = make_accelerator(config.train.precision)
     main = accelerator.is_main_process
@@ -136,7 +141,7 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
     if resume:
         if not (out / LABELS_FILE).is_file():
             raise BertkitError(f"{out}: has no {LABELS_FILE}; it is not a finetuning run to resume")
-        labels = json.loads((out / LABELS_FILE).read_text(encoding="utf-8"))["labels"]
+        labels = read_labels(out)[1]
     else:
         labels = label_set(task.kind, examples)
     if task.kind == "classify" and task.text_pair_column and base_config.model.type_vocab_size < 2:
@@ -213,6 +218,8 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
     if metric not in objective.metric_names:
         raise BertkitError(f"train.metric: {metric!r} is not a validation metric of {task.kind} (allowed: "
                            f"{'|'.join(objective.metric_names)})")
+    if resume and (done := already_finished(out, train_cfg, console, accelerator)) is not None:
+        return done
     if main:
         what = f"{len(labels)} labels" if task.kind != "sentence" else \
             f"loss {task.loss}" + (f", {len(labels)} labels" if labels else "") + f", {sentence.pooling} pooling"
@@ -222,7 +229,7 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
                       f"{'random init' if task.init == 'random' else f'backbone from {model_dir}'}; "
                       f"best checkpoint by validation {metric}")
         if not resume:
-            with atomic_dir(out) as tmp:
+            with atomic_dir(out, exists_hint="pass --resume to continue it, or choose another --out") as tmp:
                 write_config(tmp, config)
                 save_tokenizer(tokenizer, tmp)
                 write_labels(tmp, task.kind, labels)
@@ -235,7 +242,7 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
             summary["validation"] = objective.evaluate(model.to(accelerator.device))
         else:
             summary["validation"] = evaluate_examples(TaskModel(out, device=accelerator.device), validation)
-        (out / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        write_json(out / RESULTS_FILE, summary)
         headline = {k: v for k, v in summary["validation"].items() if isinstance(v, float)}
         console.print(f"wrote {out} (best step {summary['best_step']} of {summary['steps']}): validation "
                       + "  ".join(f"{k} {v:.4f}" for k, v in headline.items()))

@@ -17,14 +17,14 @@ from tokenizers import Tokenizer
 from bertkit.errors import BertkitError
 from bertkit.generation import Sampling, generate
 from bertkit.nn.model import Model
+from bertkit.run.directory import load_run, load_run_tokenizer
 from bertkit.text.tasks import read_lines
-from bertkit.text.tokenizer import load_tokenizer, special_ids
-from bertkit.train.checkpoint import load_run
+from bertkit.text.tokenizer import special_ids
 
 
 def load_lm(run: Path, device: str | torch.device | None = None) -> tuple[Model, Tokenizer]:
     """A decoder run with its LM head, and its tokenizer; any other model is a clear error."""
-    config, model = load_run(run)
+    config, model = load_run(run, device)
     arch = config.model.architecture
     if arch != "decoder" or "lm" not in config.model.heads:
         hint = ("an encoder predicts masked tokens: try `bertkit fill-mask`" if arch == "encoder" else
@@ -32,8 +32,7 @@ def load_lm(run: Path, device: str | torch.device | None = None) -> tuple[Model,
                 "it has no LM head")
         raise BertkitError(f"{run}: generation needs a decoder language model (`bertkit pretrain --objective clm`); "
                            f"this is a{'n' if arch[0] == 'e' else ''} {arch} ({hint})")
-    model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    return model.eval(), load_tokenizer(run)
+    return model, load_run_tokenizer(run, config)
 
 
 def prompt_ids(tokenizer: Tokenizer, prompts: list[str], room: int) -> tuple[list[list[int]], int]:

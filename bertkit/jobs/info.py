@@ -12,7 +12,7 @@ from rich.table import Table
 from bertkit.config import Config, ModelConfig, load_recipe
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
-from bertkit.train.checkpoint import is_run_dir, load_config
+from bertkit.run.directory import is_run_dir, load_config
 
 
 def load_target(target: str, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Config, str]:

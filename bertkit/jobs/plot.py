@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from bertkit.errors import BertkitError
-from bertkit.train.loop import METRICS_FILE, read_metrics
+from bertkit.run.directory import BASELINE_FILE, read_json
+from bertkit.run.files import atomic_file
+from bertkit.run.metrics import METRICS_FILE, read_metrics
 
 
 def run(run_dir: Path, out: Path | None = None) -> Path:
@@ -20,8 +21,8 @@ def run(run_dir: Path, out: Path | None = None) -> Path:
     if not train and not evals:
         raise BertkitError(f"{path}: no logged steps yet")
     baseline = {}
-    if (Path(run_dir) / "baseline.json").is_file():
-        baseline = json.loads((Path(run_dir) / "baseline.json").read_text()).get("unigram", {})
+    if (Path(run_dir) / BASELINE_FILE).is_file():
+        baseline = read_json(Path(run_dir) / BASELINE_FILE, "baseline").get("unigram") or {}
 
     import matplotlib
 
@@ -44,7 +45,7 @@ def run(run_dir: Path, out: Path | None = None) -> Path:
     fig.suptitle(Path(run_dir).resolve().name)
     fig.tight_layout()
     target = Path(out) if out else Path(run_dir) / "curves.png"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(target, dpi=110)
+    with atomic_file(target, overwrite=True) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
     return target

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from bertkit.errors import BertkitError
 from bertkit.inference import TaskModel, entities
-from bertkit.paths import atomic_file
+from bertkit.run.files import atomic_file
 from bertkit.text.features import split_words
 from bertkit.text.tasks import read_texts, split_lines
 

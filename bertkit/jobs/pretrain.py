@@ -11,24 +11,24 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from accelerate.utils import set_seed
 from rich.console import Console
-from safetensors.torch import save_model
 
 from bertkit.config import Config
 from bertkit.errors import BertkitError
 from bertkit.jobs.tokenizer import train_on_corpus
 from bertkit.nn.model import Model
-from bertkit.paths import atomic_dir, cache_root
+from bertkit.paths import cache_root
+from bertkit.run.directory import (BASELINE_FILE, CONFIG_FILE, RESULTS_FILE, TOKENIZER_FILE, WEIGHTS_FILE,
+                                   check_run_output, load_config, read_json, write_config, write_json, write_weights)
+from bertkit.run.files import atomic_dir
+from bertkit.run.lock import locked
 from bertkit.text.corpus import corpus_fingerprint, find_files, load_corpus
 from bertkit.text.packing import pack_corpus
-from bertkit.text.tokenizer import check_vocab_matches, load_tokenizer, save_tokenizer, special_ids
-from bertkit.train.checkpoint import (CONFIG_FILE, TOKENIZER_FILE, WEIGHTS_FILE, check_run_output, load_config,
-                                      write_config)
-from bertkit.train.loop import make_accelerator, train
+from bertkit.text.tokenizer import check_vocab_matches, load_tokenizer, save_tokenizer, special_ids, vocab_span
+from bertkit.train.loop import already_finished, make_accelerator, train
 from bertkit.train.objectives import CLMObjective, MLMObjective
 
 ARCHITECTURE = {"mlm": "encoder", "clm": "decoder"}  # the stack each pretraining objective trains
@@ -59,13 +59,21 @@ def run(config: Config, out: Path, tokenizer_path: Path | None = None, resume: b
                            f"recipe has {config.model.architecture!r} (use --objective "
                            f"{'clm' if config.model.architecture == 'decoder' else 'mlm'}, or another recipe)")
     accelerator = make_accelerator(config.train.precision)
+    out = Path(out)
+    with locked(out, enabled=accelerator.is_main_process):  # one writer per run directory, for the whole job
+        return _run(config, out, accelerator, tokenizer_path, resume, progress, console)
+
+
+def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, resume: bool, progress: bool,
+         console: Console) -> dict:
     main = accelerator.is_main_process
     set_seed(config.train.seed)
-    out = Path(out)
     if resume and (out / CONFIG_FILE).is_file():  # keep the stored vocab size for the comparison below
         config = dataclasses.replace(config, model=dataclasses.replace(
             config.model, vocab_size=load_config(out).model.vocab_size))
     _check_output(out, config, resume)
+    if resume and (done := already_finished(out, config.train, console, accelerator)) is not None:
+        return done
 
     # Tokenizer: the run's own on resume, a given one, or a new one trained on the corpus.
     with accelerator.main_process_first():
@@ -75,16 +83,17 @@ def run(config: Config, out: Path, tokenizer_path: Path | None = None, resume: b
             tokenizer = load_tokenizer(tokenizer_path)
         else:
             tokenizer = _cached_tokenizer(config, console if main else Console(quiet=True))
+        quiet = console if main else Console(quiet=True)
         dataset, stats, corpus_key = load_corpus(config.data.corpus, config.data.text_field,
-                                                 config.data.skip_bad_lines)
+                                                 config.data.skip_bad_lines, console=quiet)
         packed = pack_corpus(dataset, corpus_key, tokenizer, config.data.block_size,
                              config.data.validation_fraction, config.data.max_validation_blocks,
-                             config.data.tokenize_workers)
+                             config.data.tokenize_workers, console=quiet)
     if stats.bad_lines and main:
         console.print(f"[yellow]skipped {stats.bad_lines:,} line(s) that are not valid UTF-8")
-    vocab = tokenizer.get_vocab_size()
+    vocab = vocab_span(tokenizer)
     if resume:
-        check_vocab_matches(tokenizer, config.model.vocab_size, "the run's model")
+        check_vocab_matches(tokenizer, config.model.vocab_size, out)
     elif vocab != config.model.vocab_size and main:
         console.print(f"model.vocab_size follows the tokenizer: {vocab:,} (the recipe said "
                       f"{config.model.vocab_size:,})")
@@ -99,24 +108,20 @@ def run(config: Config, out: Path, tokenizer_path: Path | None = None, resume: b
                       f"{len(packed.validation):,} validation blocks of {config.data.block_size} tokens; "
                       f"vocab {vocab:,}; global batch {objective.global_batch}")
         if not resume:
-            with atomic_dir(out) as tmp:
+            with atomic_dir(out, exists_hint="pass --resume to continue it, or choose another --out") as tmp:
                 write_config(tmp, config)
                 save_tokenizer(tokenizer, tmp)
-                baseline = objective.unigram_baseline()
-                (tmp / "baseline.json").write_text(json.dumps({"unigram": baseline}, indent=2) + "\n")
+                write_json(tmp / BASELINE_FILE, {"unigram": objective.unigram_baseline()})
     accelerator.wait_for_everyone()
 
     model = Model(config.model)
     result = train(model, objective, config.train, out, accelerator, resume=resume, console=console,
                    progress=progress)
     if main:
-        final = out / f".{WEIGHTS_FILE}.tmp"
-        save_model(model, str(final), metadata={"format": "pt", "step": str(result["state"]["step"])})
-        os.replace(final, out / WEIGHTS_FILE)
-        (out / "results.json").write_text(json.dumps(
-            {"step": result["state"]["step"], "evaluation": result["evaluation"],
-             "skipped_steps": result["state"]["skipped_steps"],
-             "baseline": json.loads((out / "baseline.json").read_text())["unigram"]}, indent=2) + "\n")
+        write_weights(out / WEIGHTS_FILE, model, step=str(result["state"]["step"]))
+        write_json(out / RESULTS_FILE, {"step": result["state"]["step"], "evaluation": result["evaluation"],
+                                        "skipped_steps": result["state"]["skipped_steps"],
+                                        "baseline": read_json(out / BASELINE_FILE, "baseline").get("unigram")})
         console.print(f"wrote {out} (step {result['state']['step']}): "
                       + "  ".join(f"{k} {v:.4f}" for k, v in result["evaluation"].items()))
     accelerator.wait_for_everyone()
@@ -130,7 +135,10 @@ def _cached_tokenizer(config: Config, console: Console):
                                      config.model.vocab_size, dataclasses.asdict(config.tokenizer)]).encode())
     folder = cache_root() / "tokenizers" / key.hexdigest()[:20]
     if (folder / TOKENIZER_FILE).is_file():
-        return load_tokenizer(folder)
+        try:
+            return load_tokenizer(folder)
+        except BertkitError:  # a damaged cache entry is rebuilt, never a dead end
+            console.print(f"[yellow]{folder}: damaged tokenizer cache; training it again")
     tokenizer = train_on_corpus(config.data.corpus, config.model.vocab_size, config.tokenizer,
                                 config.data.text_field, config.data.skip_bad_lines, console)
     with atomic_dir(folder, overwrite=True) as tmp:

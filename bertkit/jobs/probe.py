@@ -16,8 +16,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bertkit.errors import BertkitError
 from bertkit.jobs.finetune import hold_out
-from bertkit.paths import atomic_dir, resolve_data_path
+from bertkit.paths import resolve_data_path
 from bertkit.probing import TASKS, LinearProbe, control_labels, kept_items, score, word_features
+from bertkit.run.files import atomic_dir
 from bertkit.text.tasks import read_conll
 
 COLUMNS = ("model", "task", "layer", "metric", "score", "accuracy", "control_accuracy", "selectivity",
@@ -65,9 +66,9 @@ def _read(spec: ProbeSpec) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]
 
 def run(spec: ProbeSpec, progress: bool = True, console: Console | None = None) -> list[dict]:
     """Probe every layer of every model for every task; write OUT/probe.csv and OUT/probe.png; return the rows."""
+    from bertkit.run.directory import load_run, load_run_tokenizer
     from bertkit.text.features import TaskEncoder
-    from bertkit.text.tokenizer import load_tokenizer, special_ids
-    from bertkit.train.checkpoint import load_run
+    from bertkit.text.tokenizer import special_ids
 
     console = console or Console(stderr=True)
     for task in spec.tasks:
@@ -86,7 +87,7 @@ def run(spec: ProbeSpec, progress: bool = True, console: Console | None = None) 
     loaded = []
     for path in spec.models:  # every model is checked before any work
         config, model = load_run(path)
-        loaded.append((path, config, model, load_tokenizer(path)))
+        loaded.append((path, config, model, load_run_tokenizer(path, config)))
     words_train, words_eval, tags_train, tags_eval = _read(spec)
     console.print(f"probing {len(spec.models)} model(s) on {', '.join(spec.tasks)}: {len(words_train):,} training / "
                   f"{len(words_eval):,} evaluation sentences from {spec.data}"

@@ -7,6 +7,8 @@ from another embedding space.
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 from pathlib import Path
 
@@ -15,10 +17,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bertkit.embedding import SentenceEncoder, embed_encoded, normalize_rows
 from bertkit.errors import BertkitError
-from bertkit.index import (BACKENDS, FORMAT, VERSION, Hit, ShardWriter, VectorIndex, add_to_faiss, build_faiss,
-                           index_lock, ivf_params, read_meta, resolve_backend, shard_vectors, write_faiss, write_meta)
+from bertkit.index import (BACKENDS, FORMAT, INDEX_FILE, VERSION, Hit, ShardWriter, VectorIndex, add_to_faiss,
+                           build_faiss, index_lock, ivf_params, next_number, read_meta, remove_leftovers,
+                           resolve_backend, shard_vectors, write_faiss, write_meta)
 from bertkit.jobs.embed import chunks, record_id, scan, truncation_warning
-from bertkit.paths import atomic_dir
+from bertkit.run.files import atomic_dir, disk_errors, fsync_dir
 from bertkit.text.corpus import find_files
 
 
@@ -74,7 +77,9 @@ def build(model: Path, corpus: list[str], out: Path, text_field: str = "text", i
         raise BertkitError(f"{', '.join(corpus)}: no texts to index" + (f" ({found.empty:,} empty lines)"
                                                                       if found.empty else ""))
     chosen = resolve_backend(backend, found.rows)
-    with atomic_dir(out, overwrite=overwrite) as tmp:
+    # replacing an index: hold its lock, so an `index add` committing meanwhile is not silently thrown away
+    held = index_lock(out) if (Path(out) / INDEX_FILE).is_file() else contextlib.nullcontext()
+    with held, atomic_dir(out, overwrite=overwrite) as tmp:
         writer = ShardWriter(tmp, 0, encoder.dim)
         _fill(writer, encoder, files, text_field, id_field, found.rows, chunk_size, progress, console)
         shard = writer.close()
@@ -102,7 +107,7 @@ def _new_faiss(path: Path, meta: dict, nlist: int | None, nprobe: int | None, nu
 
 def _encoder_for(index: VectorIndex, model: Path | None, batch_size: int = 64) -> SentenceEncoder:
     """The index's own model (or `model`, which must embed identically)."""
-    recorded = Path(index.model["path"])
+    recorded = Path(index.model.get("path") or "<not recorded>")
     if model is None and not recorded.is_dir():
         raise BertkitError(f"{index.path}: its model {recorded} is gone; pass --model with the same model")
     encoder = SentenceEncoder(model or recorded, batch_size=batch_size)
@@ -117,46 +122,63 @@ def add(path: Path, corpus: list[str], model: Path | None = None, text_field: st
         id_field: str | None = None, batch_size: int = 64, chunk_size: int = 8192, progress: bool = True,
         console: Console | None = None) -> dict:
     """Append a corpus to an index: new shard files, then one rename of index.json (the previous index stays whole
-    if anything fails). Concurrent appends to one index wait for each other."""
+    if anything fails, a full disk included). Concurrent appends to one index wait for each other; what an
+    interrupted one left behind is removed first."""
     console = console or Console(stderr=True)
     VectorIndex(path)  # a clear error before taking a lock in a directory that is not an index
     with index_lock(path):
         index = VectorIndex(path)
+        gone = remove_leftovers(index.path, index.meta)
+        if gone:
+            console.print(f"removed {gone} file(s) an interrupted `index add` left in {path}")
         encoder = _encoder_for(index, model, batch_size)
         files = find_files(corpus)
         found = scan(files, text_field, id_field, keep_empty=False, check_ids=True, existing=index.ids)
         if found.rows == 0:
             raise BertkitError(f"{', '.join(corpus)}: no texts to add")
         meta = dict(index.meta)
-        number = 1 + max(int(s["vectors"].split("-")[1].split(".")[0]) for s in meta["shards"])
-        writer = ShardWriter(index.path, number, index.dim)
-        old_faiss = meta.get("faiss", {}).get("file")
-        new_files = list(writer.names.values())
-        try:
-            _fill(writer, encoder, files, text_field, id_field, found.rows, chunk_size, progress, console)
-            shard = writer.close()
-            meta["shards"] = meta["shards"] + [shard]
-            meta["count"] = meta["count"] + shard["count"]
-            if meta["backend"] == "faiss":
-                faiss_index = index.faiss_index()
-                add_to_faiss(faiss_index, shard_vectors(index.path, shard, index.dim))
-                meta["faiss"] = {**meta["faiss"], "file": write_faiss(faiss_index, index.path, number)}
-                new_files.append(meta["faiss"]["file"])
-            elif resolve_backend(meta.get("backend_choice", "exact"), meta["count"]) == "faiss":
-                meta["backend"] = "faiss"
-                meta["faiss"] = _new_faiss(index.path, meta, None, None, number, console)
-                new_files.append(meta["faiss"]["file"])
-            write_meta(index.path, meta)  # the commit
-        except BaseException:
-            writer.discard()
-            for name in new_files:
-                (index.path / name).unlink(missing_ok=True)
-            raise
+        number = next_number(meta)
+        with disk_errors(path):  # a full disk: one line; the previous index stays as it was
+            writer = ShardWriter(index.path, number, index.dim)
+            old_faiss = meta.get("faiss", {}).get("file")
+            new_files = list(writer.names.values())
+            try:
+                _fill(writer, encoder, files, text_field, id_field, found.rows, chunk_size, progress, console)
+                shard = writer.close()
+                meta["shards"] = meta["shards"] + [shard]
+                meta["count"] = meta["count"] + shard["count"]
+                if meta["backend"] == "faiss":
+                    faiss_index = index.faiss_index()
+                    add_to_faiss(faiss_index, shard_vectors(index.path, shard, index.dim))
+                    meta["faiss"] = {**meta["faiss"], "file": write_faiss(faiss_index, index.path, number)}
+                    new_files.append(meta["faiss"]["file"])
+                elif resolve_backend(meta.get("backend_choice", "exact"), meta["count"]) == "faiss":
+                    meta["backend"] = "faiss"
+                    meta["faiss"] = _new_faiss(index.path, meta, None, None, number, console)
+                    new_files.append(meta["faiss"]["file"])
+                write_meta(index.path, meta)  # the commit
+            except BaseException:
+                if not _committed(index.path, writer.names["vectors"]):  # else only the final fsync failed
+                    writer.discard()
+                    for name in new_files:
+                        (index.path / name).unlink(missing_ok=True)
+                raise
         if old_faiss and old_faiss != meta.get("faiss", {}).get("file"):
+            # read_meta checked the name (ivf-NNNNN.faiss in this directory); a crash before this unlink leaves a
+            # file index.json no longer names, which the next append removes
             (index.path / old_faiss).unlink(missing_ok=True)
+            fsync_dir(index.path)
     _report_skips(console, found, encoder)
     console.print(f"added {shard['count']:,} vectors to {path}: {meta['count']:,} in all, {meta['backend']} search")
     return {"out": str(path), "added": shard["count"], "count": meta["count"], "backend": meta["backend"]}
+
+
+def _committed(path: Path, vectors: str) -> bool:
+    """Whether index.json on disk already names the new shard (write_meta renamed it, then failed)."""
+    try:
+        return any(s["vectors"] == vectors for s in read_meta(path)["shards"])
+    except BertkitError:
+        return False
 
 
 def search(path: Path, queries: list[str], k: int = 5, model: Path | None = None, exact: bool | None = None,

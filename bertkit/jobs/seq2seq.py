@@ -10,7 +10,6 @@ vocabulary) plus results.json; model.safetensors holds the best checkpoint by va
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 
@@ -21,16 +20,17 @@ from bertkit.config import Config
 from bertkit.errors import BertkitError
 from bertkit.jobs.finetune import hold_out
 from bertkit.nn.model import Model
-from bertkit.paths import atomic_dir
+from bertkit.run.directory import RESULTS_FILE, check_run_output, load_config, load_run, write_config, write_json
+from bertkit.run.files import atomic_dir
+from bertkit.run.lock import locked
 from bertkit.text.tasks import read_parallel
-from bertkit.text.tokenizer import train_bpe
-from bertkit.train.checkpoint import check_run_output, load_config, load_run, write_config
-from bertkit.train.loop import make_accelerator, train_best
+from bertkit.text.tokenizer import check_vocab_matches, train_bpe
+from bertkit.train.loop import already_finished, make_accelerator, train_best
 from bertkit.train.seq2seq_objective import Seq2SeqObjective
 from bertkit.translation import PairTokenizers, Translator
 
 RESUMABLE_CHANGES = {"max_steps", "max_time", "log_every", "eval_every", "save_every", "keep_checkpoints",
-                     "patience"}
+                     "patience", "epochs"}
 
 
 def _tokenizers(config: Config, pairs: list[tuple[str, str]], console: Console) -> PairTokenizers:
@@ -54,8 +54,12 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
         console: Console | None = None) -> dict:
     """Train an encoder-decoder on `task.train_source` / `task.train_target`; returns the best validation
     metrics and where things are."""
-    console = console or Console(stderr=True)
-    task, out = config.task, Path(out)
+    with locked(out):  # one writer per run directory, for the whole job
+        return _run(config, model_dir, Path(out), resume, progress, console or Console(stderr=True))
+
+
+def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progress: bool, console: Console) -> dict:
+    task = config.task
     if task.train_source is None or task.train_target is None:
         raise BertkitError("task.train_source / task.train_target: give both sides of the training text "
                            "(--train-source FILE --train-target FILE)")
@@ -94,9 +98,8 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
         tokenizers = PairTokenizers.load(model_dir)
     else:
         tokenizers = _tokenizers(config, train_pairs, console if main else Console(quiet=True))
-    vocab = max(tokenizers.source.get_vocab_size(), tokenizers.target.get_vocab_size())
-    if vocab > config.model.vocab_size:
-        raise BertkitError(f"tokenizer vocab ({vocab:,}) is larger than model.vocab_size ({config.model.vocab_size:,})")
+    for side in (tokenizers.source, tokenizers.target):
+        check_vocab_matches(side, config.model.vocab_size, out if resume else model_dir or "the recipe")
     max_length = task.max_length or config.model.max_len
     if max_length > config.model.max_len:
         raise BertkitError(f"task.max_length: {max_length} is longer than the model's max_len ({config.model.max_len})")
@@ -134,6 +137,8 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
                            f"{'|'.join(objective.metric_names)})")
     if metric == "bleu" and not task.bleu_examples:
         raise BertkitError("train.metric: bleu needs task.bleu_examples > 0")
+    if resume and (done := already_finished(out, train_cfg, console, accelerator)) is not None:
+        return done
     if main:
         counts = model.parameter_counts()
         console.print(f"seq2seq: {len(train_pairs):,} training / {len(validation):,} validation pairs; vocab "
@@ -142,7 +147,7 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
                       f"{objective.global_batch} ({train_cfg.max_steps / objective.steps_per_epoch:.1f} epochs); "
                       f"best checkpoint by validation {metric}")
         if not resume:
-            with atomic_dir(out) as tmp:
+            with atomic_dir(out, exists_hint="pass --resume to continue it, or choose another --out") as tmp:
                 write_config(tmp, config)
                 tokenizers.save(tmp)
     accelerator.wait_for_everyone()
@@ -154,7 +159,7 @@ def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False,
         summary["validation"] = objective.evaluate(model)
         if objective.last_bleu is not None:  # the evaluation's own decoding: sacrebleu's line and signature
             summary["validation"]["bleu_detail"] = objective.last_bleu
-        (out / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        write_json(out / RESULTS_FILE, summary)
         headline = {k: v for k, v in summary["validation"].items() if isinstance(v, float)}
         console.print(f"wrote {out} (best step {summary['best_step']} of {summary['steps']}): validation "
                       + "  ".join(f"{k} {v:.4f}" for k, v in headline.items()))

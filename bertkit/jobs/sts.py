@@ -17,8 +17,9 @@ from rich.console import Console
 from bertkit.embedding import SentenceEncoder
 from bertkit.errors import BertkitError
 from bertkit.jobs.embed import truncation_warning
-from bertkit.paths import atomic_file, resolve_data_path
-from bertkit.text.corpus import csv_dialect
+from bertkit.paths import resolve_data_path
+from bertkit.run.files import atomic_file
+from bertkit.text.corpus import allow_long_fields, csv_dialect, csv_error
 from bertkit.text.tasks import read_pairs
 from bertkit.train.metrics import correlation_metrics
 
@@ -36,7 +37,11 @@ def sts_columns(path: Path) -> tuple[str, str, str]:
             first = fh.readline().rstrip("\r\n")
     except (OSError, UnicodeDecodeError) as exc:
         raise BertkitError(f"{path}: unreadable ({exc})") from None
-    fields = next(csv.reader([first], **csv_dialect(first, path.suffix.lower())), [])
+    allow_long_fields()
+    try:
+        fields = next(csv.reader([first], **csv_dialect(first, path.suffix.lower())), [])
+    except csv.Error as exc:
+        raise csv_error(path, 1, exc, path.suffix.lower()) from None
     if {"sentence1", "sentence2"} <= set(fields):
         return ("sentence1", "sentence2", "score" if "score" in fields else "label")
     try:

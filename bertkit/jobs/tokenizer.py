@@ -10,9 +10,9 @@ from tokenizers import Tokenizer
 
 from bertkit.config import TokenizerConfig
 from bertkit.errors import BertkitError
+from bertkit.run.files import atomic_dir
 from bertkit.text.corpus import load_corpus
 from bertkit.text.tokenizer import iter_texts_batched, save_tokenizer, train_bpe
-from bertkit.paths import atomic_dir
 
 
 def train_on_corpus(corpus: list[str] | tuple[str, ...], vocab_size: int, cfg: TokenizerConfig,

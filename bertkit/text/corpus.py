@@ -2,7 +2,7 @@
 
 Reading streams line by line (or Parquet batch by batch) into a `pyarrow` stream file in the cache; the result is
 opened as a memory-mapped `datasets.Dataset`, so peak memory does not grow with the corpus. The cache key is the
-files' paths, sizes and modification times plus the reading options.
+files' paths, sizes and modification times plus the reading options; a damaged cache is rebuilt (text/cache.py).
 """
 
 from __future__ import annotations
@@ -13,19 +13,28 @@ import hashlib
 import itertools
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 from datasets import Dataset
+from rich.console import Console
 
 from bertkit.errors import BertkitError
-from bertkit.paths import atomic_dir, cache_root, resolve_data_path
+from bertkit.paths import cache_root, resolve_data_path
+from bertkit.run.files import atomic_dir
+from bertkit.text.cache import open_or_build, write_manifest
 
 FORMATS = {".txt": "text", ".text": "text", ".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv",
            ".parquet": "parquet"}
 _VERSION = "corpus-v2"  # v2: TSV read without quote processing; a .csv whose header is tab-separated reads as TSV
+_CACHE_VERSION = "corpus-cache-v1"  # the cache folder's layout (manifest.json), apart from how files are read
 _BATCH = 10_000
+# Python's csv refuses a field over 128 kB (field_size_limit() is 131072), and a document or a review can be longer.
+# 64 MiB still bounds the memory one malformed field (an unclosed quote) can take, and fits the C long that
+# csv.field_size_limit takes on every platform (sys.maxsize does not, on Windows).
+CSV_FIELD_LIMIT = 64 * 2**20
 
 
 @dataclass
@@ -70,13 +79,45 @@ def file_format(path: Path, strict: bool = True) -> str | None:
     return fmt
 
 
+def allow_long_fields() -> None:
+    """Let csv read fields up to CSV_FIELD_LIMIT (its default stops at 128 kB); call before reading. Never lowers a
+    limit someone else raised."""
+    if csv.field_size_limit() < CSV_FIELD_LIMIT:
+        csv.field_size_limit(CSV_FIELD_LIMIT)
+
+
+def csv_error(path: Path, line: int, exc: csv.Error, suffix: str) -> BertkitError:
+    """One line for a CSV / TSV file csv cannot read: a field over the limit, or malformed quoting."""
+    kind = "TSV" if suffix == ".tsv" else "CSV"
+    if "field limit" in str(exc):
+        limit = csv.field_size_limit()
+        size = f"{limit // 2**20} MiB" if limit % 2**20 == 0 else f"{limit:,} characters"
+        return BertkitError(f"{path}:{line}: a field is longer than {size}, the most bertkit reads from one {kind} "
+                            "field (an unclosed quote? else split the text, or use .jsonl)")
+    return BertkitError(f"{path}:{line}: not valid {kind} ({exc})")
+
+
+@contextmanager
+def csv_errors(path: Path, reader, suffix: str) -> Iterator[None]:
+    """Turn csv.Error while iterating `reader` (a csv.reader) into a BertkitError naming the file and line."""
+    try:
+        yield
+    except csv.Error as exc:
+        raise csv_error(path, reader.line_num, exc, suffix) from None
+
+
 def csv_dialect(first_line: str, suffix: str) -> dict:
     """csv.reader arguments for a delimited file, from its first line: .tsv is tab-separated; a .csv is too when
     its first line has more tab- than comma-separated fields (the STS benchmark's .csv files are TSV). Tab-separated
     files are read without quote processing: GLUE's and STS-B's sentences hold literal quote characters."""
     tab = suffix == ".tsv"
     if suffix == ".csv" and "\t" in first_line:
-        tab = len(first_line.split("\t")) > len(next(csv.reader([first_line]), []))
+        allow_long_fields()
+        try:
+            commas = len(next(csv.reader([first_line]), []))
+        except csv.Error:  # a field over the limit: the reader proper reports it with the file and line
+            commas = first_line.count(",") + 1
+        tab = len(first_line.split("\t")) > commas
     return {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if tab else {"delimiter": ",", "quoting": csv.QUOTE_MINIMAL}
 
 
@@ -88,8 +129,9 @@ def record_key(value, where: str) -> str:
     return str(value)
 
 
-def _lines(path: Path, skip_bad_lines: bool, stats: ReadStats) -> Iterator[str]:
-    """Decoded lines of a (possibly gzipped) file; invalid UTF-8 stops with the byte offset, or is skipped."""
+def _lines(path: Path, skip_bad_lines: bool | None, stats: ReadStats) -> Iterator[str]:
+    """Decoded lines of a (possibly gzipped) file; invalid UTF-8 stops with the byte offset, or is skipped. None:
+    the caller's command cannot skip such lines, so the error does not offer it (embed, index build)."""
     opener = gzip.open if path.suffix.lower() == ".gz" else open
     offset = 0
     try:
@@ -99,8 +141,10 @@ def _lines(path: Path, skip_bad_lines: bool, stats: ReadStats) -> Iterator[str]:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
                     if not skip_bad_lines:
-                        raise BertkitError(f"{path}: invalid UTF-8 at byte {offset + exc.start} (line {number}); "
-                                           "pass --skip-bad-lines to skip such lines") from None
+                        hint = "" if skip_bad_lines is None else ("; pass --skip-bad-lines (data.skip_bad_lines "
+                                                                  "in a recipe) to skip such lines")
+                        raise BertkitError(f"{path}: invalid UTF-8 at byte {offset + exc.start} (line {number})"
+                                           f"{hint}") from None
                     stats.bad_lines += 1
                     offset += len(raw)
                     continue
@@ -120,10 +164,11 @@ class Record:
     text: str
 
 
-def iter_records(path: Path, text_field: str = "text", skip_bad_lines: bool = False,
+def iter_records(path: Path, text_field: str = "text", skip_bad_lines: bool | None = None,
                  stats: ReadStats | None = None, id_field: str | None = None) -> Iterator[Record]:
     """Every document of one file in order, streamed: a line of .txt (.gz), a record of .jsonl, a row of .csv /
-    .tsv / .parquet. Blank JSONL lines are not records; empty texts are (the caller decides)."""
+    .tsv / .parquet. Blank JSONL lines are not records; empty texts are (the caller decides). `skip_bad_lines`:
+    skip lines of invalid UTF-8; False stops at one and offers --skip-bad-lines, None stops without the offer."""
     stats = stats if stats is not None else ReadStats()
     fmt = file_format(path)
     if fmt == "text":
@@ -151,15 +196,22 @@ def iter_records(path: Path, text_field: str = "text", skip_bad_lines: bool = Fa
         first = next(lines, None)
         if first is None:
             return
-        reader = csv.reader(itertools.chain([first], lines), **csv_dialect(first, ".tsv" if fmt == "tsv" else ".csv"))
-        header = next(reader)
+        suffix = f".{fmt}"
+        allow_long_fields()
+        reader = csv.reader(itertools.chain([first], lines), **csv_dialect(first, suffix))
+        with csv_errors(path, reader, suffix):
+            header = next(reader)
         columns = []
         for field, role in ((text_field, "--text-field"), (id_field, "--id-field")):
             if field is not None and field not in header:
                 raise BertkitError(f"{path}: no column '{field}' (found: {', '.join(header)}); set {role}")
             columns.append(None if field is None else header.index(field))
         width = max(c for c in columns if c is not None) + 1
-        for row in reader:
+        while True:
+            with csv_errors(path, reader, suffix):  # not around the yield: the caller's errors are its own
+                row = next(reader, None)
+            if row is None:
+                break
             if not row:
                 continue
             if len(row) < width:  # never a silently dropped (or shifted) row
@@ -220,14 +272,14 @@ def corpus_fingerprint(files: list[Path], text_field: str, skip_bad_lines: bool)
 
 
 def load_corpus(paths: list[str] | tuple[str, ...], text_field: str = "text", skip_bad_lines: bool = False,
-                ) -> tuple[Dataset, ReadStats, str]:
+                console: Console | None = None) -> tuple[Dataset, ReadStats, str]:
     """Read (or reuse the cached) corpus. Returns a memory-mapped Dataset with a `text` column, the read stats and
-    the corpus fingerprint (the key later caches build on)."""
+    the corpus fingerprint (the key later caches build on). A damaged cache is read again, with a warning on
+    `console` (stderr when None)."""
     files = find_files(paths)
     key = corpus_fingerprint(files, text_field, skip_bad_lines)
-    folder = cache_root() / "corpus" / key
-    arrow, meta = folder / "corpus.arrow", folder / "stats.json"
-    if not meta.is_file():
+
+    def build(folder: Path) -> None:
         stats = ReadStats()
         with atomic_dir(folder, overwrite=True) as tmp:
             schema = pa.schema([("text", pa.string())])
@@ -243,10 +295,14 @@ def load_corpus(paths: list[str] | tuple[str, ...], text_field: str = "text", sk
             if stats.documents == 0:
                 raise BertkitError(f"corpus is empty: {stats.files} file(s) read, no non-empty text "
                                    f"({', '.join(str(f) for f in files[:3])}{' …' if len(files) > 3 else ''})")
-            (tmp / "stats.json").write_text(json.dumps(stats.__dict__), encoding="utf-8")
-    stats = ReadStats(**json.loads(meta.read_text(encoding="utf-8")))
-    return Dataset.from_file(str(arrow)), stats, key
+            write_manifest(tmp, _CACHE_VERSION, {"corpus.arrow": stats.documents}, stats=stats.__dict__)
+
+    def read(manifest: dict, opened: dict[str, Dataset]) -> tuple[Dataset, ReadStats]:
+        return opened["corpus.arrow"], ReadStats(**manifest["stats"])
+
+    dataset, stats = open_or_build(cache_root() / "corpus" / key, _CACHE_VERSION, build, read, "corpus", console)
+    return dataset, stats, key
 
 
-__all__ = ["ReadStats", "Record", "corpus_fingerprint", "file_format", "find_files", "iter_corpus", "iter_records",
-           "load_corpus"]
+__all__ = ["CSV_FIELD_LIMIT", "ReadStats", "Record", "allow_long_fields", "corpus_fingerprint", "csv_dialect",
+           "csv_error", "csv_errors", "file_format", "find_files", "iter_corpus", "iter_records", "load_corpus"]

@@ -5,13 +5,12 @@ ends with `[SEP]`: documents are packed back to back, their boundaries marked. A
 the pre-tokenizer's word ids, i.e. from offsets, not from '##' prefixes) serves whole-word masking.
 
 The cache key is (corpus fingerprint, tokenizer.json contents, block size, validation split); the result is a pair
-of memory-mapped Arrow datasets.
+of memory-mapped Arrow datasets. A damaged cache is packed again (text/cache.py), never a lasting error.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sys
 from dataclasses import dataclass
@@ -22,13 +21,16 @@ import datasets
 import numpy as np
 import pyarrow as pa
 from datasets import Dataset, Features, Sequence, Value, concatenate_datasets
+from rich.console import Console
 from tokenizers import Tokenizer
 
 from bertkit.errors import BertkitError
-from bertkit.paths import atomic_dir, cache_root
-from bertkit.text.tokenizer import special_ids
+from bertkit.paths import cache_root
+from bertkit.run.files import atomic_dir
+from bertkit.text.cache import open_or_build, write_manifest
+from bertkit.text.tokenizer import special_ids, vocab_span
 
-_VERSION = "pack-v2"
+_VERSION = "pack-v3"  # v3: the manifest records every file's size, rows and a digest, checked on open
 _DOCS_PER_BATCH = 1000
 
 
@@ -108,36 +110,43 @@ def _split(corpus: Dataset, validation_fraction: float) -> tuple[Dataset, Datase
 
 
 def pack_corpus(corpus: Dataset, corpus_key: str, tokenizer: Tokenizer, block_size: int,
-                validation_fraction: float = 0.01, max_validation_blocks: int = 1000, workers: int = 1) -> Packed:
-    """Tokenise and pack (or reuse the cache). Refuses a corpus too small for one block."""
+                validation_fraction: float = 0.01, max_validation_blocks: int = 1000, workers: int = 1,
+                console: Console | None = None) -> Packed:
+    """Tokenise and pack (or reuse the cache; a damaged one is packed again, with a warning on `console`, stderr
+    when None). Refuses a corpus too small for one block."""
     key = pack_key(corpus_key, tokenizer, block_size, validation_fraction)
-    folder = cache_root() / "packed" / key
-    if not (folder / "manifest.json").is_file():
+
+    def build(folder: Path) -> None:
         _build(folder, corpus, tokenizer, block_size, validation_fraction, workers, key)
-    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-    splits = {name: concatenate_datasets([Dataset.from_file(str(folder / f)) for f in files])
-              if files else Dataset.from_dict({"input_ids": [], "word_start": []})
-              for name, files in manifest["files"].items()}
+
+    def read(manifest: dict, opened: dict[str, Dataset]) -> tuple[dict[str, Dataset], dict]:
+        splits = {name: concatenate_datasets([opened[f] for f in files]) if files
+                  else Dataset.from_dict({"input_ids": [], "word_start": []})
+                  for name, files in manifest["splits"].items()}
+        return splits, manifest["stats"]
+
+    splits, stats = open_or_build(cache_root() / "packed" / key, _VERSION, build, read, "packed corpus", console)
     train, validation = splits["train"], splits["validation"]
     if len(train) == 0:
-        raise BertkitError(f"corpus too small: its {manifest['stats']['documents']:,} document(s) do not fill one "
+        raise BertkitError(f"corpus too small: its {stats['documents']:,} document(s) do not fill one "
                            f"training block of {block_size} tokens (add text or lower data.block_size)")
     if len(validation) > max_validation_blocks:
         validation = validation.select(range(max_validation_blocks))
-    return Packed(train, validation, block_size, manifest["stats"])
+    return Packed(train, validation, block_size, stats)
 
 
 def _build(folder: Path, corpus: Dataset, tokenizer: Tokenizer, block_size: int, validation_fraction: float,
            workers: int, key: str) -> None:
     ids = special_ids(tokenizer)
-    dtype = "uint16" if tokenizer.get_vocab_size() <= np.iinfo(np.uint16).max else "int32"
+    # the largest id decides, not the token count: a hand-edited tokenizer.json can have gaps in its ids
+    dtype = "uint16" if vocab_span(tokenizer) <= np.iinfo(np.uint16).max + 1 else "int32"
     features = Features({"ids": Sequence(Value(dtype)), "starts": Sequence(Value("bool"))})
     if workers > 1:  # the worker processes are the parallelism: keep tokenizers' own threads from oversubscribing
         os.environ["TOKENIZERS_PARALLELISM"] = "false"
     if not sys.stderr.isatty():  # progress bars only where someone watches; logs get the summary line
         datasets.disable_progress_bars()
     with atomic_dir(folder, overwrite=True) as tmp:
-        files, stats = {}, {}
+        files, stats, rows = {}, {}, {}
         for name, docs in zip(("train", "validation"), _split(corpus, validation_fraction)):
             if len(docs) == 0:
                 files[name], stats[f"{name}_blocks"], stats[f"{name}_tokens"] = [], 0, 0
@@ -152,8 +161,11 @@ def _build(folder: Path, corpus: Dataset, tokenizer: Tokenizer, block_size: int,
             for cache in tokens.cache_files:
                 Path(cache["filename"]).unlink(missing_ok=True)
             files[name] = [f"{name}.arrow"] if count else []
+            if count:
+                rows[f"{name}.arrow"] = count
+            else:
+                (tmp / f"{name}.arrow").unlink()  # an empty stream: nothing to check or map
             stats[f"{name}_blocks"] = count
             stats[f"{name}_tokens"] = count * block_size
         stats["documents"] = len(corpus)
-        manifest = {"version": _VERSION, "block_size": block_size, "files": files, "stats": stats}
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+        write_manifest(tmp, _VERSION, rows, block_size=block_size, splits=files, stats=stats)

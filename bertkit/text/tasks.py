@@ -16,7 +16,7 @@ from pathlib import Path
 from bertkit.config import TaskConfig
 from bertkit.errors import BertkitError
 from bertkit.paths import resolve_data_path
-from bertkit.text.corpus import csv_dialect
+from bertkit.text.corpus import allow_long_fields, csv_dialect, csv_error
 
 
 @dataclass(frozen=True)
@@ -82,11 +82,12 @@ def _rows(path: Path, header: bool = True) -> tuple[list[str], list[dict]]:
         header = list(dict.fromkeys(key for row in rows for key in row))
         return header, rows
     # newline="": quoted CSV fields keep their line breaks, and nothing splits at U+2028 & co.
+    allow_long_fields()  # a review or an article can be longer than csv's default 128 kB per field
     reader = csv.reader(io.StringIO(text, newline=""), **csv_dialect(text.split("\n", 1)[0], suffix))
     try:
         table = list(reader)
     except csv.Error as exc:
-        raise BertkitError(f"{path}:{reader.line_num}: not valid {suffix[1:].upper()} ({exc})") from None
+        raise csv_error(path, reader.line_num, exc, suffix) from None
     table = [row for row in table if row]  # blank lines
     if header:
         names = table[0] if table else []

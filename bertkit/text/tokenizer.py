@@ -72,12 +72,14 @@ def add_bert_template(tok: Tokenizer) -> None:
 
 def train_bpe(texts: Iterable[str], vocab_size: int, byte_level: bool = True, lowercase: bool = False,
               nfkc: bool = True, min_frequency: int = 2, length: int | None = None,
-              show_progress: bool = False) -> Tokenizer:
-    """Train BPE on an iterator of texts. Refuses a vocab size the corpus cannot support, naming the limit."""
+              show_progress: bool = False, option: str | None = None) -> Tokenizer:
+    """Train BPE on an iterator of texts. Refuses a vocab size the corpus cannot support, naming the limit and
+    `option`, how the caller's user sets the size (e.g. "--vocab-size"; None: every command's way)."""
     floor = len(SPECIAL_TOKENS) + (256 if byte_level else 1)
     if vocab_size <= floor:
-        raise BertkitError(f"--vocab-size {vocab_size} is too small: the special tokens and the "
-                           f"{'256-byte alphabet' if byte_level else 'alphabet'} alone take {floor}")
+        raise BertkitError(f"{_vocab_setting(option, vocab_size)} is too small: the special tokens and the "
+                           f"{'256-byte alphabet' if byte_level else 'alphabet'} alone take {floor} "
+                           f"({_vocab_hint(option, f'more than {floor}')})")
     tok = build_untrained(byte_level, lowercase, nfkc)
     # [MASK] absorbs the space before it ("was [MASK]." -> 'Ġwas' '[MASK]' '.'), as a masked word did in training.
     specials = [AddedToken(t, special=True, lstrip=(t == MASK), normalized=False) for t in SPECIAL_TOKENS]
@@ -88,9 +90,22 @@ def train_bpe(texts: Iterable[str], vocab_size: int, byte_level: bool = True, lo
     got = tok.get_vocab_size()
     if got < vocab_size:
         raise BertkitError(f"the corpus supports only {got:,} tokens at min_frequency={min_frequency}, fewer than "
-                           f"--vocab-size {vocab_size:,}: use a larger corpus or --vocab-size {got} or less")
+                           f"{_vocab_setting(option, vocab_size)}: use a larger corpus or a smaller vocab size "
+                           f"({_vocab_hint(option, f'{got} or less')})")
     add_bert_template(tok)
     return tok
+
+
+def _vocab_setting(option: str | None, vocab_size: int) -> str:
+    return f"{option}={vocab_size}" if option else f"vocab size {vocab_size:,}"
+
+
+def _vocab_hint(option: str | None, wanted: str) -> str:
+    """How to ask for another vocab size: the caller's option, or every command's way (only `tokenizer train` has
+    --vocab-size; pretrain, ablate and finetune seq2seq take model.vocab_size from the recipe or --set)."""
+    if option:
+        return f"{option}=N with N {wanted}"
+    return f"{wanted}: --vocab-size for `bertkit tokenizer train`, --set model.vocab_size=N elsewhere"
 
 
 def save_tokenizer(tok: Tokenizer, directory: str | Path) -> Path:
@@ -131,11 +146,22 @@ def load_tokenizer(path: str | Path) -> Tokenizer:
     return tok
 
 
-def check_vocab_matches(tok: Tokenizer, vocab_size: int, where: str) -> None:
-    """A model's embedding table must cover every id the tokenizer can produce."""
-    if tok.get_vocab_size() > vocab_size:
-        raise BertkitError(f"tokenizer vocab ({tok.get_vocab_size():,}) is larger than {where} vocab_size "
-                           f"({vocab_size:,}): use the model's tokenizer or --set vocab_size={tok.get_vocab_size()}")
+def vocab_span(tok: Tokenizer) -> int:
+    """How many embedding rows the tokenizer's ids need: its largest id + 1 (its vocab size, unless ids have gaps,
+    as a hand-edited or converted file can)."""
+    return max(tok.get_vocab_size(with_added_tokens=True),
+               max(tok.get_vocab(with_added_tokens=True).values(), default=-1) + 1)
+
+
+def check_vocab_matches(tok: Tokenizer, vocab_size: int, run: str | Path) -> None:
+    """The one check where a tokenizer meets a model: the model's embedding table (`vocab_size` rows) must cover
+    every id the tokenizer can produce, else a text with a high id is an IndexError deep in the embedding. `run`
+    names the run (its directory) whose model and tokenizer these are."""
+    need = vocab_span(tok)
+    if need > vocab_size:
+        raise BertkitError(f"{run}: the tokenizer's vocab size is {need:,} but the model's vocab_size is "
+                           f"{vocab_size:,} (ids from {vocab_size:,} up have no embedding); use the tokenizer the "
+                           "model was trained with")
 
 
 def iter_texts_batched(texts: Iterable[str], size: int = 1000) -> Iterator[list[str]]:

@@ -10,7 +10,7 @@ precision, a wall-clock budget the schedule is fitted to, non-finite step handli
 from __future__ import annotations
 
 import contextlib
-import json
+import dataclasses
 import math
 import re
 import time
@@ -22,18 +22,17 @@ import torch
 from accelerate import Accelerator
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from safetensors.torch import save_model
 
 from bertkit.config import TrainConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
-from bertkit.paths import atomic_dir
-from bertkit.train.checkpoint import (CHECKPOINTS, WEIGHTS_FILE, latest_checkpoint, load_checkpoint, rng_state,
-                                      save_checkpoint, set_rng_state)
+from bertkit.run.checkpoints import (best_weights, clean_stale, drop_newer_best, latest_checkpoint, load_checkpoint,
+                                     read_state, rng_state, save_best, save_checkpoint, set_rng_state)
+from bertkit.run.directory import (RESULTS_FILE, WEIGHTS_FILE, copy_weights, load_weights, read_json, record_train,
+                                   remove_file, write_weights)
+from bertkit.run.metrics import METRICS_FILE, MetricsLog, read_metrics, truncate_metrics  # noqa: F401 (re-export)
 
-METRICS_FILE = "metrics.jsonl"
 _CALIBRATION_STEPS = 10  # steps timed before a --max-time budget fixes the number of steps
-BEST = "best"  # checkpoints/best/: the weights with the best validation metric so far
 
 
 class Objective(Protocol):
@@ -75,6 +74,9 @@ class TrainState:
     best_step: int = 0
     stale_evals: int = 0  # evaluations since the metric last improved (early stopping)
     stopped_early: bool = False
+    # the limits total_steps was planned for: a resume with other limits re-plans (planned_total)
+    max_steps: int = 0
+    max_seconds: float | None = None
 
 
 def layer_depth(name: str, n_layers: int) -> int:
@@ -124,27 +126,19 @@ def make_accelerator(precision: str) -> Accelerator:
                        mixed_precision={"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision])
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
-    """Every record a run logged to metrics.jsonl, in order ([] when it has none yet)."""
-    path = Path(run_dir) / METRICS_FILE
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 class _Metrics:
-    """metrics.jsonl (+ TensorBoard) on the main process; a resumed run first drops lines past its checkpoint."""
+    """metrics.jsonl (+ TensorBoard) on the main process; a resumed run first drops lines past its checkpoint (and
+    a torn last line, with a warning)."""
 
-    def __init__(self, run_dir: Path, enabled: bool, resume_step: int | None):
+    def __init__(self, run_dir: Path, enabled: bool, resume_step: int | None, console: Console):
         self.enabled = enabled
-        self.path = run_dir / METRICS_FILE
+        self.log_file = MetricsLog(run_dir)
         self.writer = None
         if not enabled:
             return
-        if resume_step is not None and self.path.is_file():
-            kept = [line for line in self.path.read_text(encoding="utf-8").splitlines()
-                    if line.strip() and json.loads(line)["step"] <= resume_step]
-            self.path.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
+        if resume_step is not None and truncate_metrics(run_dir, resume_step):
+            console.print(f"[yellow]{self.log_file.path}: dropped a torn last line (the run was interrupted while "
+                          "logging)")
         try:
             from torch.utils.tensorboard import SummaryWriter
 
@@ -155,8 +149,7 @@ class _Metrics:
     def log(self, record: dict) -> None:
         if not self.enabled:
             return
-        with self.path.open("a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record) + "\n")
+        self.log_file.append(record)
         if self.writer is not None:
             for key, value in record.items():
                 if key not in ("step", "kind") and isinstance(value, (int, float)):
@@ -165,6 +158,53 @@ class _Metrics:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def planned_total(state: dict, cfg: TrainConfig) -> int:
+    """The number of steps a resumed run goes to. Unchanged limits keep the checkpoint's plan; a larger (or
+    smaller) `max_steps` or `max_time` re-plans it: to `max_steps` without a time budget, else from the run's
+    measured seconds per step (everything included) to fill the new budget. The schedule follows the new total
+    from the resumed step on (so an extended linear decay rises back to the rate a run planned that long would
+    have at that step)."""
+    step, total = state.get("step", 0), state.get("total_steps", 0)
+    planned_steps, planned_seconds = state.get("max_steps", cfg.max_steps), state.get("max_seconds", cfg.max_seconds)
+    if planned_steps == cfg.max_steps and (planned_seconds or 0.0) == (cfg.max_seconds or 0.0):
+        return total
+    if not cfg.max_seconds or not state.get("calibrated") or step == 0:
+        return cfg.max_steps
+    per_step = state.get("elapsed", 0.0) / step
+    return max(step, min(cfg.max_steps, step + int((cfg.max_seconds - state.get("elapsed", 0.0)) / per_step)))
+
+
+def resume_status(run_dir: Path, cfg: TrainConfig) -> tuple[int, int] | None:
+    """(step, planned total) of the checkpoint a resume would continue from, or None without one. A run is
+    finished when step >= total (or it stopped early and the limits are unchanged)."""
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is None:
+        return None
+    state = read_state(checkpoint)
+    total = planned_total(state, cfg)
+    if state.get("stopped_early") and total == state.get("total_steps"):
+        total = state.get("step", 0)
+    return state.get("step", 0), total
+
+
+def already_finished(run_dir: Path, cfg: TrainConfig, console: Console, accelerator: Accelerator) -> dict | None:
+    """On --resume: the stored results when the run is finished under `cfg`'s limits (nothing is touched, the
+    caller returns them), else None (the run goes on: `train` resumes it)."""
+    status = resume_status(run_dir, cfg)
+    results = Path(run_dir) / RESULTS_FILE
+    # finished: the checkpoint's plan is complete, or the results are there and no checkpoint is (deleted by hand)
+    finished = results.is_file() and (status is None or status[0] >= status[1])
+    accelerator.wait_for_everyone()  # every process decides before the main one may change anything
+    if not finished:
+        return None
+    if accelerator.is_main_process:
+        step = status[0] if status else read_json(results, "results file").get("step", "?")
+        console.print(f"{run_dir}: already finished at step {step} (train.max_steps {cfg.max_steps}"
+                      + (f", train.max_time {cfg.max_time}" if cfg.max_time else "") + "); nothing to do — pass a "
+                      "larger --max-steps or --max-time to extend it")
+    return {"out": str(run_dir), "finished": True, **read_json(results, "results file")}
 
 
 def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, accelerator: Accelerator,
@@ -185,24 +225,39 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
     optimizer = torch.optim.AdamW(groups, lr=cfg.learning_rate,
                                   betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
                                   **_fast_adamw_kwargs(accelerator.device))
-    state = TrainState(total_steps=cfg.max_steps)
+    state = TrainState(total_steps=cfg.max_steps, max_steps=cfg.max_steps, max_seconds=cfg.max_seconds)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_factor(s, state.total_steps, cfg.warmup_ratio, cfg.schedule))
     resume_step = None
+    if main:
+        clean_stale(run_dir)  # leftovers of a killed checkpoint write (this process holds the run's lock)
     if resume:
         checkpoint = latest_checkpoint(run_dir)
         if checkpoint is None:
             raise BertkitError(f"{run_dir}: --resume found no checkpoint to resume from")
         model.to(accelerator.device)
         saved, rngs = load_checkpoint(checkpoint, model, optimizer, scheduler)
-        state = TrainState(**saved)
+        known = {f.name for f in dataclasses.fields(TrainState)}
+        state = TrainState(**{k: (tuple(v) if k == "calibrated_at" else v) for k, v in saved.items() if k in known})
+        total = planned_total(saved, cfg)
+        if total != state.total_steps:
+            if main:
+                console.print(f"re-planned: {state.total_steps} -> {total} steps (train.max_steps {cfg.max_steps}"
+                              + (f", train.max_time {cfg.max_time}" if cfg.max_time else "") + ")")
+            state.total_steps, state.stopped_early, state.stale_evals = total, False, 0
+        state.max_steps, state.max_seconds = cfg.max_steps, cfg.max_seconds
         set_rng_state(rngs[min(accelerator.process_index, len(rngs) - 1)])
         resume_step = state.step
-        _drop_newer_best(run_dir, state, main)
-        if main:
+        if main:  # the checkpoint loaded: now the run directory may say that the run goes on
+            remove_file(Path(run_dir) / RESULTS_FILE)  # its presence always means "finished"
+            record_train(run_dir, cfg)  # the (possibly extended) limits
+            drop_newer_best(run_dir, state.step)
             console.print(f"resuming from {checkpoint.name} (step {state.step} of {state.total_steps})")
     ddp_model, optimizer = accelerator.prepare(model, optimizer)
-    metrics = _Metrics(run_dir, main, resume_step)
+    if resume and (state.step >= state.total_steps or state.stopped_early):
+        # Killed after its last checkpoint, before its results: nothing left to train, the final evaluation again.
+        return {"state": asdict(state), "evaluation": objective.evaluate(accelerator.unwrap_model(ddp_model))}
+    metrics = _Metrics(run_dir, main, resume_step, console)
     evaluation: dict = {}
 
     bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
@@ -283,6 +338,8 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                     bar.update(task, info=f"loss {record['loss']:.3f}  {record['tokens_per_s']:,.0f} tok/s")
                     state.window = {}
                 last = state.step >= state.total_steps or (cfg.max_seconds and state.elapsed >= cfg.max_seconds)
+                if last:  # a budget spent before the planned total: the run is finished here (a resume knows it)
+                    state.total_steps = state.step
                 if state.step % cfg.eval_every == 0 or last:
                     evaluation = objective.evaluate(accelerator.unwrap_model(ddp_model))
                     state.evaluations += 1
@@ -317,11 +374,7 @@ def _track_best(metric: str, evaluation: dict, state: TrainState, cfg: TrainConf
     if better and math.isfinite(value):
         state.best_value, state.best_step, state.stale_evals = float(value), state.step, 0
         if accelerator.is_main_process:
-            with atomic_dir(run_dir / CHECKPOINTS / BEST, overwrite=True) as tmp:
-                save_model(accelerator.unwrap_model(ddp_model), str(tmp / WEIGHTS_FILE),
-                           metadata={"format": "pt", "step": str(state.step)})
-                (tmp / "state.json").write_text(json.dumps({"step": state.step, "metric": metric,
-                                                            "value": value}) + "\n", encoding="utf-8")
+            save_best(run_dir, accelerator.unwrap_model(ddp_model), state.step, metric, value)
         accelerator.wait_for_everyone()
     else:
         state.stale_evals += 1
@@ -329,46 +382,23 @@ def _track_best(metric: str, evaluation: dict, state: TrainState, cfg: TrainConf
     return state.stopped_early
 
 
-def _drop_newer_best(run_dir: Path, state: TrainState, main: bool) -> None:
-    """On resume: best weights saved after the checkpoint we resume from are not in the resumed state's history;
-    drop them (the replayed evaluations write them again) so results and weights never disagree."""
-    path = Path(run_dir) / CHECKPOINTS / BEST / "state.json"
-    if main and path.is_file() and json.loads(path.read_text(encoding="utf-8"))["step"] > state.step:
-        import shutil
-
-        shutil.rmtree(path.parent, ignore_errors=True)
-
-
 def train_best(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, accelerator: Accelerator,
                metric: str, resume: bool = False, console: Console | None = None, progress: bool = True) -> dict:
     """`train` with a validation `metric` (finetuning), then the best checkpoint's weights loaded into `model` and
     written as RUN/model.safetensors (main process). Returns the summary a finetuning run's results.json starts
     from."""
-    import os
-    import shutil
-
-    from safetensors.torch import load_model
-
     result = train(model, objective, cfg, run_dir, accelerator, resume=resume, console=console, progress=progress,
                    metric=metric)
     best = best_weights(run_dir)
     if best is not None:
-        load_model(model, str(best), strict=True)
+        load_weights(model, best, next(model.parameters()).device)
     if accelerator.is_main_process:
-        final = Path(run_dir) / f".{WEIGHTS_FILE}.tmp"
         if best is not None:
-            shutil.copyfile(best, final)
+            copy_weights(best, Path(run_dir) / WEIGHTS_FILE)
         else:
-            save_model(model, str(final), metadata={"format": "pt"})
-        os.replace(final, Path(run_dir) / WEIGHTS_FILE)
+            write_weights(Path(run_dir) / WEIGHTS_FILE, model)
     return {"out": str(run_dir), "best_step": result["state"]["best_step"], "metric": metric,
             "steps": result["state"]["step"], "stopped_early": result["state"]["stopped_early"]}
-
-
-def best_weights(run_dir: Path) -> Path | None:
-    """checkpoints/best/model.safetensors when a run kept one."""
-    path = Path(run_dir) / CHECKPOINTS / BEST / WEIGHTS_FILE
-    return path if path.is_file() else None
 
 
 def _fast_adamw_kwargs(device: torch.device) -> dict:

@@ -1,5 +1,5 @@
 """`bertkit embed`: chunked streaming gives exactly the one-shot embeddings, rows never shift silently, memory is
-bounded by the chunk, and outputs are never half-written or overwritten by accident."""
+bounded by the chunk, and outputs are never half-written or overwritten by accident, not even by a full disk."""
 
 import json
 
@@ -7,6 +7,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from bertkit.embedding import SentenceEncoder
+from conftest import bertkit_capped as _limited
 from conftest import cli_error, cli_ok
 
 LINES = ["the first review", "", "a second, much longer review about a film and its actors", "third",
@@ -118,7 +119,7 @@ def test_layers_pool_every_layer_and_the_last_one_is_the_embedding(tmp_path, bas
     output; --tokens: every token's states with a sidecar naming the text, position and token of each row."""
     import torch
 
-    from bertkit.train.checkpoint import load_run
+    from bertkit.run.directory import load_run
 
     corpus = _corpus(tmp_path)
     texts = [t for t in LINES if t.strip()]
@@ -175,3 +176,29 @@ def test_layers_of_texts_shorter_than_the_layer_count(tmp_path, base):
     encoder = SentenceEncoder(base)
     single = encoder.encode_layers([""], [1])
     np.testing.assert_allclose(layered[1, 1], single[0, 0], atol=1e-5)
+
+
+
+
+def test_a_full_disk_is_one_line_and_keeps_the_previous_output(tmp_path, base):
+    """A full disk used to kill `embed` with SIGBUS (a memory map of a sparse file), printing nothing and leaving
+    the temporary behind; now: one `error:` line, the previous output (and its sidecar) intact, no temporaries."""
+    small = _corpus(tmp_path)
+    big = tmp_path / "big.txt"
+    big.write_text("".join(f"line {i} of a corpus that outgrows the disk\n" if i % 50 else "\n" for i in range(400)))
+    for name, extra, sidecar in (("e.npy", [], "e.rows.npy"), ("e.parquet", [], None),
+                                 ("t.npy", ["--tokens"], "t.tokens.tsv")):
+        out = tmp_path / name
+        cli_ok("embed", "--model", base, small, "-o", out, "--no-progress", *extra)
+        before = {p.name: p.read_bytes() for p in (out, tmp_path / (sidecar or name))}
+        result = _limited(["embed", "--model", base, big, "-o", out, "--overwrite", "--no-progress", *extra],
+                          12_288, tmp_path)
+        assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+        errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "no space left" in errors[0], result.stderr
+        assert {p.name: p.read_bytes() for p in (out, tmp_path / (sidecar or name))} == before
+        if name.endswith(".npy"):
+            assert np.load(out).shape[0] > 0
+        else:
+            assert pq.read_table(out).num_rows == len([t for t in LINES if t.strip()])
+        assert not list(tmp_path.glob(".*tmp*"))

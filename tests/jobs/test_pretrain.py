@@ -153,7 +153,7 @@ def test_bad_inputs_are_one_line_and_never_damage_a_run(tmp_path, corpus):
 def test_fill_mask_refuses_models_without_an_mlm_head(tmp_path):
     from bertkit.config import Config
     from bertkit.nn.model import Model
-    from bertkit.train.checkpoint import save_run
+    from bertkit.run.directory import save_run
     from conftest import tiny
 
     cfg = tiny()

@@ -157,7 +157,7 @@ def test_probe_bad_inputs_are_one_line(tmp_path, base):
 def test_probe_reads_decoders(tmp_path, sample_tokenizer):
     """Any run: a decoder's (causal) states are probed the same way."""
     from bertkit.text.tokenizer import save_tokenizer
-    from bertkit.train.checkpoint import save_run
+    from bertkit.run.directory import save_run
 
     save_tokenizer(sample_tokenizer, tmp_path / "tok")
     cfg = tiny(vocab_size=400, architecture="decoder", heads=("lm",))

@@ -1,6 +1,8 @@
 """Corpus reading: every format, directories, bad bytes with their offsets, caching keyed by the files."""
 
+import csv
 import gzip
+import io
 import json
 import os
 import time
@@ -8,9 +10,13 @@ import time
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from rich.console import Console
 
+import bertkit.text.corpus as corpus
 from bertkit.errors import BertkitError
+from bertkit.paths import cache_root
 from bertkit.text.corpus import load_corpus
+from conftest import cli_error
 
 DOCS = ["first document here", "second one, with a comma", "third: tabs\tinside"]
 
@@ -63,8 +69,11 @@ def test_missing_empty_and_unreadable_inputs(tmp_path):
 def test_invalid_utf8_names_file_and_byte_offset_or_is_skipped(tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"good line\nanother good\nbad \xff byte\nlast\n")
-    with pytest.raises(BertkitError, match=r"bad.txt: invalid UTF-8 at byte 27 \(line 3\)"):
+    with pytest.raises(BertkitError, match=r"bad.txt: invalid UTF-8 at byte 27 \(line 3\); pass --skip-bad-lines"):
         load_corpus([str(bad)])
+    # a reader whose command cannot skip lines (embed, index build) does not offer an option it lacks
+    with pytest.raises(BertkitError, match=r"bad.txt: invalid UTF-8 at byte 27 \(line 3\)$"):
+        list(corpus.iter_records(bad))
     dataset, stats, _ = load_corpus([str(bad)], skip_bad_lines=True)
     assert dataset["text"] == ["good line", "another good", "last"] and stats.bad_lines == 1
 
@@ -89,3 +98,78 @@ def test_recipe_paths_resolve_against_the_data_root(tmp_path, monkeypatch):
     monkeypatch.setenv("BERTKIT_DATA", str(tmp_path))
     dataset, _, _ = load_corpus(["mydata/c.txt"])
     assert dataset["text"] == ["from the data root"]
+
+
+LONG = " ".join(f"word{i}" for i in range(40_000))  # ~290 kB: over csv's default 128 kB per field
+
+
+def test_csv_and_tsv_fields_longer_than_128_kB(tmp_path):
+    (tmp_path / "a.csv").write_text(f'id,text\n1,"{LONG}"\n2,short\n')
+    (tmp_path / "b.tsv").write_text(f"id\ttext\n1\t{LONG}\n")
+    dataset, stats, _ = load_corpus([str(tmp_path)])
+    assert dataset["text"] == [LONG, "short", LONG] and stats.documents == 3
+
+
+@pytest.fixture
+def small_field_limit(monkeypatch):
+    """csv's field limit and bertkit's bound at 1,000 characters, restored afterwards (it is process-wide)."""
+    monkeypatch.setattr(corpus, "CSV_FIELD_LIMIT", 1000)
+    old = csv.field_size_limit(1000)
+    yield 1000
+    csv.field_size_limit(old)
+
+
+@pytest.mark.parametrize("name, sep", [("c.csv", ","), ("c.tsv", "\t")])
+def test_a_field_over_the_bound_is_one_line_naming_file_and_line(tmp_path, small_field_limit, name, sep):
+    path = tmp_path / name
+    path.write_text(f"id{sep}text\n1{sep}fine\n2{sep}{'x' * 1500}\n")
+    with pytest.raises(BertkitError, match=rf"{name}:3: a field is longer than 1,000 characters, the most bertkit "
+                       rf"reads from one {name[-3:].upper()} field"):
+        load_corpus([str(path)])
+    # through the CLI: exit 2 and one `error:` line, no traceback
+    line = cli_error("tokenizer", "train", path, "-o", tmp_path / "tok")
+    assert f"{name}:3: a field is longer than 1,000 characters" in line
+
+
+def test_the_field_bound_is_64_MiB_and_never_lowered():
+    corpus.allow_long_fields()
+    assert csv.field_size_limit() >= corpus.CSV_FIELD_LIMIT == 64 * 2**20
+    old = csv.field_size_limit(2**30)
+    try:
+        corpus.allow_long_fields()
+        assert csv.field_size_limit() == 2**30  # someone else's larger limit stays
+    finally:
+        csv.field_size_limit(old)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "empty", "tail", "delete", "manifest"])
+def test_a_damaged_corpus_cache_is_read_again_with_a_warning(tmp_path, damage):
+    path = tmp_path / "a.txt"
+    path.write_text("".join(f"document number {i}\n" for i in range(3000)))
+    dataset, stats, key = load_corpus([str(path)])
+    texts = list(dataset["text"])  # a list, not a lazy column: the damage below must not reach a live memory map
+    del dataset
+    folder = cache_root() / "corpus" / key
+    arrow = folder / "corpus.arrow"
+    size = arrow.stat().st_size
+    if damage == "truncate":
+        os.truncate(arrow, size // 2)
+    elif damage == "empty":
+        os.truncate(arrow, 0)
+    elif damage == "tail":  # same size, last bytes zeroed (what a lost write can leave)
+        with arrow.open("r+b") as fh:
+            fh.seek(size - 64)
+            fh.write(bytes(64))
+    elif damage == "delete":
+        arrow.unlink()
+    else:
+        manifest = folder / "manifest.json"
+        manifest.write_text(manifest.read_text()[:40])
+    out = io.StringIO()
+    again, stats_again, key_again = load_corpus([str(path)], console=Console(file=out, width=300))
+    assert again["text"] == texts and stats_again == stats and key_again == key
+    warning = out.getvalue()
+    assert warning.count("\n") == 1 and "the corpus cache" in warning and "is damaged" in warning, warning
+    out = io.StringIO()
+    assert load_corpus([str(path)], console=Console(file=out))[0]["text"] == texts
+    assert out.getvalue() == ""  # healed: the next run just reuses it

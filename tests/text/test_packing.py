@@ -1,11 +1,16 @@
 """Packing: fixed blocks of [CLS] + stream, documents ended by [SEP], word starts, split, cache, workers."""
 
+import io
+import os
+
 import numpy as np
 import pytest
+from rich.console import Console
 
 from bertkit.errors import BertkitError
+from bertkit.paths import cache_root
 from bertkit.text.corpus import load_corpus
-from bertkit.text.packing import pack_corpus
+from bertkit.text.packing import pack_corpus, pack_key
 from conftest import SAMPLE_CORPUS
 
 
@@ -76,3 +81,39 @@ def test_a_corpus_too_small_for_one_block(tmp_path, sample_tokenizer):
     dataset, _, key = load_corpus([str(path)])
     with pytest.raises(BertkitError, match="corpus too small"):
         pack_corpus(dataset, key, sample_tokenizer, block_size=128)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "short-stream", "tail", "delete", "manifest"])
+def test_a_damaged_pack_cache_is_rebuilt_with_the_same_blocks(tmp_path, sample_tokenizer, damage):
+    """A truncated (or otherwise damaged) packed cache used to fail every later run until deleted by hand."""
+    dataset, _, key = _corpus(tmp_path)
+    first = pack_corpus(dataset, key, sample_tokenizer, block_size=32, validation_fraction=0.1)
+    # lists, not lazy columns: the damage below must not reach a live memory map
+    train, validation, stats = list(first.train["input_ids"]), list(first.validation["input_ids"]), first.stats
+    del first
+    folder = cache_root() / "packed" / pack_key(key, sample_tokenizer, 32, 0.1)
+    arrow = folder / "train.arrow"
+    size = arrow.stat().st_size
+    if damage == "truncate":
+        os.truncate(arrow, size * 2 // 3)
+    elif damage == "short-stream":  # a valid stream of fewer blocks: every byte that is left reads fine
+        import pyarrow as pa
+
+        table = pa.ipc.open_stream(arrow.read_bytes()).read_all()  # read into memory, not mapped: rewritten below
+        with pa.OSFile(str(arrow), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table.slice(0, len(table) // 2))
+    elif damage == "tail":
+        with arrow.open("r+b") as fh:
+            fh.seek(size - 100)
+            fh.write(bytes(100))
+    elif damage == "delete":
+        arrow.unlink()
+    else:
+        (folder / "manifest.json").write_text("{")
+    out = io.StringIO()
+    again = pack_corpus(dataset, key, sample_tokenizer, block_size=32, validation_fraction=0.1,
+                        console=Console(file=out, width=300))
+    assert list(again.train["input_ids"]) == train and list(again.validation["input_ids"]) == validation
+    assert again.stats == stats and len(train) > 10
+    warning = out.getvalue()
+    assert warning.count("\n") == 1 and "the packed corpus cache" in warning and "rebuilding it" in warning, warning

@@ -1,9 +1,11 @@
 """Task readers: labelled text in three formats, CoNLL columns, tag schemes normalised to IOB2, real files."""
 
+import csv
 import json
 
 import pytest
 
+import bertkit.text.corpus as corpus
 from bertkit.errors import BertkitError
 from bertkit.paths import find_dataset
 from bertkit.text.tasks import read_conll, read_labelled, to_iob2
@@ -38,6 +40,22 @@ def test_labelled_text_errors_name_what_is_wrong(tmp_path):
     (tmp_path / "b.csv").write_text("text,label\nhello,\n")
     with pytest.raises(BertkitError, match="example 1 .after the header. has no label"):
         read_labelled(tmp_path / "b.csv")
+
+
+def test_fields_longer_than_128_kB_and_over_the_bound(tmp_path, monkeypatch):
+    long = " ".join(f"word{i}" for i in range(40_000))  # ~290 kB: over csv's default 128 kB per field
+    (tmp_path / "a.csv").write_text(f'text,label\n"{long}",pos\nshort,neg\n')
+    (tmp_path / "a.tsv").write_text(f"text\tlabel\n{long}\tpos\n")
+    assert [e.text for e in read_labelled(tmp_path / "a.csv")] == [long, "short"]
+    assert read_labelled(tmp_path / "a.tsv")[0].text == long
+    monkeypatch.setattr(corpus, "CSV_FIELD_LIMIT", 1000)  # bertkit's bound (64 MiB), lowered to keep the test small
+    old = csv.field_size_limit(1000)
+    try:
+        for name in ("a.csv", "a.tsv"):
+            with pytest.raises(BertkitError, match=rf"{name}:2: a field is longer than 1,000 characters"):
+                read_labelled(tmp_path / name)
+    finally:
+        csv.field_size_limit(old)
 
 
 def test_line_breaks_inside_texts_stay_inside_texts(tmp_path):

@@ -1,11 +1,13 @@
 """BPE tokenizers: special tokens and templates, byte-level coverage, transformers compatibility, bad sizes."""
 
+import json
+
 import pytest
 from tokenizers import Tokenizer
 
 from bertkit.errors import BertkitError
 from bertkit.text.tokenizer import (SPECIAL_TOKENS, check_vocab_matches, load_tokenizer, save_tokenizer, special_ids,
-                                    train_bpe)
+                                    train_bpe, vocab_span)
 from conftest import SAMPLE_CORPUS
 
 LINES = [line for line in SAMPLE_CORPUS.read_text().splitlines() if line]
@@ -59,10 +61,18 @@ def test_transformers_loads_and_encodes_identically(tmp_path, sample_tokenizer):
 
 
 def test_vocab_sizes_the_corpus_cannot_support():
-    with pytest.raises(BertkitError, match="too small"):
+    with pytest.raises(BertkitError, match="vocab size 100 is too small: .* alone take 261 .more than 261: "
+                       r"--vocab-size for `bertkit tokenizer train`, --set model.vocab_size=N elsewhere\)$"):
         train_bpe(LINES, vocab_size=100)
     with pytest.raises(BertkitError, match=r"corpus supports only [\d,]+ tokens"):
         train_bpe(LINES, vocab_size=50_000)
+    # a caller that knows its user's option names only that one
+    with pytest.raises(BertkitError, match=r"^--vocab-size=100 is too small: .* \(--vocab-size=N with N more than "
+                       r"261\)$"):
+        train_bpe(LINES, vocab_size=100, option="--vocab-size")
+    with pytest.raises(BertkitError, match=r"fewer than --set model.vocab_size=50000: .*\(--set model.vocab_size=N "
+                       r"with N [\d]+ or less\)$"):
+        train_bpe(LINES, vocab_size=50_000, option="--set model.vocab_size")
 
 
 def test_load_errors_and_vocab_check(tmp_path, sample_tokenizer):
@@ -71,9 +81,32 @@ def test_load_errors_and_vocab_check(tmp_path, sample_tokenizer):
     (tmp_path / "tokenizer.json").write_text("{not json")
     with pytest.raises(BertkitError, match="not a valid tokenizer"):
         load_tokenizer(tmp_path)
-    with pytest.raises(BertkitError, match="larger than"):
-        check_vocab_matches(sample_tokenizer, 100, "the model's")
-    check_vocab_matches(sample_tokenizer, 400, "the model's")
+    check_vocab_matches(sample_tokenizer, 400, "runs/x")
+    check_vocab_matches(sample_tokenizer, 512, "runs/x")  # a larger table is fine: some rows are never used
+
+
+def test_a_replaced_tokenizer_larger_than_the_model_is_one_line_naming_run_and_sizes(tmp_path, sample_tokenizer):
+    """A run directory whose tokenizer.json was replaced by a bigger one: the check names the run, the tokenizer's
+    vocab size and the model's vocab_size, in one line, instead of an IndexError in the embedding."""
+    run = tmp_path / "run"
+    save_tokenizer(sample_tokenizer, run)  # 400 tokens; the run's model was built for 300
+    with pytest.raises(BertkitError) as caught:
+        check_vocab_matches(load_tokenizer(run), 300, run)
+    message = str(caught.value)
+    assert message == (f"{run}: the tokenizer's vocab size is 400 but the model's vocab_size is 300 (ids from 300 up "
+                       "have no embedding); use the tokenizer the model was trained with")
+    assert "\n" not in message
+
+
+def test_vocab_span_counts_ids_beyond_the_vocab_size(sample_tokenizer):
+    """A hand-edited tokenizer.json can hold an id past its token count: the embedding needs that many rows."""
+    assert vocab_span(sample_tokenizer) == sample_tokenizer.get_vocab_size() == 400
+    data = json.loads(sample_tokenizer.to_str())
+    data["model"]["vocab"]["Ġzzz"] = 999
+    gappy = Tokenizer.from_str(json.dumps(data))
+    assert gappy.get_vocab_size() == 401 and vocab_span(gappy) == 1000
+    with pytest.raises(BertkitError, match="vocab size is 1,000 but the model's vocab_size is 401"):
+        check_vocab_matches(gappy, 401, "runs/x")
 
 
 def test_loaded_tokenizers_neither_pad_nor_truncate(tmp_path, sample_tokenizer):

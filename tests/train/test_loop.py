@@ -152,7 +152,7 @@ def test_layer_decay_scales_each_depth():
 class _Scripted(MLMObjective):
     """MLM batches, but evaluations report a scripted metric sequence."""
 
-    scores = [0.5, 0.7, 0.6, 0.65, 0.9]
+    scores = [0.5, 0.7, 0.6, 0.65, 0.9, 0.8]
 
     def evaluate(self, model):
         self.calls = getattr(self, "calls", 0) + 1
@@ -179,6 +179,7 @@ def test_best_checkpoint_is_kept_and_patience_stops_early(tmp_path, packed, samp
     again = train(Model(tiny(vocab_size=400, heads=("mlm",))), objective, cfg, out, make_accelerator("fp32"),
                   resume=True, progress=False, metric="score")
     assert again["state"]["step"] == 4 and again["state"]["best_step"] == 2
+    assert again["evaluation"]["score"] == 0.9  # evaluated again, never an empty evaluation
     with pytest.raises(BertkitError, match="train.metric: 'nope' is not a validation metric"):
         out2 = tmp_path / "run2"
         out2.mkdir()

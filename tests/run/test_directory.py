@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny
 
 from bertkit.config import Config
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
-from bertkit.paths import atomic_dir
-from bertkit.train.checkpoint import is_run_dir, load_run, save_run
-from conftest import tiny
+from bertkit.run.directory import is_run_dir, load_run, save_run
+from bertkit.run.files import atomic_dir
 
 
 @pytest.mark.parametrize("overrides", [dict(heads=("pooler", "mlm")), dict(architecture="decoder", positions="rotary"),

@@ -1,0 +1,199 @@
+"""Resumable checkpoints inside a run directory.
+
+checkpoints/
+  step-N/          model.safetensors, optimizer.pt (optimizer + scheduler tensors), rng.pt, state.json
+  latest           the name of the newest complete step-N, replaced in one durable rename
+  best/            finetuning: the weights of the best validation metric so far, and its state.json
+
+A checkpoint directory is committed with one rename after every file in it is fsynced, then `latest` flips to it:
+a kill at any moment leaves `latest` naming a complete checkpoint (or none, before the first). Loading never runs
+code (`torch.load(weights_only=True)`: a pickle with code in it is refused with one line), and a truncated or
+corrupt file is a one-line error that says which earlier checkpoint is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import shutil
+from pathlib import Path
+
+import torch
+
+from bertkit.errors import BertkitError
+from bertkit.run.directory import WEIGHTS_FILE, load_weights, read_json, write_json, write_weights
+from bertkit.run.files import atomic_dir, confined, remove_stale, restore_orphans, write_atomic
+
+CHECKPOINTS = "checkpoints"
+LATEST = "latest"
+BEST = "best"
+_STEP = re.compile(r"step-(\d+)")
+OPTIMIZER_FILE = "optimizer.pt"
+RNG_FILE = "rng.pt"
+STATE_FILE = "state.json"
+
+
+def rng_state() -> dict:
+    """This process's RNG state (dropout draws): CPU and, where present, CUDA."""
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what `rng_state` captured."""
+    torch.set_rng_state(state["cpu"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def checkpoint_steps(run_dir: str | Path) -> list[int]:
+    """Steps of the complete step-N checkpoints, newest first (anything else in checkpoints/ is ignored)."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    found = (_STEP.fullmatch(p.name) for p in root.iterdir() if p.is_dir())
+    return sorted((int(m.group(1)) for m in found if m and (root / m.group(0) / STATE_FILE).is_file()), reverse=True)
+
+
+def clean_stale(run_dir: str | Path) -> int:
+    """Remove leftovers of interrupted writes: temporary files in the run (`.results.json.tmp-*`, …), in
+    checkpoints/ (`.step-N.tmp-*`, `.best.tmp-*`, `.*.old-*`, `.latest.tmp*`) and the run's own temporary
+    directories beside it (`.NAME.tmp-*` of a killed first write). Only called by the process holding the run's
+    lock (which covers those names)."""
+    run_dir = Path(run_dir)
+    if (run_dir / CHECKPOINTS).is_dir():
+        restore_orphans(run_dir / CHECKPOINTS)  # a best/ moved aside just before a kill is the best there is
+    gone = remove_stale(run_dir.parent, f".{run_dir.name}.tmp-*") + remove_stale(run_dir.parent,
+                                                                                 f".{run_dir.name}.old-*")
+    if run_dir.is_dir():
+        gone += remove_stale(run_dir, ".*.tmp-*")
+    root = run_dir / CHECKPOINTS
+    if root.is_dir():
+        gone += sum(remove_stale(root, pattern) for pattern in (".*.tmp-*", ".*.old-*", f".{LATEST}.tmp*"))
+    return gone
+
+
+def save_checkpoint(run_dir: str | Path, step: int, model, optimizer, scheduler, state: dict,
+                    keep: int, rng_states: list[dict]) -> Path:
+    """Write checkpoints/step-N atomically and durably, flip `latest` to it, then prune old ones."""
+    root = Path(run_dir) / CHECKPOINTS
+    final = root / f"step-{step}"
+    with atomic_dir(final, overwrite=True) as tmp:
+        write_weights(tmp / WEIGHTS_FILE, model, step=str(step))
+        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / OPTIMIZER_FILE)
+        torch.save(rng_states, tmp / RNG_FILE)
+        write_json(tmp / STATE_FILE, state)
+    write_atomic(root / LATEST, final.name)
+    for old in checkpoint_steps(run_dir)[keep:]:
+        if old != step:  # renamed first: a kill mid-delete never leaves a half checkpoint that looks complete
+            aside = root / f".step-{old}.old-prune"
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(root / f"step-{old}", aside)
+            shutil.rmtree(aside, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    """The checkpoint `latest` names; if that pointer is missing, unreadable or names something that is not a
+    complete step-N, the newest complete step-N; None when there is none."""
+    root = Path(run_dir) / CHECKPOINTS
+    pointer = root / LATEST
+    if pointer.is_file():
+        try:
+            name = pointer.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            name = ""
+        if _STEP.fullmatch(name) and (confined(root, name, "checkpoint") / STATE_FILE).is_file():
+            return root / name
+    steps = checkpoint_steps(run_dir)
+    return root / f"step-{steps[0]}" if steps else None
+
+
+def read_state(path: Path) -> dict:
+    """A checkpoint's state.json (the loop's TrainState), with a clear error when it is damaged."""
+    try:
+        return read_json(path / STATE_FILE, "checkpoint state")
+    except BertkitError as exc:
+        raise _damaged(path, exc) from None
+
+
+def _damaged(path: Path, exc: Exception) -> BertkitError:
+    """One line: which checkpoint is damaged, why, and which earlier one a resume can fall back to."""
+    if str(exc).startswith("checkpoint "):
+        return BertkitError(str(exc))
+    earlier = [s for s in checkpoint_steps(path.parent.parent) if f"step-{s}" != path.name]
+    hint = (f"; delete {path} to resume from step-{earlier[0]}" if earlier else
+            "; no earlier checkpoint is left: start the run again")
+    return BertkitError(f"checkpoint {path.name} is damaged: {exc}{hint}")
+
+
+def _torch_file(path: Path):
+    """torch.load that never runs code, with one-line errors for what users can cause."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise BertkitError(f"{path}: missing") from None
+    except pickle.UnpicklingError as exc:
+        if "weights_only" in str(exc) or "Unsupported" in str(exc) or "global" in str(exc).lower():
+            raise BertkitError(f"{path}: holds Python objects other than tensors; refused to load it (it could run "
+                               "code)") from None
+        raise BertkitError(f"{path}: truncated or corrupt ({str(exc).splitlines()[0]})") from None
+    except (RuntimeError, EOFError, ValueError, OSError) as exc:
+        first = str(exc).strip().splitlines()[0].split(". ")[0] if str(exc).strip() else type(exc).__name__
+        raise BertkitError(f"{path}: truncated or corrupt ({first})") from None
+
+
+def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> tuple[dict, list[dict]]:
+    """Load weights (and optimizer/scheduler when given) from a checkpoint; returns (state, rng states). A damaged
+    file is one line naming it and the earlier checkpoint that is left, if any."""
+    try:
+        state = read_state(path)
+        load_weights(model, path / WEIGHTS_FILE, next(model.parameters()).device)
+        if optimizer is not None or scheduler is not None:
+            saved = _torch_file(path / OPTIMIZER_FILE)
+            try:
+                if optimizer is not None:
+                    optimizer.load_state_dict(saved["optimizer"])
+                if scheduler is not None:
+                    scheduler.load_state_dict(saved["scheduler"])
+            except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+                raise BertkitError(f"{path / OPTIMIZER_FILE}: does not fit this run ({exc})") from None
+        rng = _torch_file(path / RNG_FILE)
+        if not (isinstance(rng, list) and rng and all(isinstance(r, dict) and "cpu" in r for r in rng)):
+            raise BertkitError(f"{path / RNG_FILE}: not a bertkit RNG state")
+    except BertkitError as exc:
+        raise _damaged(path, exc) from None
+    return state, rng
+
+
+# ------------------------------------------------------------------------------------------ best weights
+
+def save_best(run_dir: Path, model, step: int, metric: str, value: float) -> None:
+    """checkpoints/best/: the weights of the best evaluation so far (atomic, durable)."""
+    with atomic_dir(Path(run_dir) / CHECKPOINTS / BEST, overwrite=True) as tmp:
+        write_weights(tmp / WEIGHTS_FILE, model, step=str(step))
+        write_json(tmp / STATE_FILE, {"step": step, "metric": metric, "value": value})
+
+
+def best_weights(run_dir: Path) -> Path | None:
+    """checkpoints/best/model.safetensors when a run kept one."""
+    path = Path(run_dir) / CHECKPOINTS / BEST / WEIGHTS_FILE
+    return path if path.is_file() else None
+
+
+def drop_newer_best(run_dir: Path, step: int) -> None:
+    """On resume: best weights saved after the checkpoint we resume from are not in the resumed state's history;
+    drop them (the replayed evaluations write them again) so results and weights never disagree."""
+    path = Path(run_dir) / CHECKPOINTS / BEST / STATE_FILE
+    if not path.is_file():
+        return
+    try:
+        newer = json.loads(path.read_text(encoding="utf-8"))["step"] > step
+    except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
+        newer = True  # a damaged best is no best: the replay writes it again
+    if newer:
+        shutil.rmtree(path.parent, ignore_errors=True)

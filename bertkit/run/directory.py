@@ -1,0 +1,239 @@
+"""The run directory: one format for every model and task, written durably, read with clear errors.
+
+run/
+  config.json        resolved config (every section) + bertkit version
+  tokenizer.json     when the model has a tokenizer
+  model.safetensors  weights only (tied weights stored once); never a pickle
+  labels.json        task heads: the task and its label set, in head-output order
+  metrics.jsonl      one line per logged step / evaluation (bertkit.run.metrics)
+  results.json       the finished run's summary (written last: its presence means "finished")
+  baseline.json      pretraining: the unigram baseline of the validation set
+  checkpoints/       resumable state (bertkit.run.checkpoints)
+
+Every loader (TaskModel, SentenceEncoder, Translator, generate, fill-mask, probe, attention, export) comes through
+`load_run` and `load_run_tokenizer`, so the checks (weights fit the config, weights are finite, the tokenizer fits
+the embedding table) and the device choice live here once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_model, save_model
+
+import bertkit
+from bertkit.config import Config
+from bertkit.errors import BertkitError
+from bertkit.nn.model import Model
+from bertkit.run.files import atomic_dir, atomic_file, copy_atomic, to_json, write_atomic
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+TOKENIZER_FILE = "tokenizer.json"
+LABELS_FILE = "labels.json"
+RESULTS_FILE = "results.json"
+BASELINE_FILE = "baseline.json"
+
+
+def default_device(device: str | torch.device | None = None) -> torch.device:
+    """The device a loaded model runs on: the one asked for, else CUDA when there is one, else the CPU."""
+    return torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available()
+                                                                        else "cpu")
+
+
+def read_json(path: str | Path, what: str = "file") -> dict:
+    """A JSON object from a run file; a missing, truncated or non-object file is a one-line user error."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BertkitError(f"{path}: missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BertkitError(f"{path}: not valid JSON, truncated or corrupt ({exc})") from None
+    if not isinstance(data, dict):
+        raise BertkitError(f"{path}: not a bertkit {what}")
+    return data
+
+
+def write_json(path: str | Path, obj) -> Path:
+    """Write a JSON run file durably (temp → fsync → rename → fsync directory)."""
+    return write_atomic(path, to_json(obj) + "\n")
+
+
+def write_config(directory: Path, config: Config) -> None:
+    """config.json: the resolved config of every section, stamped with the bertkit version."""
+    write_json(Path(directory) / CONFIG_FILE, {"bertkit_version": bertkit.__version__, **config.to_dict()})
+
+
+def write_weights(path: str | Path, model: torch.nn.Module, **metadata: str) -> Path:
+    """model.safetensors (or a checkpoint's weights) written durably."""
+    with atomic_file(path, overwrite=True) as tmp:
+        save_model(model, str(tmp), metadata={"format": "pt", "bertkit": bertkit.__version__, **metadata})
+    return Path(path)
+
+
+def copy_weights(src: str | Path, path: str | Path) -> Path:
+    """Replace `path` with a copy of the weights file `src` (e.g. the best checkpoint), durably."""
+    return copy_atomic(src, path)
+
+
+def write_labels(directory: Path, kind: str, labels: list[str]) -> None:
+    """labels.json: the task and its label set, in head-output order."""
+    write_json(Path(directory) / LABELS_FILE, {"task": kind, "labels": labels})
+
+
+def read_labels(run: str | Path) -> tuple[str, list[str]]:
+    """(task kind, labels) from labels.json."""
+    path = Path(run) / LABELS_FILE
+    data = read_json(path, "labels file")
+    if not isinstance(data.get("task"), str) or not isinstance(data.get("labels"), list):
+        raise BertkitError(f"{path}: not a bertkit labels file (needs 'task' and 'labels')")
+    return data["task"], [str(label) for label in data["labels"]]
+
+
+def write_run_files(directory: Path, model: Model, config: Config, tokenizer_file: str | Path | None = None) -> None:
+    """Write config.json, model.safetensors and (if given) tokenizer.json into an existing directory."""
+    write_config(directory, config)
+    write_weights(Path(directory) / WEIGHTS_FILE, model)
+    if tokenizer_file is not None:
+        copy_atomic(tokenizer_file, Path(directory) / TOKENIZER_FILE)
+
+
+def save_run(out: str | Path, model: Model, config: Config, tokenizer_file: str | Path | None = None,
+             overwrite: bool = False) -> Path:
+    """Save a complete run directory atomically; returns its path."""
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        write_run_files(tmp, model, config, tokenizer_file)
+    return Path(out)
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """True when `path` looks like a bertkit run directory."""
+    path = Path(path)
+    return (path / CONFIG_FILE).is_file() and (path / WEIGHTS_FILE).is_file()
+
+
+def is_finished(run: str | Path) -> bool:
+    """True when the run wrote its results (the last file a training job writes)."""
+    return (Path(run) / RESULTS_FILE).is_file()
+
+
+def load_config(run: str | Path) -> Config:
+    """The Config stored in a run directory."""
+    path = Path(run) / CONFIG_FILE
+    if not path.is_file():
+        raise BertkitError(f"{run}: not a bertkit run directory (no {CONFIG_FILE})")
+    data = read_json(path, "config")
+    if "bertkit_version" not in data:
+        raise BertkitError(f"{path}: not a bertkit config (a Hugging Face folder? use `bertkit import-hf`)")
+    data.pop("bertkit_version")
+    return Config.from_dict(data, source=str(path))
+
+
+def check_run_output(out: Path, config: Config, resume: bool, sections: tuple[str, ...],
+                     may_change: set[str]) -> None:
+    """Refuse to touch an existing different run, or to resume what is not there. On resume, every key of
+    `sections` must match the stored run except the dotted keys in `may_change` (e.g. "train.max_steps")."""
+    from bertkit.run.checkpoints import latest_checkpoint
+
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        if resume:
+            raise BertkitError(f"{out}: nothing to resume (no run there)")
+        return
+    if not (out / CONFIG_FILE).is_file():
+        raise BertkitError(f"{out}: exists and is not a bertkit run (choose another --out)")
+    if not resume:
+        raise BertkitError(f"{out}: already holds a run (pass --resume to continue it, or choose another --out)")
+    existing = load_config(out)
+    for section in sections:
+        old, new = dataclasses.asdict(getattr(existing, section)), dataclasses.asdict(getattr(config, section))
+        for key, value in old.items():
+            if f"{section}.{key}" not in may_change and value != new[key]:
+                raise BertkitError(f"{out}: holds a different run ({section}.{key} = {value!r}, now {new[key]!r}); "
+                                   "resume with the same settings or choose another --out")
+    if latest_checkpoint(out) is None and not is_finished(out):
+        raise BertkitError(f"{out}: has no checkpoint yet to resume from (delete it and start again)")
+
+
+LIMITS = ("max_steps", "max_time", "epochs")  # the train keys that say how long a run goes
+
+
+def keep_run_limits(config: Config, out: str | Path, given: dict[str, object], sets: list[str]) -> Config:
+    """On --resume: the training limits the run has, unless this command gives them (an option or --set). A plain
+    `--resume` so continues the run as it was planned; a larger --max-steps / --max-time extends it (--max-steps
+    alone drops the run's time budget and epochs: the step count is the new limit)."""
+    if not (Path(out) / CONFIG_FILE).is_file():
+        return config
+    stored = load_config(out).train
+    named = {item.split("=", 1)[0].strip().removeprefix("train.") for item in sets}
+    chosen = {key for key in LIMITS if given.get(key) is not None or key in named}
+    if "max_steps" in chosen:  # an explicit step count replaces the run's epochs and its time budget
+        chosen.update(("epochs", "max_time"))
+    keep = {key: getattr(stored, key) for key in LIMITS if key not in chosen}
+    return dataclasses.replace(config, train=dataclasses.replace(config.train, **keep))
+
+
+def record_train(out: str | Path, train) -> None:
+    """Store a resumed run's (possibly extended) [train] section in its config.json, durably, when it changed (a
+    directory the API trained into without a config.json is left alone)."""
+    if not (Path(out) / CONFIG_FILE).is_file():
+        return
+    stored = load_config(out)
+    if stored.train != train:
+        write_config(Path(out), dataclasses.replace(stored, train=train))
+
+
+def load_weights(model: torch.nn.Module, path: str | Path, device: str | torch.device = "cpu") -> None:
+    """Load a safetensors file into `model` (strict); a truncated, mismatched or non-finite file is a user error."""
+    path = Path(path)
+    if not path.is_file():
+        raise BertkitError(f"{path}: missing")
+    try:
+        load_model(model, str(path), strict=True, device=str(device))
+    except (SafetensorError, RuntimeError, OSError, ValueError) as exc:
+        text = str(exc).strip()
+        first = text.splitlines()[0] if text else type(exc).__name__
+        if isinstance(exc, RuntimeError) and "state_dict" in text:  # a readable file for another architecture
+            detail = next((line.strip() for line in text.splitlines()[1:] if line.strip()), first)
+            raise BertkitError(f"{path}: weights do not fit the config ({detail[:200]})") from None
+        raise BertkitError(f"{path}: truncated or corrupt ({first})") from None
+    bad = next((name for name, p in model.state_dict().items()
+                if p.is_floating_point() and not torch.isfinite(p).all()), None)
+    if bad is not None:
+        raise BertkitError(f"{path}: weights are not finite (NaN or inf in {bad}); the file is damaged or the run "
+                           "diverged")
+
+
+def load_run(run: str | Path, device: str | torch.device | None = "cpu") -> tuple[Config, Model]:
+    """Rebuild the model stored in a run directory on `device` (None: CUDA when there is one, else the CPU), in
+    eval mode; missing, corrupt, mismatched or non-finite weights are user errors."""
+    config = load_config(run)
+    weights = Path(run) / WEIGHTS_FILE
+    if not weights.is_file():
+        raise BertkitError(f"{run}: no {WEIGHTS_FILE}")
+    model = Model(config.model)
+    load_weights(model, weights)
+    return config, model.to(default_device(device)).eval()
+
+
+def load_run_tokenizer(run: str | Path, config: Config, folder: str | Path | None = None):
+    """The run's tokenizer (or the one in `folder` of it), checked against the model's embedding table: a
+    tokenizer whose ids the model cannot embed is a user error, not an IndexError mid-batch."""
+    from bertkit.text.tokenizer import check_vocab_matches, load_tokenizer
+
+    tokenizer = load_tokenizer(Path(folder) if folder is not None else Path(run))
+    check_vocab_matches(tokenizer, config.model.vocab_size, run)
+    return tokenizer
+
+
+def remove_file(path: Path) -> None:
+    """Delete a run file if present (e.g. a stale results.json before a run is extended)."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,57 @@
+"""Advisory locks: one writer per run directory (or index) for the whole life of a writing job.
+
+The lock file sits beside the directory (`.NAME.lock`), not inside it, so it exists before the directory is
+created and survives the atomic rename that commits a new run. `fcntl.flock` is released by the kernel when the
+holder exits, however it exits (kill -9 included): a stale lock can never block the next run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from bertkit.errors import BertkitError
+
+
+def lock_path(directory: str | Path) -> Path:
+    """Where the lock of `directory` lives: `.NAME.lock` in its parent."""
+    directory = Path(directory).absolute()
+    return directory.parent / f".{directory.name}.lock"
+
+
+@contextlib.contextmanager
+def locked(directory: str | Path, what: str = "run", enabled: bool | None = None) -> Iterator[None]:
+    """Hold the exclusive lock of `directory` for the block; a second writer gets one clear line naming the
+    holder's pid. Only the main process of a distributed launch takes it (`enabled=None`: RANK is 0 or unset)."""
+    if enabled is None:
+        enabled = int(os.environ.get("RANK", "0") or 0) == 0
+    if not enabled:
+        yield
+        return
+    path = lock_path(directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:  # never through a link: a planted .NAME.lock must not truncate a file elsewhere
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        why = "a link (refused)" if exc.errno == errno.ELOOP else exc.strerror
+        raise BertkitError(f"{path}: cannot be opened to lock the {what} ({why})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise BertkitError(f"{path}: not a regular file (refused as the {what}'s lock)")
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            raise BertkitError(f"{directory}: the {what} is in use by another bertkit process (pid {holder}); wait "
+                               "for it to finish or stop it first") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
