@@ -138,9 +138,8 @@ def load_config(run: str | Path) -> Config:
 def check_run_output(out: Path, config: Config, resume: bool, sections: tuple[str, ...],
                      may_change: set[str]) -> None:
     """Refuse to touch an existing different run, or to resume what is not there. On resume, every key of
-    `sections` must match the stored run except the dotted keys in `may_change` (e.g. "train.max_steps")."""
-    from bertkit.run.checkpoints import latest_checkpoint
-
+    `sections` must match the stored run except the dotted keys in `may_change` (e.g. "train.max_steps"). A run
+    killed before its first checkpoint resumes from step 0 (the loop starts it again)."""
     if not out.exists() or (out.is_dir() and not any(out.iterdir())):
         if resume:
             raise BertkitError(f"{out}: nothing to resume (no run there)")
@@ -156,8 +155,6 @@ def check_run_output(out: Path, config: Config, resume: bool, sections: tuple[st
             if f"{section}.{key}" not in may_change and value != new[key]:
                 raise BertkitError(f"{out}: holds a different run ({section}.{key} = {value!r}, now {new[key]!r}); "
                                    "resume with the same settings or choose another --out")
-    if latest_checkpoint(out) is None and not is_finished(out):
-        raise BertkitError(f"{out}: has no checkpoint yet to resume from (delete it and start again)")
 
 
 LIMITS = ("max_steps", "max_time", "epochs")  # the train keys that say how long a run goes

@@ -231,10 +231,12 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
     resume_step = None
     if main:
         clean_stale(run_dir)  # leftovers of a killed checkpoint write (this process holds the run's lock)
-    if resume:
-        checkpoint = latest_checkpoint(run_dir)
-        if checkpoint is None:
-            raise BertkitError(f"{run_dir}: --resume found no checkpoint to resume from")
+    checkpoint = latest_checkpoint(run_dir) if resume else None
+    if resume and checkpoint is None:  # killed before its first checkpoint: nothing trained yet, start it again
+        resume_step = 0
+        if main:
+            console.print(f"{run_dir}: no checkpoint yet; starting the run again from step 0")
+    if checkpoint is not None:
         model.to(accelerator.device)
         saved, rngs = load_checkpoint(checkpoint, model, optimizer, scheduler)
         known = {f.name for f in dataclasses.fields(TrainState)}

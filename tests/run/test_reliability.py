@@ -87,6 +87,14 @@ def test_kills_mid_metrics_line_and_before_results_resume_exactly(tmp_path, corp
     assert "dropped a torn last line" in _said(resumed)
     assert _curve(torn) == _curve(tmp_path / "straight")
 
+    # kill -9 before the first checkpoint (the run directory exists, nothing to resume from): starts again
+    early = tmp_path / "early"
+    died = _cli("pretrain", *args, "--out", early, env={"BERTKIT_FAULT": "metrics-append@2"}, check=False)
+    assert died.returncode == -signal.SIGKILL and not (early / "checkpoints").exists()
+    restarted = _cli("pretrain", *args, "--out", early, "--resume")
+    assert "starting the run again from step 0" in _said(restarted)
+    assert _curve(early) == _curve(tmp_path / "straight")
+
     # kill -9 after the last checkpoint, with results.json written but not yet renamed into place
     late = tmp_path / "late"
     died = _cli("pretrain", *args, "--out", late, env={"BERTKIT_FAULT": "commit:results.json"}, check=False)
