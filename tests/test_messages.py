@@ -2,6 +2,7 @@
 a hint that names an option which does not exist sends the user nowhere."""
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -46,14 +47,20 @@ def bertkit_options() -> set[str]:
         for sub in getattr(command, "commands", {}).values():
             walk(sub)
 
-    walk(typer.main.get_command(app))
+    walk(cli_root())
     return options
+
+
+@functools.cache
+def cli_root():
+    """The click command tree of the app, built once (building it inspects every command's signature)."""
+    return typer.main.get_command(app)
 
 
 def misplaced_options(text: str) -> list[tuple[str, str]]:
     """(command, option) for every option written after `bertkit COMMAND` in `text` that this command lacks
     (`bertkit demo --recipe …` although only other commands take --recipe)."""
-    root = typer.main.get_command(app)
+    root = cli_root()
     wrong = []
     for call in CALL.finditer(text):
         words = call.group(1).split()
