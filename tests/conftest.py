@@ -82,6 +82,33 @@ def file_size_cap(limit: int):
     return cap
 
 
+def damage_cache(folder: Path, name: str, damage: str) -> None:
+    """Damage the Arrow file `name` of a cache folder the ways a full disk, a killed copy or a lost write do:
+    truncate (to 2/3), empty, short-stream (a valid stream of half the rows), tail (last bytes zeroed, same size),
+    delete, or manifest (its manifest.json cut short)."""
+    arrow = folder / name
+    size = arrow.stat().st_size
+    if damage == "truncate":
+        os.truncate(arrow, size * 2 // 3)
+    elif damage == "empty":
+        os.truncate(arrow, 0)
+    elif damage == "short-stream":
+        import pyarrow as pa
+
+        table = pa.ipc.open_stream(arrow.read_bytes()).read_all()  # read into memory, not mapped: rewritten below
+        with pa.OSFile(str(arrow), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table.slice(0, len(table) // 2))
+    elif damage == "tail":
+        with arrow.open("r+b") as fh:
+            fh.seek(size - 64)
+            fh.write(bytes(64))
+    elif damage == "delete":
+        arrow.unlink()
+    else:
+        manifest = folder / "manifest.json"
+        manifest.write_text(manifest.read_text()[:40])
+
+
 def bertkit_capped(args, limit: int, cwd: Path):
     """`python -m bertkit ARGS` in a subprocess under `file_size_cap(limit)`, offline, with its own cache."""
     import subprocess

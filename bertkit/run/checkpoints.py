@@ -123,8 +123,6 @@ def read_state(path: Path) -> dict:
 
 def _damaged(path: Path, exc: Exception) -> BertkitError:
     """One line: which checkpoint is damaged, why, and which earlier one a resume can fall back to."""
-    if str(exc).startswith("checkpoint "):
-        return BertkitError(str(exc))
     earlier = [s for s in checkpoint_steps(path.parent.parent) if f"step-{s}" != path.name]
     hint = (f"; delete {path} to resume from step-{earlier[0]}" if earlier else
             "; no earlier checkpoint is left: start the run again")
@@ -151,7 +149,7 @@ def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> tuple[
     """Load weights (and optimizer/scheduler when given) from a checkpoint; returns (state, rng states). A damaged
     file is one line naming it and the earlier checkpoint that is left, if any."""
     try:
-        state = read_state(path)
+        state = read_json(path / STATE_FILE, "checkpoint state")
         load_weights(model, path / WEIGHTS_FILE, next(model.parameters()).device)
         if optimizer is not None or scheduler is not None:
             saved = _torch_file(path / OPTIMIZER_FILE)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 import torch
@@ -226,11 +225,3 @@ def load_run_tokenizer(run: str | Path, config: Config, folder: str | Path | Non
     tokenizer = load_tokenizer(Path(folder) if folder is not None else Path(run))
     check_vocab_matches(tokenizer, config.model.vocab_size, run)
     return tokenizer
-
-
-def remove_file(path: Path) -> None:
-    """Delete a run file if present (e.g. a stale results.json before a run is extended)."""
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass

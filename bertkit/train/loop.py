@@ -29,7 +29,7 @@ from bertkit.nn.model import Model
 from bertkit.run.checkpoints import (best_weights, clean_stale, drop_newer_best, latest_checkpoint, load_checkpoint,
                                      read_state, rng_state, save_best, save_checkpoint, set_rng_state)
 from bertkit.run.directory import (RESULTS_FILE, WEIGHTS_FILE, copy_weights, load_weights, read_json, record_train,
-                                   remove_file, write_weights)
+                                   write_weights)
 from bertkit.run.metrics import METRICS_FILE, MetricsLog, read_metrics, truncate_metrics  # noqa: F401 (re-export)
 
 _CALIBRATION_STEPS = 10  # steps timed before a --max-time budget fixes the number of steps
@@ -199,12 +199,13 @@ def already_finished(run_dir: Path, cfg: TrainConfig, console: Console, accelera
     accelerator.wait_for_everyone()  # every process decides before the main one may change anything
     if not finished:
         return None
+    stored = read_json(results, "results file")
     if accelerator.is_main_process:
-        step = status[0] if status else read_json(results, "results file").get("step", "?")
+        step = status[0] if status else stored.get("step", "?")
         console.print(f"{run_dir}: already finished at step {step} (train.max_steps {cfg.max_steps}"
                       + (f", train.max_time {cfg.max_time}" if cfg.max_time else "") + "); nothing to do — pass a "
                       "larger --max-steps or --max-time to extend it")
-    return {"out": str(run_dir), "finished": True, **read_json(results, "results file")}
+    return {"out": str(run_dir), "finished": True, **stored}
 
 
 def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, accelerator: Accelerator,
@@ -251,7 +252,7 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
         set_rng_state(rngs[min(accelerator.process_index, len(rngs) - 1)])
         resume_step = state.step
         if main:  # the checkpoint loaded: now the run directory may say that the run goes on
-            remove_file(Path(run_dir) / RESULTS_FILE)  # its presence always means "finished"
+            (Path(run_dir) / RESULTS_FILE).unlink(missing_ok=True)  # its presence always means "finished"
             record_train(run_dir, cfg)  # the (possibly extended) limits
             drop_newer_best(run_dir, state.step)
             console.print(f"resuming from {checkpoint.name} (step {state.step} of {state.total_steps})")

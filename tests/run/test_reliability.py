@@ -76,9 +76,14 @@ def test_kills_mid_metrics_line_and_before_results_resume_exactly(tmp_path, corp
     assert straight["evaluation"] and straight["step"] == 30
 
     # kill -9 with half a metrics line written (the 8th append: step 14 or so, past the step-10 checkpoint)
-    torn = tmp_path / "torn"
-    died = _cli("pretrain", *args, "--out", torn, env={"BERTKIT_FAULT": "metrics-append@8"}, check=False)
-    assert died.returncode == -signal.SIGKILL
+    def killed_at(name: str, fault: str) -> Path:
+        """A run that kill -9'd itself at the fault point."""
+        run = tmp_path / name
+        died = _cli("pretrain", *args, "--out", run, env={"BERTKIT_FAULT": fault}, check=False)
+        assert died.returncode == -signal.SIGKILL, died.stderr[-2000:]
+        return run
+
+    torn = killed_at("torn", "metrics-append@8")
     assert not (torn / "metrics.jsonl").read_text().endswith("\n")  # really torn
     with pytest.warns(UserWarning, match="torn last line"):
         read_metrics(torn)  # readers (plot, ablate) drop it instead of failing
@@ -88,17 +93,15 @@ def test_kills_mid_metrics_line_and_before_results_resume_exactly(tmp_path, corp
     assert _curve(torn) == _curve(tmp_path / "straight")
 
     # kill -9 before the first checkpoint (the run directory exists, nothing to resume from): starts again
-    early = tmp_path / "early"
-    died = _cli("pretrain", *args, "--out", early, env={"BERTKIT_FAULT": "metrics-append@2"}, check=False)
-    assert died.returncode == -signal.SIGKILL and not (early / "checkpoints").exists()
+    early = killed_at("early", "metrics-append@2")
+    assert not (early / "checkpoints").exists()
     restarted = _cli("pretrain", *args, "--out", early, "--resume")
     assert "starting the run again from step 0" in _said(restarted)
     assert _curve(early) == _curve(tmp_path / "straight")
 
     # kill -9 after the last checkpoint, with results.json written but not yet renamed into place
-    late = tmp_path / "late"
-    died = _cli("pretrain", *args, "--out", late, env={"BERTKIT_FAULT": "commit:results.json"}, check=False)
-    assert died.returncode == -signal.SIGKILL and not (late / "results.json").exists()
+    late = killed_at("late", "commit:results.json")
+    assert not (late / "results.json").exists()
     _cli("pretrain", *args, "--out", late, "--resume")
     assert json.loads((late / "results.json").read_text()) == straight  # the evaluation is never lost
     assert _curve(late) == _curve(tmp_path / "straight")

@@ -16,7 +16,7 @@ import bertkit.text.corpus as corpus
 from bertkit.errors import BertkitError
 from bertkit.paths import cache_root
 from bertkit.text.corpus import load_corpus
-from conftest import cli_error
+from conftest import cli_error, damage_cache
 
 DOCS = ["first document here", "second one, with a comma", "third: tabs\tinside"]
 
@@ -150,21 +150,7 @@ def test_a_damaged_corpus_cache_is_read_again_with_a_warning(tmp_path, damage):
     texts = list(dataset["text"])  # a list, not a lazy column: the damage below must not reach a live memory map
     del dataset
     folder = cache_root() / "corpus" / key
-    arrow = folder / "corpus.arrow"
-    size = arrow.stat().st_size
-    if damage == "truncate":
-        os.truncate(arrow, size // 2)
-    elif damage == "empty":
-        os.truncate(arrow, 0)
-    elif damage == "tail":  # same size, last bytes zeroed (what a lost write can leave)
-        with arrow.open("r+b") as fh:
-            fh.seek(size - 64)
-            fh.write(bytes(64))
-    elif damage == "delete":
-        arrow.unlink()
-    else:
-        manifest = folder / "manifest.json"
-        manifest.write_text(manifest.read_text()[:40])
+    damage_cache(folder, "corpus.arrow", damage)
     out = io.StringIO()
     again, stats_again, key_again = load_corpus([str(path)], console=Console(file=out, width=300))
     assert again["text"] == texts and stats_again == stats and key_again == key

@@ -1,7 +1,6 @@
 """Packing: fixed blocks of [CLS] + stream, documents ended by [SEP], word starts, split, cache, workers."""
 
 import io
-import os
 
 import numpy as np
 import pytest
@@ -11,7 +10,7 @@ from bertkit.errors import BertkitError
 from bertkit.paths import cache_root
 from bertkit.text.corpus import load_corpus
 from bertkit.text.packing import pack_corpus, pack_key
-from conftest import SAMPLE_CORPUS
+from conftest import SAMPLE_CORPUS, damage_cache
 
 
 def _corpus(tmp_path, copies=30):
@@ -92,24 +91,7 @@ def test_a_damaged_pack_cache_is_rebuilt_with_the_same_blocks(tmp_path, sample_t
     train, validation, stats = list(first.train["input_ids"]), list(first.validation["input_ids"]), first.stats
     del first
     folder = cache_root() / "packed" / pack_key(key, sample_tokenizer, 32, 0.1)
-    arrow = folder / "train.arrow"
-    size = arrow.stat().st_size
-    if damage == "truncate":
-        os.truncate(arrow, size * 2 // 3)
-    elif damage == "short-stream":  # a valid stream of fewer blocks: every byte that is left reads fine
-        import pyarrow as pa
-
-        table = pa.ipc.open_stream(arrow.read_bytes()).read_all()  # read into memory, not mapped: rewritten below
-        with pa.OSFile(str(arrow), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table.slice(0, len(table) // 2))
-    elif damage == "tail":
-        with arrow.open("r+b") as fh:
-            fh.seek(size - 100)
-            fh.write(bytes(100))
-    elif damage == "delete":
-        arrow.unlink()
-    else:
-        (folder / "manifest.json").write_text("{")
+    damage_cache(folder, "train.arrow", damage)
     out = io.StringIO()
     again = pack_corpus(dataset, key, sample_tokenizer, block_size=32, validation_fraction=0.1,
                         console=Console(file=out, width=300))
