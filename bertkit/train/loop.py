@@ -74,6 +74,7 @@ class TrainState:
     best_step: int = 0
     stale_evals: int = 0  # evaluations since the metric last improved (early stopping)
     stopped_early: bool = False
+    budget_spent: bool = False  # stopped by train.max_time before total_steps: finished under these limits
     # the limits total_steps was planned for: a resume with other limits re-plans (planned_total)
     max_steps: int = 0
     max_seconds: float | None = None
@@ -178,13 +179,13 @@ def planned_total(state: dict, cfg: TrainConfig) -> int:
 
 def resume_status(run_dir: Path, cfg: TrainConfig) -> tuple[int, int] | None:
     """(step, planned total) of the checkpoint a resume would continue from, or None without one. A run is
-    finished when step >= total (or it stopped early and the limits are unchanged)."""
+    finished when step >= total (or it stopped early or spent its time budget, and the limits are unchanged)."""
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is None:
         return None
     state = read_state(checkpoint)
     total = planned_total(state, cfg)
-    if state.get("stopped_early") and total == state.get("total_steps"):
+    if (state.get("stopped_early") or state.get("budget_spent")) and total == state.get("total_steps"):
         total = state.get("step", 0)
     return state.get("step", 0), total
 
@@ -247,7 +248,7 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
             if main:
                 console.print(f"re-planned: {state.total_steps} -> {total} steps (train.max_steps {cfg.max_steps}"
                               + (f", train.max_time {cfg.max_time}" if cfg.max_time else "") + ")")
-            state.total_steps, state.stopped_early, state.stale_evals = total, False, 0
+            state.total_steps, state.stopped_early, state.budget_spent, state.stale_evals = total, False, False, 0
         state.max_steps, state.max_seconds = cfg.max_steps, cfg.max_seconds
         set_rng_state(rngs[min(accelerator.process_index, len(rngs) - 1)])
         resume_step = state.step
@@ -257,7 +258,7 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
             drop_newer_best(run_dir, state.step)
             console.print(f"resuming from {checkpoint.name} (step {state.step} of {state.total_steps})")
     ddp_model, optimizer = accelerator.prepare(model, optimizer)
-    if resume and (state.step >= state.total_steps or state.stopped_early):
+    if resume and (state.step >= state.total_steps or state.stopped_early or state.budget_spent):
         # Killed after its last checkpoint, before its results: nothing left to train, the final evaluation again.
         return {"state": asdict(state), "evaluation": objective.evaluate(accelerator.unwrap_model(ddp_model))}
     metrics = _Metrics(run_dir, main, resume_step, console)
@@ -341,8 +342,8 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                     bar.update(task, info=f"loss {record['loss']:.3f}  {record['tokens_per_s']:,.0f} tok/s")
                     state.window = {}
                 last = state.step >= state.total_steps or (cfg.max_seconds and state.elapsed >= cfg.max_seconds)
-                if last:  # a budget spent before the planned total: the run is finished here (a resume knows it)
-                    state.total_steps = state.step
+                if last and state.step < state.total_steps:  # the time budget ended it: a resume knows it is done
+                    state.budget_spent = True
                 if state.step % cfg.eval_every == 0 or last:
                     evaluation = objective.evaluate(accelerator.unwrap_model(ddp_model))
                     state.evaluations += 1

@@ -300,7 +300,8 @@ def test_a_run_stopped_by_its_time_budget_is_finished(tmp_path, corpus):
     _cli("pretrain", *TINY, "--corpus", corpus, "--out", run, "--max-time", "4s", "--set", "max_steps=100000")
     before = _snapshot(run)
     state = json.loads((run / "checkpoints" / (run / "checkpoints" / "latest").read_text() / "state.json").read_text())
-    assert state["step"] == state["total_steps"]  # the spent budget is the plan's end
+    # stopped by its budget before the fitted total, or at that total: either way finished under these limits
+    assert state["budget_spent"] or state["step"] == state["total_steps"]
     again = _cli("pretrain", *TINY, "--corpus", corpus, "--out", run, "--resume")
     assert "already finished" in _said(again) and _snapshot(run) == before
 
