@@ -24,7 +24,7 @@ Norm = Literal["layernorm", "rmsnorm"]
 NormPosition = Literal["post", "pre"]
 Activation = Literal["relu", "gelu", "swiglu"]
 Positions = Literal["learned", "sinusoidal", "relative", "rotary", "none"]
-Objective = Literal["mlm", "clm"]  # masked LM (encoder) | causal LM (decoder)
+Objective = Literal["mlm", "clm", "rtd"]  # masked LM (encoder) | causal LM (decoder) | ELECTRA (encoder)
 Schedule = Literal["linear", "cosine", "constant"]
 Precision = Literal["fp32", "bf16", "fp16"]
 OnBadSteps = Literal["reload", "stop"]
@@ -32,7 +32,7 @@ Pooling = Literal["cls", "mean", "max"]
 TaskKind = Literal["classify", "ner", "sentence", "seq2seq"]
 Init = Literal["pretrained", "random"]
 SentenceLoss = Literal["cosine", "mnrl", "softmax"]
-HEADS = ("mlm", "lm", "pooler", "classifier", "tagger", "pair_classifier")
+HEADS = ("mlm", "lm", "pooler", "classifier", "tagger", "pair_classifier", "rtd", "generator")
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,7 @@ class ModelConfig:
     max_distance: int = 16  # relative positions: offsets are clipped to [-max_distance, max_distance]
     rotary_base: float = 10000.0
     share_embeddings: bool = True  # encoder-decoder: one token embedding for source and target
+    generator_d_model: int | None = None  # ELECTRA's generator width (train.objective rtd; None: d_model / 4)
     # "mlm" (tied MLM head), "lm" (tied next-token head of a decoder / encoder-decoder), "pooler" (BERT's [CLS]
     # pooler), "classifier", "tagger", "pair_classifier" (SBERT's softmax objective over (u, v, |u - v|))
     heads: tuple[str, ...] = ()
@@ -113,6 +114,19 @@ class ModelConfig:
         if "lm" in self.heads and self.architecture == "encoder":
             raise ConfigError("model.heads: the 'lm' (next-token) head needs a decoder or encoder-decoder; an encoder "
                               "predicts masked tokens with 'mlm'")
+        if self.generator_d_model is not None:
+            if not 1 <= self.generator_d_model <= self.d_model:
+                raise ConfigError(f"model.generator_d_model: the generator ({self.generator_d_model}) must be between 1 "
+                                  f"and the discriminator's width (model.d_model={self.d_model})")
+        if self.positions == "rotary" and (self.generator_width // max(1, self.generator_width // self.d_head)) % 2:
+            raise ConfigError(f"model.generator_d_model: rotary needs an even head size; the generator's "
+                              f"{self.generator_width} gives an odd one")
+        gen_heads = max(1, self.generator_width // self.d_head)  # the generator keeps the head size where it can
+        if self.generator_width % gen_heads:
+            raise ConfigError(f"model.generator_d_model: {self.generator_width} does not split into {gen_heads} heads "
+                              f"of equal size (choose a multiple of the head size {self.d_head})")
+        if {"rtd", "generator"} & set(self.heads) and self.architecture != "encoder":
+            raise ConfigError("model.heads: replaced-token detection ('rtd', 'generator') needs an encoder")
         if "pooler" in self.heads and self.architecture != "encoder":
             raise ConfigError("model.heads: only an encoder has a [CLS] pooler")
         if self.num_labels < 0:
@@ -124,6 +138,11 @@ class ModelConfig:
     def d_head(self) -> int:
         """Size of one attention head."""
         return self.d_model // self.n_heads
+
+    @property
+    def generator_width(self) -> int:
+        """ELECTRA's generator width: `generator_d_model`, or a quarter of d_model (at least 2)."""
+        return self.generator_d_model or max(2, self.d_model // 4)
 
 
 @dataclass(frozen=True)
@@ -171,7 +190,8 @@ class TrainConfig:
     objective: Objective = "mlm"
     batch_size: int = 32  # sequences per device per micro-step
     accumulation_steps: int = 1  # micro-steps per optimiser step (global batch = batch_size x processes x this)
-    learning_rate: float = 5e-4
+    learning_rate: float | None = None  # peak rate; none (auto): 5e-4 for pretraining, from the model's width for
+    #                                     finetuning (bertkit/train/defaults.py)
     weight_decay: float = 0.01  # AdamW; never applied to norms, biases or position tables
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
@@ -191,6 +211,7 @@ class TrainConfig:
     layer_decay: float = 1.0  # layer-wise lr decay: block l (1..L) trains at lr * layer_decay^(L+1-l)
     precision: Precision = "fp32"  # bf16 autocast pays on CPUs with AMX and on every recent GPU
     seed: int = 0
+    rtd_weight: float = 50.0  # objective rtd: the discriminator's loss weight (ELECTRA's lambda) next to the MLM's
     max_bad_steps: int = 3  # consecutive non-finite steps tolerated (each skipped) before on_bad_steps
     on_bad_steps: OnBadSteps = "reload"  # reload the last good checkpoint, or stop
 
@@ -203,9 +224,9 @@ class TrainConfig:
         if not 0.0 < self.layer_decay <= 1.0:
             raise ConfigError(f"train.layer_decay: must be in (0, 1], got {self.layer_decay}")
         for key in ("learning_rate", "adam_eps"):
-            if getattr(self, key) <= 0:
+            if getattr(self, key) is not None and getattr(self, key) <= 0:
                 raise ConfigError(f"train.{key}: must be > 0, got {getattr(self, key)}")
-        for key in ("weight_decay", "max_grad_norm"):
+        for key in ("weight_decay", "max_grad_norm", "rtd_weight"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"train.{key}: must be >= 0, got {getattr(self, key)}")
         for key in ("adam_beta1", "adam_beta2", "warmup_ratio"):

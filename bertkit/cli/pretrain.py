@@ -44,8 +44,9 @@ def tokenizer_train(corpus: Annotated[list[str], typer.Argument(help="Corpus fil
 def pretrain(recipe: Annotated[str | None, typer.Option(
                  help="Recipe name or .toml file (default: mini for mlm, decoder-mini for clm).")] = None,
              objective: Annotated[str | None, typer.Option(
-                 help="train.objective: mlm (masked LM, an encoder: BERT) or clm (causal LM, a decoder: GPT); "
-                      "default: the recipe's.")] = None,
+                 help="train.objective: mlm (masked LM, an encoder: BERT), rtd (replaced-token detection with a "
+                      "small generator, an encoder: ELECTRA) or clm (causal LM, a decoder: GPT); default: the "
+                      "recipe's.")] = None,
              corpus: CorpusOption = None,
              tokenizer: Annotated[Path | None, typer.Option(help="A tokenizer directory or tokenizer.json to use "
                                                                  "(default: train one on the corpus).")] = None,
@@ -59,7 +60,8 @@ def pretrain(recipe: Annotated[str | None, typer.Option(
              text_field: TextFieldOption = None, skip_bad_lines: SkipBadOption = False,
              progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
              set_: SetOption = None) -> None:
-    """Pretrain on your corpus: a BERT with masked LM, or a GPT-style decoder with causal LM (--objective clm).
+    """Pretrain on your corpus: a BERT with masked LM (or ELECTRA's replaced-token detection, --objective rtd), or a
+    GPT-style decoder with causal LM (--objective clm).
     Runs on the CPU, one GPU, or many (`accelerate launch -m bertkit pretrain`)."""
     from bertkit.config import load_recipe, with_values
     from bertkit.jobs import pretrain as job

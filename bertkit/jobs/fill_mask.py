@@ -1,4 +1,5 @@
-"""`bertkit fill-mask`: the pretrained MLM head's top-k guesses for each [MASK] in a text."""
+"""`bertkit fill-mask`: the pretrained MLM head's (or an ELECTRA run's generator's) top-k guesses for each [MASK]
+in a text."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from bertkit.text.tokenizer import MASK, special_ids
 def run(model_dir: Path, text: str, top_k: int = 5) -> list[list[dict]]:
     """For each [MASK] (left to right): top_k candidates as {"token", "score", "sequence"}."""
     config, model = load_run(model_dir)
-    if "mlm" not in config.model.heads:
+    if "mlm" not in config.model.heads and "generator" not in config.model.heads:
         raise BertkitError(f"{model_dir}: this model has no MLM head (pretrain one with `bertkit pretrain`, or import "
                            "a BertForMaskedLM checkpoint)")
     tokenizer = load_run_tokenizer(model_dir, config)
@@ -28,7 +29,10 @@ def run(model_dir: Path, text: str, top_k: int = 5) -> list[list[dict]]:
     if not selected.any():
         raise BertkitError(f"the text has no {MASK} token to fill")
     with torch.no_grad():
-        probs = model(input_ids, mlm_select=selected).logits.float().softmax(-1)  # (n_masks, V)
+        # an ELECTRA run (objective rtd) fills masks with its generator: the MLM it trained beside the encoder
+        logits = model(input_ids, mlm_select=selected).logits if "mlm" in config.model.heads else \
+            model.generator_logits(input_ids, selected)
+        probs = logits.float().softmax(-1)  # (n_masks, V)
     scores, candidates = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
     positions = selected[0].nonzero().flatten().tolist()
     results = []

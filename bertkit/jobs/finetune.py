@@ -26,14 +26,15 @@ from bertkit.errors import BertkitError
 from bertkit.inference import TaskModel
 from bertkit.jobs.evaluate import evaluate_examples
 from bertkit.nn.model import Model
-from bertkit.run.directory import (LABELS_FILE, RESULTS_FILE, check_run_output, load_config, load_run,
+from bertkit.run.directory import (CONFIG_FILE, LABELS_FILE, RESULTS_FILE, check_run_output, load_config, load_run,
                                    load_run_tokenizer, read_labels, write_config, write_json, write_labels)
 from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked
 from bertkit.text.features import TaskEncoder, join_words
 from bertkit.text.tasks import SentencePair, read_task_file
 from bertkit.text.tokenizer import save_tokenizer, special_ids
-from bertkit.train.loop import already_finished, make_accelerator, train_best
+from bertkit.train.defaults import finetune_learning_rate, with_learning_rate
+from bertkit.train.loop import already_finished, make_accelerator, plan_text, train_best
 from bertkit.train.sentence_objectives import SentenceObjective
 from bertkit.train.task_objectives import ClassifyObjective, TagObjective
 
@@ -116,6 +117,8 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     task = config.task
     if task.train_file is None:
         raise BertkitError("task.train_file: no training file (pass --train FILE)")
+    if resume and (out / CONFIG_FILE).is_file():  # an automatic learning rate is the one the run chose
+        config = with_learning_rate(config, load_config(out).train.learning_rate)
     check_run_output(out, config, resume, ("task", "train"), {f"train.{k}" for k in RESUMABLE_CHANGES})
     if resume:  # the run's own config and tokenizer; the weights come from its checkpoint
         model_dir, base = out, None
@@ -124,6 +127,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
         raise BertkitError("no --model: give a bertkit run directory (pretrained, or imported with import-hf)")
     else:
         base_config, base = load_run(model_dir)
+    config = with_learning_rate(config, finetune_learning_rate(task.kind, base_config.model))
     if base_config.model.architecture != "encoder":
         arch = base_config.model.architecture
         raise BertkitError(f"{model_dir}: finetuning needs an encoder, this is a{'n' if arch[0] == 'e' else ''} {arch}"
@@ -224,8 +228,8 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
         what = f"{len(labels)} labels" if task.kind != "sentence" else \
             f"loss {task.loss}" + (f", {len(labels)} labels" if labels else "") + f", {sentence.pooling} pooling"
         console.print(f"{task.kind}: {len(train_examples):,} training / {len(validation):,} validation examples, "
-                      f"{what}; {train_cfg.max_steps:,} steps of {objective.global_batch} "
-                      f"({train_cfg.max_steps / objective.steps_per_epoch:.2f} epochs); "
+                      f"{what}; {plan_text(train_cfg, objective.steps_per_epoch, objective.global_batch)}; "
+                      f"learning rate {train_cfg.learning_rate:g}; "
                       f"{'random init' if task.init == 'random' else f'backbone from {model_dir}'}; "
                       f"best checkpoint by validation {metric}")
         if not resume:

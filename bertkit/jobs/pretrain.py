@@ -1,5 +1,5 @@
-"""`bertkit pretrain`: corpus → (BPE tokenizer) → packed blocks → masked-LM (encoder) or causal-LM (decoder)
-pretraining → a run directory.
+"""`bertkit pretrain`: corpus → (BPE tokenizer) → packed blocks → masked-LM or replaced-token-detection (ELECTRA)
+pretraining of an encoder, or causal-LM pretraining of a decoder → a run directory.
 
 Runs unchanged on the CPU, one GPU, or N processes (`accelerate launch -m bertkit pretrain …`,
 `torchrun --nproc_per_node 2 -m bertkit pretrain …`): every process builds the same data (the main process first,
@@ -28,11 +28,15 @@ from bertkit.run.lock import locked
 from bertkit.text.corpus import corpus_fingerprint, find_files, load_corpus
 from bertkit.text.packing import pack_corpus
 from bertkit.text.tokenizer import check_vocab_matches, load_tokenizer, save_tokenizer, special_ids, vocab_span
+from bertkit.train.defaults import DEFAULT_LEARNING_RATE, with_learning_rate
 from bertkit.train.loop import already_finished, make_accelerator, train
 from bertkit.train.objectives import CLMObjective, MLMObjective
+from bertkit.train.rtd_objective import RTDObjective
 
-ARCHITECTURE = {"mlm": "encoder", "clm": "decoder"}  # the stack each pretraining objective trains
-HEAD = {"mlm": "mlm", "clm": "lm"}
+ARCHITECTURE = {"mlm": "encoder", "clm": "decoder", "rtd": "encoder"}  # the stack each objective trains
+HEADS = {"mlm": ("mlm",), "clm": ("lm",), "rtd": ("rtd", "generator")}
+OBJECTIVES = {"mlm": MLMObjective, "clm": CLMObjective, "rtd": RTDObjective}
+WHAT = {"mlm": "masked-LM pretraining", "clm": "causal-LM pretraining", "rtd": "replaced-token detection (ELECTRA)"}
 # Train settings a resumed run may change without breaking its exact continuation.
 RESUMABLE_CHANGES = {"max_steps", "max_time", "log_every", "eval_every", "save_every", "keep_checkpoints"}
 
@@ -48,16 +52,17 @@ def run(config: Config, out: Path, tokenizer_path: Path | None = None, resume: b
     """Pretrain an encoder with the MLM objective or a decoder with the causal-LM objective (`train.objective`);
     returns the final evaluation and where things are."""
     console = console or Console(stderr=True)
+    config = with_learning_rate(config, DEFAULT_LEARNING_RATE)
     if config.data.block_size > config.model.max_len:
         raise BertkitError(f"data.block_size: {config.data.block_size} is longer than model.max_len="
                            f"{config.model.max_len}")
-    wanted = ARCHITECTURE[config.train.objective]
+    objective = config.train.objective
+    wanted = ARCHITECTURE[objective]
     if config.model.architecture != wanted:
-        what = "masked-LM pretraining (--objective mlm)" if wanted == "encoder" else \
-            "causal-LM pretraining (--objective clm)"
-        raise BertkitError(f"model.architecture: {what} needs {'an' if wanted == 'encoder' else 'a'} {wanted}, the "
-                           f"recipe has {config.model.architecture!r} (use --objective "
-                           f"{'clm' if config.model.architecture == 'decoder' else 'mlm'}, or another recipe)")
+        raise BertkitError(f"model.architecture: {WHAT[objective]} (--objective {objective}) needs "
+                           f"{'an' if wanted == 'encoder' else 'a'} {wanted}, the recipe has "
+                           f"{config.model.architecture!r} (use --objective "
+                           f"{'clm' if config.model.architecture == 'decoder' else 'mlm or rtd'}, or another recipe)")
     accelerator = make_accelerator(config.train.precision)
     out = Path(out)
     with locked(out, enabled=accelerator.is_main_process):  # one writer per run directory, for the whole job
@@ -97,11 +102,10 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
     elif vocab != config.model.vocab_size and main:
         console.print(f"model.vocab_size follows the tokenizer: {vocab:,} (the recipe said "
                       f"{config.model.vocab_size:,})")
-    heads = tuple(dict.fromkeys((HEAD[config.train.objective],) + config.model.heads))
+    heads = tuple(dict.fromkeys(HEADS[config.train.objective] + config.model.heads))
     config = dataclasses.replace(config, model=dataclasses.replace(config.model, vocab_size=vocab, heads=heads))
     special = special_ids(tokenizer)
-    kind = MLMObjective if config.train.objective == "mlm" else CLMObjective
-    objective = kind(packed, special, vocab, config.data, config.train, accelerator.num_processes)
+    objective = OBJECTIVES[config.train.objective](packed, special, vocab, config.data, config.train, accelerator.num_processes)
 
     if main:
         console.print(f"corpus: {stats.documents:,} documents, {packed.stats['train_blocks']:,} training and "

@@ -25,7 +25,8 @@ from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked
 from bertkit.text.tasks import read_parallel
 from bertkit.text.tokenizer import check_vocab_matches, train_bpe
-from bertkit.train.loop import already_finished, make_accelerator, train_best
+from bertkit.train.defaults import DEFAULT_LEARNING_RATE, with_learning_rate
+from bertkit.train.loop import already_finished, make_accelerator, plan_text, train_best
 from bertkit.train.seq2seq_objective import Seq2SeqObjective
 from bertkit.translation import PairTokenizers, Translator
 
@@ -65,6 +66,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
                            "(--train-source FILE --train-target FILE)")
     if (task.validation_source is None) != (task.validation_target is None):
         raise BertkitError("task.validation_source / task.validation_target: give both sides or neither")
+    config = with_learning_rate(config, DEFAULT_LEARNING_RATE)
     check_run_output(out, config, resume, ("task", "train"), {f"train.{k}" for k in RESUMABLE_CHANGES})
     base = None
     if resume:
@@ -143,8 +145,8 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
         counts = model.parameter_counts()
         console.print(f"seq2seq: {len(train_pairs):,} training / {len(validation):,} validation pairs; vocab "
                       f"{tokenizers.source.get_vocab_size():,}{' (joint)' if tokenizers.joint else ''}; "
-                      f"{counts['total'] / 1e6:.1f} M parameters; {train_cfg.max_steps:,} steps of "
-                      f"{objective.global_batch} ({train_cfg.max_steps / objective.steps_per_epoch:.1f} epochs); "
+                      f"{counts['total'] / 1e6:.1f} M parameters; "
+                      f"{plan_text(train_cfg, objective.steps_per_epoch, objective.global_batch)}; "
                       f"best checkpoint by validation {metric}")
         if not resume:
             with atomic_dir(out, exists_hint="pass --resume to continue it, or choose another --out") as tmp:

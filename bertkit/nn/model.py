@@ -10,13 +10,15 @@ import torch
 from torch import nn
 
 from bertkit.config import ModelConfig
+from bertkit.nn.electra import Generator, ReplacedTokenHead, sample_tokens
 from bertkit.nn.heads import DensePooler, LMHead, MLMHead, PairClassifier, SequenceClassifier, TokenClassifier
 from bertkit.nn.heads import pool as pool_states
-from bertkit.nn.transformer import build_backbone
+from bertkit.nn.transformer import StackOutput, build_backbone
 
 
 HEAD_TYPES = {"pooler": DensePooler, "mlm": MLMHead, "lm": LMHead, "classifier": SequenceClassifier,
-              "tagger": TokenClassifier, "pair_classifier": PairClassifier}
+              "tagger": TokenClassifier, "pair_classifier": PairClassifier, "rtd": ReplacedTokenHead,
+              "generator": Generator}
 TASK_HEADS = ("classifier", "tagger")  # heads of finetuned task models (predict / evaluate)
 LOGIT_HEADS = TASK_HEADS + ("pair_classifier", "lm")  # heads whose output `forward(head=...)` returns as `.logits`
 
@@ -51,14 +53,16 @@ class Model(nn.Module):
                 nn.init.zeros_(module.bias)
 
     def forward(self, *args, mlm_select: torch.Tensor | None = None, head: str | None = None,
-                pool: str | None = None, **kwargs):
+                pool: str | None = None, rtd_labels: torch.Tensor | None = None, rtd_seed: int = 0, **kwargs):
         """Runs the backbone (see Encoder / Decoder / EncoderDecoder.forward). With `mlm_select` (B, T) bool, the
         MLM head also runs on the selected positions and `.logits` holds their (N, V) scores; with
         `head="classifier"` `.logits` is (B, C), with `head="tagger"` (B, T, C), with `head="lm"` (a decoder's
         next-token scores) (B, T, V). With `pool` (cls | mean | max)
         `.pooled` holds one (B, D) vector per sequence (not normalised); `head="pair_classifier"` reads those as
         [u; v] and gives (B/2, C). Heads run inside forward so that they stay under DistributedDataParallel's
-        gradient hooks."""
+        gradient hooks. With `rtd_labels` it is ELECTRA's pass (`replaced_token_detection`)."""
+        if rtd_labels is not None:
+            return self.replaced_token_detection(*args, labels=rtd_labels, seed=rtd_seed, **kwargs)
         out = self.backbone(*args, **kwargs)
         mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
         if mlm_select is not None:
@@ -77,6 +81,37 @@ class Model(nn.Module):
             else:
                 out.logits = self.heads[head](out.last_hidden_state, mask)
         return out
+
+    def replaced_token_detection(self, input_ids: torch.Tensor, labels: torch.Tensor, seed: int,
+                                 attention_mask: torch.Tensor | None = None) -> StackOutput:
+        """ELECTRA's pretraining pass, in one forward (so it stays under DDP's hooks): the generator predicts the
+        masked positions of `input_ids` (those where `labels` (B, T) holds the original token, >= 0); its seeded
+        samples replace them; the discriminator reads the result. Returns `.logits` (N, V) the generator's
+        scores, `.rtd_logits` (B, T) the discriminator's, `.replaced` (B, T) bool what was really replaced
+        (a sample equal to the original counts as original) and `.sampled` (N,) the samples."""
+        if "rtd" not in self.heads or "generator" not in self.heads:
+            raise ValueError("this model has no replaced-token-detection heads")
+        select = labels >= 0  # (B, T)
+        embedded = self.backbone.embeddings(input_ids)  # (B, T, D): the shared embeddings of the masked input
+        gen_logits = self.heads["generator"](embedded, select, self.token_embedding.weight, attention_mask)
+        sampled = sample_tokens(gen_logits, seed)  # (N,)
+        original = torch.where(select, labels, input_ids)  # (B, T)
+        corrupted = original.clone()
+        corrupted[select] = sampled
+        out = self.backbone(corrupted, attention_mask=attention_mask)
+        out.logits, out.sampled = gen_logits, sampled
+        out.rtd_logits = self.heads["rtd"](out.last_hidden_state)  # (B, T)
+        out.replaced = corrupted != original
+        return out
+
+    def generator_logits(self, input_ids: torch.Tensor, select: torch.Tensor,
+                         attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The ELECTRA generator's vocabulary scores for the selected positions (fill-mask on an rtd run):
+        (B, T) ids, (B, T) bool -> (N, V)."""
+        if "generator" not in self.heads:
+            raise ValueError("this model has no generator")
+        embedded = self.backbone.embeddings(input_ids)
+        return self.heads["generator"](embedded, select, self.token_embedding.weight, attention_mask)
 
     def layer_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                      token_type_ids: torch.Tensor | None = None) -> torch.Tensor:

@@ -25,6 +25,11 @@ class StackOutput:
     attentions: list[dict[str, torch.Tensor]] | None = None  # per layer: {"self": (B,H,T,T)[, "cross": (B,H,T,S)]}
     logits: torch.Tensor | None = None  # set by Model when a head ran inside forward, e.g. MLM logits (N, V)
     pooled: torch.Tensor | None = None  # set by Model(pool=...): one vector per sequence (B, D)
+    # set by Model.replaced_token_detection: the discriminator's logits (B, T), which tokens were replaced (B, T)
+    # and the generator's samples (N,)
+    rtd_logits: torch.Tensor | None = None
+    replaced: torch.Tensor | None = None
+    sampled: torch.Tensor | None = None
 
 
 class Embeddings(nn.Module):

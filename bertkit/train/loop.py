@@ -31,6 +31,7 @@ from bertkit.run.checkpoints import (best_weights, clean_stale, drop_newer_best,
 from bertkit.run.directory import (RESULTS_FILE, WEIGHTS_FILE, copy_weights, load_weights, read_json, record_train,
                                    write_weights)
 from bertkit.run.metrics import METRICS_FILE, MetricsLog, read_metrics, truncate_metrics  # noqa: F401 (re-export)
+from bertkit.train.defaults import DEFAULT_LEARNING_RATE
 
 _CALIBRATION_STEPS = 10  # steps timed before a --max-time budget fixes the number of steps
 
@@ -177,6 +178,17 @@ def planned_total(state: dict, cfg: TrainConfig) -> int:
     return max(step, min(cfg.max_steps, step + int((cfg.max_seconds - state.get("elapsed", 0.0)) / per_step)))
 
 
+def plan_text(cfg: TrainConfig, steps_per_epoch: float, global_batch: int) -> str:
+    """How long a run is planned to go, for its opening line: a step count (and epochs), or under a
+    `max_time` budget the cap the budget may not pass (the loop fits the real count after its first steps)."""
+    if not cfg.max_time:
+        return f"{cfg.max_steps:,} steps of {global_batch} ({cfg.max_steps / steps_per_epoch:.2f} epochs)"
+    if cfg.epochs is None and cfg.max_steps >= 10 ** 8:  # no limit but the time budget (e.g. `bertkit ablate`)
+        return f"steps of {global_batch}: as many as the {cfg.max_time} budget allows"
+    return (f"steps of {global_batch}: as many as the {cfg.max_time} budget allows, at most {cfg.max_steps:,} "
+            f"({cfg.max_steps / steps_per_epoch:.2f} epochs)")
+
+
 def resume_status(run_dir: Path, cfg: TrainConfig) -> tuple[int, int] | None:
     """(step, planned total) of the checkpoint a resume would continue from, or None without one. A run is
     finished when step >= total (or it stopped early or spent its time budget, and the limits are unchanged)."""
@@ -222,9 +234,10 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
     main = accelerator.is_main_process
     world = accelerator.num_processes
     groups = param_groups(model, cfg.weight_decay, cfg.layer_decay)
+    peak = DEFAULT_LEARNING_RATE if cfg.learning_rate is None else cfg.learning_rate  # jobs resolve "auto" first
     for group in groups:
-        group["lr"] = cfg.learning_rate * group.pop("lr_scale")
-    optimizer = torch.optim.AdamW(groups, lr=cfg.learning_rate,
+        group["lr"] = peak * group.pop("lr_scale")
+    optimizer = torch.optim.AdamW(groups, lr=peak,
                                   betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
                                   **_fast_adamw_kwargs(accelerator.device))
     state = TrainState(total_steps=cfg.max_steps, max_steps=cfg.max_steps, max_seconds=cfg.max_seconds)
@@ -331,6 +344,9 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                         or (state.step >= 2 and state.elapsed >= 0.1 * cfg.max_seconds)):
                     _fit_budget(cfg, state, step_time, objective)
                     bar.update(task, total=state.total_steps)
+                    if main:
+                        console.print(f"train.max_time {cfg.max_time}: {state.total_steps:,} steps fit the budget "
+                                      f"({state.elapsed / state.step:.3f} s per step so far; re-fitted as it runs)")
                 elif (cfg.max_seconds and state.calibrated and state.step % cfg.log_every == 0
                       and state.step - state.calibrated_at[0] >= _CALIBRATION_STEPS
                       and state.elapsed < 0.5 * cfg.max_seconds and state.step < state.total_steps):

@@ -208,3 +208,20 @@ def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
     assert "no input texts" in _error("predict", "--model", done, blank)
     assert "not a bertkit run directory" in _error("finetune", "classify", "--model", tmp_path, "--train", train,
                                                    "--out", tmp_path / "d")
+
+
+def test_auto_learning_rate_is_recorded_and_resumes(tmp_path, base):
+    from bertkit.config import ModelConfig
+    from bertkit.train.defaults import finetune_learning_rate
+
+    train = _reviews(tmp_path / "train.csv", 30)
+    out = tmp_path / "auto"
+    args = ["finetune", "classify", "--model", base, "--train", train, "--text-column", "review", "--label-column",
+            "stars", "--max-steps", "2", "--no-progress", "--set", "batch_size=8", "--out", out]
+    result = _ok(*args)
+    rate = json.loads((out / "config.json").read_text())["train"]["learning_rate"]
+    width = json.loads((base / "config.json").read_text())["model"]["d_model"]
+    assert rate == finetune_learning_rate("classify", ModelConfig(d_model=width, n_heads=4))
+    assert f"learning rate {rate:g}" in result.output
+    again = _ok(*args, "--resume")  # the run's chosen rate, not a "different run"
+    assert "already finished" in again.output

@@ -1,0 +1,35 @@
+"""Training defaults that depend on the model: the learning rate of `train.learning_rate = none` ("auto").
+
+A single number cannot fit every model. BERT's finetuning rate (5e-5, Devlin et al.) is tuned for 768-wide
+BERT-base and is far too low for a 128-wide model trained for a minute: the classifier then ends at the majority
+class. Adam's best rate for hidden weights shrinks with the width (μP: ~1/fan-in), and a small model finetuned
+briefly wants more still; the rule below goes through BERT-base's 5e-5 at 768 and the rates measured here on
+SST-2 for narrower models (README › Finetuning defaults).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from bertkit.config import Config, ModelConfig
+
+DEFAULT_LEARNING_RATE = 5e-4  # pretraining (and any run that does not say), the loop's fallback
+# Rate at BERT-base width (768) per task kind; narrower models scale up as (768 / d_model) ** WIDTH_EXPONENT.
+BASE_RATES = {"classify": 5e-5, "ner": 5e-5, "sentence": 2e-5}
+REFERENCE_WIDTH = 768
+WIDTH_EXPONENT = 1.5
+MAX_AUTO_RATE = 2e-3  # never above this, however narrow the model
+
+
+def finetune_learning_rate(kind: str, model: ModelConfig) -> float:
+    """The automatic finetuning rate for a `kind` task on `model`: 5e-5 at d_model 768 (2e-5 for sentence
+    embeddings, SBERT's rate), ×(768 / d_model)^1.5 for narrower models (128 → 7.3e-4), capped at 2e-3."""
+    rate = BASE_RATES.get(kind, BASE_RATES["classify"]) * (REFERENCE_WIDTH / model.d_model) ** WIDTH_EXPONENT
+    return float(f"{min(MAX_AUTO_RATE, rate):.2g}")  # two significant digits: readable in config.json
+
+
+def with_learning_rate(config: Config, rate: float) -> Config:
+    """`config` with train.learning_rate set to `rate` where it is none (auto); an explicit rate is kept."""
+    if config.train.learning_rate is not None:
+        return config
+    return dataclasses.replace(config, train=dataclasses.replace(config.train, learning_rate=rate))
