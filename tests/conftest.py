@@ -173,3 +173,17 @@ def minilm_run(minilm_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("minilm") / "run"
     import_hf(minilm_dir, out)
     return out
+
+
+def cli_process(*args, env=None, check=True):
+    """`python cli.py ARGS` in a subprocess (a real process: kills, fault points, exit codes); must succeed when
+    `check`."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, str(root / "cli.py"), *map(str, args)], capture_output=True, text=True,
+                            env={**os.environ, **(env or {})}, cwd=root)
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result

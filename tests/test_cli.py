@@ -64,6 +64,10 @@ def test_demo_runs_end_to_end(tmp_path):
     assert (out / "pretrain" / "model.safetensors").is_file() and (out / ".bertkit-demo").is_file()
     assert "finetune a sentiment classifier" in result.output and "predict with the classifier" in result.output
     assert (out / "classifier" / "labels.json").is_file()
+    text = " ".join(result.output.split())  # rich wraps long lines
+    assert "dev accuracy" in text or "sample accuracy" in text  # the classifier's score, printed
+    assert "always the majority label" in text
+    assert "learning rate 0.00073" in text  # the automatic rate for the demo's 128-wide model
     for review in ("a gripping", "a dull"):
         assert review in result.output
     assert "sentence embeddings: SBERT" in result.output and "Spearman" in result.output

@@ -51,7 +51,7 @@ def test_derived_defaults_are_filled_in():
     (dict(norm_eps=float("nan")), "model.norm_eps: expected a finite number"),
     (dict(init_std=float("inf")), "model.init_std: expected a finite number"),
     (dict(architecture="decoder", heads=("pooler",)), "model.heads: only an encoder"),
-    (dict(heads=("crf",)), "model.heads: 'crf' is not allowed (allowed: mlm|lm|pooler|classifier|tagger|pair_classifier)"),
+    (dict(heads=("crf",)), "model.heads: 'crf' is not allowed (allowed: mlm|lm|pooler|classifier|tagger|pair_classifier|rtd|generator)"),
     (dict(heads=("classifier",)), "model.num_labels: a classifier or tagger head needs at least one label"),
     (dict(heads=("mlm", "mlm")), "names a head twice"),
 ])

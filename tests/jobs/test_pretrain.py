@@ -11,19 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from conftest import repeated_corpus
+from conftest import cli_process, repeated_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set", "batch_size=4",
         "--set", "min_frequency=1", "--set", "log_every=2", "--set", "eval_every=10", "--no-progress"]
 
 
-def _cli(*args, env=None, check=True):
-    result = subprocess.run([sys.executable, str(ROOT / "cli.py"), *map(str, args)], capture_output=True, text=True,
-                            env={**os.environ, **(env or {})}, cwd=ROOT)
-    if check:
-        assert result.returncode == 0, result.stderr[-3000:]
-    return result
+_cli = cli_process
 
 
 @pytest.fixture

@@ -4,9 +4,6 @@ resumes exactly, fills masks with its generator and finetunes."""
 
 import dataclasses
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,9 +15,8 @@ from bertkit.nn.electra import generator_config, sample_tokens
 from bertkit.nn.model import Model
 from bertkit.text.collate import IGNORE_INDEX
 from bertkit.train.rtd_objective import RTDObjective
-from conftest import repeated_corpus, tiny
+from conftest import cli_process, repeated_corpus, tiny
 
-ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set", "batch_size=4",
         "--set", "min_frequency=1", "--set", "log_every=2", "--set", "eval_every=10", "--no-progress",
         "--objective", "rtd"]
@@ -57,7 +53,7 @@ def test_loss_is_electras_objective_written_out():
     states = model.backbone(corrupted).last_hidden_state
     disc_logits = model.heads["rtd"](states)  # (B, T)
     replaced = (corrupted != original).float()
-    n_masked, n_tokens = int(select.sum()), select.numel()
+    n_masked = int(select.sum())
     gen_mean = F.cross_entropy(gen_logits, targets)
     disc_mean = F.binary_cross_entropy_with_logits(disc_logits, replaced)
     # the loop divides by the masked-token count: that gives ELECTRA's  gen + 50 * disc  (means)
@@ -112,12 +108,7 @@ def test_generator_shape_and_bad_sizes():
     assert model.heads["generator"].project.out_features == 16
 
 
-def _cli(*args, env=None, check=True):
-    result = subprocess.run([sys.executable, str(ROOT / "cli.py"), *map(str, args)], capture_output=True, text=True,
-                            env={**os.environ, **(env or {})}, cwd=ROOT)
-    if check:
-        assert result.returncode == 0, result.stderr[-3000:]
-    return result
+_cli = cli_process
 
 
 def _records(run: Path) -> list[dict]:
