@@ -114,17 +114,8 @@ class ModelConfig:
         if "lm" in self.heads and self.architecture == "encoder":
             raise ConfigError("model.heads: the 'lm' (next-token) head needs a decoder or encoder-decoder; an encoder "
                               "predicts masked tokens with 'mlm'")
-        if self.generator_d_model is not None:
-            if not 1 <= self.generator_d_model <= self.d_model:
-                raise ConfigError(f"model.generator_d_model: the generator ({self.generator_d_model}) must be between 1 "
-                                  f"and the discriminator's width (model.d_model={self.d_model})")
-        if self.positions == "rotary" and (self.generator_width // max(1, self.generator_width // self.d_head)) % 2:
-            raise ConfigError(f"model.generator_d_model: rotary needs an even head size; the generator's "
-                              f"{self.generator_width} gives an odd one")
-        gen_heads = max(1, self.generator_width // self.d_head)  # the generator keeps the head size where it can
-        if self.generator_width % gen_heads:
-            raise ConfigError(f"model.generator_d_model: {self.generator_width} does not split into {gen_heads} heads "
-                              f"of equal size (choose a multiple of the head size {self.d_head})")
+        if self.generator_d_model is not None or "generator" in self.heads:
+            self._check_generator()
         if {"rtd", "generator"} & set(self.heads) and self.architecture != "encoder":
             raise ConfigError("model.heads: replaced-token detection ('rtd', 'generator') needs an encoder")
         if "pooler" in self.heads and self.architecture != "encoder":
@@ -143,6 +134,23 @@ class ModelConfig:
     def generator_width(self) -> int:
         """ELECTRA's generator width: `generator_d_model`, or a quarter of d_model (at least 2)."""
         return self.generator_d_model or max(2, self.d_model // 4)
+
+    @property
+    def generator_heads(self) -> int:
+        """The generator's attention heads: it keeps the head size where its width allows (at least one head)."""
+        return max(1, self.generator_width // self.d_head)
+
+    def _check_generator(self) -> None:
+        width, heads = self.generator_width, self.generator_heads
+        if not 1 <= width <= self.d_model:
+            raise ConfigError(f"model.generator_d_model: the generator ({width}) must be between 1 and the "
+                              f"discriminator's width (model.d_model={self.d_model})")
+        if width % heads:
+            raise ConfigError(f"model.generator_d_model: {width} does not split into {heads} heads of equal size "
+                              f"(choose a multiple of the head size {self.d_head})")
+        if self.positions == "rotary" and (width // heads) % 2:
+            raise ConfigError(f"model.generator_d_model: rotary needs an even head size; the generator's {width} "
+                              "gives an odd one")
 
 
 @dataclass(frozen=True)

@@ -230,8 +230,8 @@ def write_hf_folder(folder: Path, run: Path, config: Config, model: Model, with_
     head is kept (BertForMaskedLM layout) only `with_mlm`. Returns the number of tensors written."""
     hf_config = config_to_hf(config.model)
     # ELECTRA's pretraining heads (generator, replaced-token detection) have no place in BERT: the encoder goes
-    kept = {key: tensor for key, tensor in model.state_dict().items()
-            if (with_mlm or not key.startswith("heads.mlm.")) and not key.startswith(("heads.rtd.", "heads.generator."))}
+    dropped = ("heads.rtd.", "heads.generator.") + (() if with_mlm else ("heads.mlm.",))
+    kept = {key: tensor for key, tensor in model.state_dict().items() if not key.startswith(dropped)}
     state = {bertkit_to_hf_key(key): tensor.contiguous() for key, tensor in kept.items()}
     if with_mlm and "mlm" in config.model.heads:  # BertForMaskedLM: the encoder under "bert.", the tied decoder
         state = {k if k.startswith("cls.") else f"bert.{k}": v for k, v in state.items()}

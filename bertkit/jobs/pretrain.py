@@ -105,7 +105,8 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
     heads = tuple(dict.fromkeys(HEADS[config.train.objective] + config.model.heads))
     config = dataclasses.replace(config, model=dataclasses.replace(config.model, vocab_size=vocab, heads=heads))
     special = special_ids(tokenizer)
-    objective = OBJECTIVES[config.train.objective](packed, special, vocab, config.data, config.train, accelerator.num_processes)
+    objective = OBJECTIVES[config.train.objective](packed, special, vocab, config.data, config.train,
+                                                   accelerator.num_processes)
 
     if main:
         console.print(f"corpus: {stats.documents:,} documents, {packed.stats['train_blocks']:,} training and "

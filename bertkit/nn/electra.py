@@ -23,8 +23,7 @@ from bertkit.nn.block import Block, make_norm
 def generator_config(cfg: ModelConfig) -> ModelConfig:
     """The generator's blocks: the discriminator's switches at `generator_d_model` width, with the head size kept
     where the width allows (ELECTRA-Small: 256 → 64, one head of 64) and a 4× FFN."""
-    width = cfg.generator_width
-    heads = max(1, width // cfg.d_head)
+    width, heads = cfg.generator_width, cfg.generator_heads
     return dataclasses.replace(cfg, d_model=width, n_heads=heads, n_kv_heads=heads, d_ff=4 * width, heads=(),
                                num_labels=0, generator_d_model=None)
 

@@ -3,11 +3,13 @@
 Per step: the MLM masks (the same collator, rate and seed stream as `mlm`), the generator's MLM loss on the masked
 positions, its seeded samples in their place, and the discriminator's binary loss on every token. The step's loss
 is ELECTRA's  mean generator MLM loss + rtd_weight × mean discriminator loss  over the whole global batch: the
-loop divides the summed loss by the global number of masked tokens, so each row carries the weight that turns
-its summed per-token discriminator loss into that mean (the global batch's masked share × rtd_weight).
+loop divides the summed loss by the global number of masked tokens, so each row carries the global batch's masked
+share, which turns the summed per-token discriminator loss into that mean.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -30,26 +32,64 @@ def _row_seeds(seed: int, step: int, rows: int) -> torch.Tensor:
     return torch.randint(0, 2 ** 62, (rows,), generator=generator)
 
 
+@dataclass
+class _Pass:
+    """One RTD forward, reduced: the generator's targets (N,), summed MLM loss and correct guesses; the
+    discriminator's per-token loss, correct calls and the replaced mask, each (B, T)."""
+
+    targets: torch.Tensor
+    gen_sum: torch.Tensor
+    gen_correct: torch.Tensor
+    disc: torch.Tensor
+    detected: torch.Tensor
+    replaced: torch.Tensor
+
+
+def _rtd_pass(model: torch.nn.Module, micro: dict[str, torch.Tensor]) -> _Pass:
+    labels = micro["labels"]  # (B, T): the original token where masked, else IGNORE_INDEX
+    out = model(micro["input_ids"], rtd_labels=labels, rtd_seed=int(micro["seed"][0]))
+    targets = labels[labels != IGNORE_INDEX]  # (N,)
+    replaced = out.replaced.float()  # (B, T)
+    # ELECTRA sums the discriminator's loss over all (real) tokens; packed blocks have no padding
+    disc = F.binary_cross_entropy_with_logits(out.rtd_logits.float(), replaced, reduction="none")  # (B, T)
+    return _Pass(targets, F.cross_entropy(out.logits.float(), targets, reduction="sum"),
+                 (out.logits.argmax(-1) == targets).sum(), disc,
+                 ((out.rtd_logits > 0).float() == replaced).float(), replaced)
+
+
+def rtd_loss(model: torch.nn.Module, micro: dict[str, torch.Tensor], weight: float) -> tuple[torch.Tensor, dict]:
+    """A micro-batch's summed loss and statistics, in the loop's contract (divided by the global batch's masked
+    tokens): generator MLM sum + weight × masked share × discriminator sum, which becomes ELECTRA's
+    gen mean + weight × disc mean."""
+    p = _rtd_pass(model, micro)
+    per_token = micro["masked_share"][:, None]  # (B, 1): so that "/ masked tokens" becomes "/ tokens"
+    loss_sum = p.gen_sum + weight * (per_token * p.disc).sum()
+    return loss_sum, {"accuracy": p.gen_correct, "gen_loss": p.gen_sum.detach(),
+                      "rtd_loss": (p.disc.detach() * per_token).sum(),
+                      "rtd_accuracy": (p.detected * per_token).sum(),
+                      "replaced": (p.replaced * per_token).sum()}
+
+
 class RTDObjective(MLMObjective):
     """Generator MLM + discriminator replaced-token detection; the normaliser is the masked-token count (as MLM),
     statistics: generator accuracy per masked token, discriminator accuracy and replaced share per token."""
 
     def __init__(self, packed: Packed, special: SpecialIds, vocab_size: int, data: DataConfig, train: TrainConfig,
                  world: int = 1):
-        self.weight = train.rtd_weight
         super().__init__(packed, special, vocab_size, data, train, world)
+        self.weight = train.rtd_weight
         # generator + discriminator forward: about 1.3 MLM evaluations per batch
         self.eval_cost_steps *= 1.3
         for i, batch in enumerate(self.validation):
             self._weigh(batch)
             batch["seed"] = torch.full((len(batch["input_ids"]),), _EVAL_SEED + i)
 
-    def _weigh(self, batch: dict[str, torch.Tensor]) -> None:
-        """Each row's discriminator weight: rtd_weight × masked tokens / tokens, of the whole batch."""
+    @staticmethod
+    def _weigh(batch: dict[str, torch.Tensor]) -> None:
+        """Each row carries its whole batch's masked share (masked tokens / tokens): a micro-batch alone cannot
+        know it, and it turns the loop's "/ masked tokens" into "/ tokens" for the per-token terms."""
         masked = (batch["labels"] != IGNORE_INDEX).sum()
-        share = float(masked) / batch["input_ids"].numel()
-        batch["masked_share"] = torch.full((len(batch["input_ids"]),), share)
-        batch["disc_weight"] = self.weight * batch["masked_share"]
+        batch["masked_share"] = torch.full((len(batch["input_ids"]),), float(masked) / batch["input_ids"].numel())
 
     def batch(self, step: int) -> dict[str, torch.Tensor]:
         batch = super().batch(step)
@@ -57,25 +97,8 @@ class RTDObjective(MLMObjective):
         batch["seed"] = _row_seeds(self.seed, step, len(batch["input_ids"]))
         return batch
 
-    @staticmethod
-    def loss(model: torch.nn.Module, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
-        labels = micro["labels"]  # (B, T): the original token where masked, else IGNORE_INDEX
-        out = model(micro["input_ids"], rtd_labels=labels, rtd_seed=int(micro["seed"][0]))
-        targets = labels[labels != IGNORE_INDEX]  # (N,)
-        gen_sum = F.cross_entropy(out.logits.float(), targets, reduction="sum")
-        replaced = out.replaced.float()  # (B, T)
-        # ELECTRA sums the discriminator's loss over all (real) tokens; packed blocks have no padding
-        disc = F.binary_cross_entropy_with_logits(out.rtd_logits.float(), replaced, reduction="none")  # (B, T)
-        loss_sum = gen_sum + (micro["disc_weight"][:, None] * disc).sum()  # weight: rtd_weight × masked share
-        per_token = micro["masked_share"][:, None]  # (B, 1): so that "/ masked tokens" becomes "/ tokens"
-        detected = ((out.rtd_logits > 0).float() == replaced).float()
-        return loss_sum, {"accuracy": (out.logits.argmax(-1) == targets).sum(),
-                          "gen_loss": gen_sum.detach(),
-                          # per-token statistics, weighted so that the loop's division by masked tokens gives
-                          # per-token means
-                          "rtd_loss": (disc.detach() * per_token).sum(),
-                          "rtd_accuracy": (detected * per_token).sum(),
-                          "replaced": (replaced * per_token).sum()}
+    def loss(self, model: torch.nn.Module, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        return rtd_loss(model, micro, self.weight)
 
     @torch.no_grad()
     def evaluate(self, model: Model) -> dict[str, float]:
@@ -88,14 +111,9 @@ class RTDObjective(MLMObjective):
         device = next(model.parameters()).device
         totals = np.zeros(6)
         for batch in self.validation:
-            micro = {k: v.to(device) for k, v in batch.items()}
-            out = model(micro["input_ids"], rtd_labels=micro["labels"], rtd_seed=int(micro["seed"][0]))
-            targets = micro["labels"][micro["labels"] != IGNORE_INDEX]
-            replaced = out.replaced.float()
-            totals += [float(F.cross_entropy(out.logits.float(), targets, reduction="sum")),
-                       int((out.logits.argmax(-1) == targets).sum()), len(targets),
-                       float(F.binary_cross_entropy_with_logits(out.rtd_logits.float(), replaced, reduction="sum")),
-                       int(((out.rtd_logits > 0).float() == replaced).sum()), replaced.numel()]
+            p = _rtd_pass(model, {k: v.to(device) for k, v in batch.items()})
+            totals += [float(p.gen_sum), int(p.gen_correct), len(p.targets), float(p.disc.sum()),
+                       int(p.detected.sum()), p.replaced.numel()]
         model.train(was_training)
         loss, correct, masked, disc, detected, tokens = totals
         return {"val_loss": loss / max(1, masked), "val_accuracy": correct / max(1, masked),

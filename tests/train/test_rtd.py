@@ -14,7 +14,7 @@ from bertkit.config import ConfigError, ModelConfig
 from bertkit.nn.electra import generator_config, sample_tokens
 from bertkit.nn.model import Model
 from bertkit.text.collate import IGNORE_INDEX
-from bertkit.train.rtd_objective import RTDObjective
+from bertkit.train.rtd_objective import rtd_loss
 from conftest import cli_process, repeated_corpus, tiny
 
 TINY = ["--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set", "batch_size=4",
@@ -27,7 +27,7 @@ def _model(**overrides) -> Model:
     return Model(tiny(heads=("rtd", "generator"), **overrides))
 
 
-def _batch(b: int = 3, t: int = 12, weight: float = 50.0) -> dict[str, torch.Tensor]:
+def _batch(b: int = 3, t: int = 12) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(1)
     original = torch.randint(5, 101, (b, t), generator=g)
     select = torch.rand(b, t, generator=g) < 0.3
@@ -36,12 +36,12 @@ def _batch(b: int = 3, t: int = 12, weight: float = 50.0) -> dict[str, torch.Ten
     inputs = torch.where(select, torch.full_like(original, 4), original)  # 4: the [MASK] id here
     share = float(select.sum()) / select.numel()
     return {"input_ids": inputs, "labels": labels, "seed": torch.full((b,), 123),
-            "masked_share": torch.full((b,), share), "disc_weight": torch.full((b,), weight * share)}
+            "masked_share": torch.full((b,), share)}
 
 
 def test_loss_is_electras_objective_written_out():
     model, batch = _model(), _batch()
-    loss_sum, stats = RTDObjective.loss(model, batch)
+    loss_sum, stats = rtd_loss(model, batch, 50.0)
     # by hand: generator on the masked input, its seeded samples in place, the discriminator on the result
     select = batch["labels"] != IGNORE_INDEX
     gen_logits = model.generator_logits(batch["input_ids"], select)  # (N, V)
@@ -87,7 +87,7 @@ def test_samples_are_seeded_and_carry_no_gradient():
     assert model.heads["rtd"].dense.weight.grad.abs().sum() > 0
     # the shared token embeddings learn from both losses
     model.zero_grad()
-    loss_sum, _ = RTDObjective.loss(model, batch)
+    loss_sum, _ = rtd_loss(model, batch, 50.0)
     loss_sum.backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in generator if p.ndim > 1)
 
@@ -102,6 +102,7 @@ def test_generator_shape_and_bad_sizes():
     with pytest.raises(ConfigError, match="model.generator_d_model: 17 does not split into 2 heads of equal size"):
         tiny(generator_d_model=17)
     assert generator_config(tiny(generator_d_model=12)).n_heads == 1  # narrower than two heads: one of 12
+    ModelConfig(d_model=36, n_heads=2, positions="rotary")  # no generator, no generator checks (its 9 would be odd)
     with pytest.raises(ConfigError, match="needs an encoder"):
         tiny(architecture="decoder", heads=("rtd", "generator"))
     model = Model(dataclasses.replace(cfg, generator_d_model=16))
@@ -140,6 +141,12 @@ def test_rtd_run_resumes_exactly_fills_masks_and_finetunes(tmp_path):
 
     filled = json.loads(_cli("fill-mask", straight, "The film [MASK] good.", "--json", "--top-k", "3").stdout)
     assert len(filled[0]) == 3 and filled[0][0]["score"] >= filled[0][1]["score"]
+
+    _cli("export", straight, "--format", "hf", "-o", tmp_path / "hf")  # the discriminator as a plain BertModel
+    from safetensors.torch import load_file
+    exported = load_file(tmp_path / "hf" / "model.safetensors")
+    assert "embeddings.word_embeddings.weight" in exported and not any("generator" in k for k in exported)
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["architectures"] == ["BertModel"]
 
     sst = tmp_path / "sst.tsv"
     sst.write_text("sentence\tlabel\n" + "".join(f"good film {i}\t1\nbad film {i}\t0\n" for i in range(20)))
