@@ -25,7 +25,7 @@ NormPosition = Literal["post", "pre"]
 Activation = Literal["relu", "gelu", "swiglu"]
 Positions = Literal["learned", "sinusoidal", "relative", "rotary", "none"]
 Objective = Literal["mlm", "clm", "rtd"]  # masked LM (encoder) | causal LM (decoder) | ELECTRA (encoder)
-Schedule = Literal["linear", "cosine", "constant"]
+Schedule = Literal["linear", "cosine", "constant", "wsd"]
 Precision = Literal["fp32", "bf16", "fp16"]
 OnBadSteps = Literal["reload", "stop"]
 Pooling = Literal["cls", "mean", "max"]
@@ -204,8 +204,9 @@ class TrainConfig:
     adam_beta1: float = 0.9
     adam_beta2: float = 0.98
     adam_eps: float = 1e-6
-    schedule: Schedule = "linear"  # decay after warmup
+    schedule: Schedule = "linear"  # decay after warmup; wsd: warmup, stable at the peak, then a linear decay
     warmup_ratio: float = 0.06  # share of the steps spent warming up linearly from 0
+    decay_ratio: float = 0.2  # wsd: share of the steps, at the end, spent decaying linearly to 0
     max_grad_norm: float = 1.0  # gradient clipping (0 disables)
     max_steps: int = 1000
     epochs: float | None = None  # finetuning: passes over the training set (sets max_steps; None: use max_steps)
@@ -240,6 +241,11 @@ class TrainConfig:
         for key in ("adam_beta1", "adam_beta2", "warmup_ratio"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 raise ConfigError(f"train.{key}: must be in [0, 1), got {getattr(self, key)}")
+        if not 0.0 < self.decay_ratio <= 1.0:
+            raise ConfigError(f"train.decay_ratio: must be in (0, 1], got {self.decay_ratio}")
+        if self.schedule == "wsd" and self.warmup_ratio + self.decay_ratio > 1.0:
+            raise ConfigError(f"train.decay_ratio: warmup_ratio + decay_ratio must be <= 1 for the wsd schedule, got "
+                              f"{self.warmup_ratio} + {self.decay_ratio}")
         if self.max_time is not None:
             parse_duration(self.max_time, "train.max_time")
 

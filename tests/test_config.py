@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from bertkit.config import Config, ModelConfig, apply_overrides, list_recipes, load_recipe
+from bertkit.config import Config, ModelConfig, TrainConfig, apply_overrides, list_recipes, load_recipe
 from bertkit.errors import ConfigError
 from bertkit.nn.model import Model
 
@@ -58,6 +58,17 @@ def test_derived_defaults_are_filled_in():
 def test_invalid_values_name_the_key(overrides, message):
     with pytest.raises(ConfigError, match=None) as err:
         ModelConfig(**overrides)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(schedule="triangle"), "allowed: linear|cosine|constant|wsd"),
+    (dict(decay_ratio=0.0), "train.decay_ratio: must be in (0, 1], got 0.0"),
+    (dict(schedule="wsd", warmup_ratio=0.5, decay_ratio=0.6), "warmup_ratio + decay_ratio must be <= 1"),
+])
+def test_invalid_schedules_name_the_key(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        TrainConfig(**overrides)
     assert message in str(err.value)
 
 

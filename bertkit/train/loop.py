@@ -107,13 +107,20 @@ def param_groups(model: torch.nn.Module, weight_decay: float, layer_decay: float
     return [groups[key] for key in sorted(groups, key=lambda k: (k[0], not k[1]))]  # decayed group first
 
 
-def lr_factor(step: int, total: int, warmup_ratio: float, schedule: str) -> float:
-    """Multiplier of the peak learning rate at `step` (0-based) of `total`."""
+def lr_factor(step: int, total: int, warmup_ratio: float, schedule: str, decay_ratio: float = 0.2) -> float:
+    """Multiplier of the peak learning rate at `step` (0-based) of `total`.
+
+    wsd (warmup-stable-decay; Hu et al. 2024, MiniCPM): the peak is held until the last `decay_ratio` of the steps,
+    which decay linearly to 0. Its stable phase does not depend on `total`, so re-fitting a time budget's total (or
+    extending a run) changes only where the decay starts."""
     warmup = round(warmup_ratio * total)
     if step < warmup:
         return (step + 1) / (warmup + 1)
     if schedule == "constant":
         return 1.0
+    if schedule == "wsd":
+        decay = max(1, round(decay_ratio * total))
+        return min(1.0, max(0.0, (total - step) / decay))
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
     if schedule == "cosine":
         return 0.5 * (1.0 + math.cos(math.pi * progress))
@@ -242,7 +249,7 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                                   **_fast_adamw_kwargs(accelerator.device))
     state = TrainState(total_steps=cfg.max_steps, max_steps=cfg.max_steps, max_seconds=cfg.max_seconds)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_factor(s, state.total_steps, cfg.warmup_ratio, cfg.schedule))
+        optimizer, lambda s: lr_factor(s, state.total_steps, cfg.warmup_ratio, cfg.schedule, cfg.decay_ratio))
     resume_step = None
     if main:
         clean_stale(run_dir)  # leftovers of a killed checkpoint write (this process holds the run's lock)

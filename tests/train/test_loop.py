@@ -49,6 +49,15 @@ def test_lr_schedule_shapes():
     assert lr_factor(90, 100, 0.1, "constant") == 1.0
 
 
+def test_wsd_holds_the_peak_then_decays_linearly_over_its_last_share():
+    wsd = [lr_factor(s, 100, 0.1, "wsd", 0.2) for s in range(101)]
+    assert wsd[:10] == [lr_factor(s, 100, 0.1, "linear") for s in range(10)]  # the same warmup
+    assert wsd[10:81] == [1.0] * 71  # stable at the peak until the last 20 steps
+    assert wsd[90] == pytest.approx(0.5) and wsd[99] == pytest.approx(0.05) and wsd[100] == 0.0
+    # a re-fitted (longer) total moves only the decay: the stable phase's rates are unchanged
+    assert [lr_factor(s, 200, 0.05, "wsd", 0.2) for s in range(10, 81)] == wsd[10:81]
+
+
 def test_no_weight_decay_on_norms_and_biases():
     model = Model(tiny(heads=("mlm",)))
     decay, no_decay = param_groups(model, 0.01)
