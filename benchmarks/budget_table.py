@@ -9,10 +9,11 @@ from random weights (`--init random`), each finetuned the same way, for every se
   probe  a logistic regression on the FROZEN mean-pooled vectors of 8,000 SST-2 training sentences, scored on dev
 
 Finetunes use the automatic learning rate (`train.learning_rate = none`) and a fixed share of the recipe's epochs
-(`--epochs`), so a cell is the same number of steps on any machine and under any load. The two cells of a
-(task, seed) — pretrained and random — run side by side, one thread each (`--side-by-side`, the default): on 2 cores
+(`--epochs`) with no time cap (`max_time = none`), so a cell is the same number of steps on any machine and
+under any load. The two cells of a (task, seed) — pretrained and random — run side by side, one thread each (the
+default; `--one-at-a-time` runs them one after the other on all threads): on 2 cores
 that takes about half the wall time of running them one after the other, and both see the same conditions.
-Finished cells are reused on a re-run (delete OUT/<cell> to redo one), so the table can be filled over several
+Finished cells are reused on a re-run (remove a cell's entry from OUT/results.json to redo it), so the table can be filled over several
 sessions; the summary prints the mean over the seeds each cell has.
 
   python benchmarks/budget_table.py --pretrained runs/budget-imdb [--seeds 0,1,2] [--tasks sst2,conll,stsb,probe]
@@ -71,6 +72,7 @@ def finetune_cells(task: str, seed: int, fraction: float, pretrained: Path, out:
         commands.append(["finetune", kind, "--recipe", recipe, "--model", str(pretrained),
                          *(["--init", "random"] if model == "random" else []),
                          "--set", "learning_rate=none", "--set", f"epochs={epochs:g}", "--set", f"seed={seed}",
+                         "--set", "max_time=none",  # the recipe's 25-minute cap would make steps depend on load
                          "--out", str(run), "--no-progress"])
     seconds = run_side_by_side(commands) if side_by_side else [sh(*c) for c in commands]
     cells = {}
