@@ -13,8 +13,8 @@ Finetunes use the automatic learning rate (`train.learning_rate = none`) and a f
 under any load. The two cells of a (task, seed) — pretrained and random — run side by side, one thread each (the
 default; `--one-at-a-time` runs them one after the other on all threads): on 2 cores
 that takes about half the wall time of running them one after the other, and both see the same conditions.
-Finished cells are reused on a re-run (remove a cell's entry from OUT/results.json to redo it), so the table can be filled over several
-sessions; the summary prints the mean over the seeds each cell has.
+Finished cells are reused on a re-run (remove a cell's entry from OUT/results.json to redo it), so the table
+can be filled over several sessions; the summary prints the mean over the seeds each cell has.
 
   python benchmarks/budget_table.py --pretrained runs/budget-imdb [--seeds 0,1,2] [--tasks sst2,conll,stsb,probe]
 """
