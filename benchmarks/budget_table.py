@@ -32,6 +32,8 @@ from pathlib import Path
 
 from common import load_results, save_results, sh, table_parser
 
+from bertkit.config import load_recipe
+
 # task: (finetune kind, recipe, scored file, scoring command, metric, goal in points: pretrained minus random)
 TASKS = {
     "sst2": ("classify", "finetune-sst2", "sst2/dev.tsv", "evaluate", "accuracy", 2.0),
@@ -61,9 +63,7 @@ def run_side_by_side(commands: list[list[str]]) -> list[float]:
 def finetune_cells(task: str, seed: int, fraction: float, pretrained: Path, out: Path, side_by_side: bool) -> dict:
     """Finetune and score the pretrained and the random-init cell of one (task, seed)."""
     kind, recipe, scored, command, metric, _ = TASKS[task]
-    from bertkit.config import load_recipe  # the recipe's own epochs, scaled by `fraction`
-
-    epochs = load_recipe(recipe).train.epochs * fraction
+    epochs = load_recipe(recipe).train.epochs * fraction  # the recipe's own epochs, scaled
     commands, runs = [], []
     for model in MODELS:
         run = out / f"{task}-{model}-seed{seed}"
@@ -81,7 +81,7 @@ def finetune_cells(task: str, seed: int, fraction: float, pretrained: Path, out:
         sh(command, "--model", str(run), "--data", scored, "--out", str(report))
         finetune = json.loads((run / "results.json").read_text())
         cells[f"{task}-{model}-seed{seed}"] = {
-            "task": task, "model": model, "seed": seed, "epochs": epochs, "metric": metric,
+            "task": task, "model": model, "seed": seed, "epochs": epochs, "pretrained": str(pretrained), "metric": metric,
             "test": json.loads(report.read_text())[metric], "steps": finetune["steps"],
             "best_step": finetune["best_step"], "seconds": round(wall), "side_by_side": side_by_side}
     return cells
@@ -109,6 +109,7 @@ def probe_cells(seed: int, pretrained: Path, examples: int) -> dict:
         start = time.perf_counter()
         accuracy = probe_accuracy(pretrained, config, encoder, "mean", train, dev)
         cells[f"probe-{name}-seed{seed}"] = {"task": "probe", "model": name, "seed": seed, "metric": "accuracy",
+                                            "pretrained": str(pretrained),
                                             "test": accuracy, "train_examples": len(train),
                                             "seconds": round(time.perf_counter() - start)}
         print(f"probe seed {seed}: {name} {100 * accuracy:.1f}", flush=True)
@@ -141,6 +142,13 @@ def summary(results: dict, tasks: list[str]) -> None:
               f" ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}) |")
 
 
+def cached(cell: dict | None, pretrained: Path, settings: dict) -> bool:
+    """Whether a stored cell was measured as asked now (the same pretrained run, epochs or probe size): a re-run with
+    other settings redoes it instead of mixing it into the means. Cells stored before the run was recorded pass."""
+    return (cell is not None and cell.get("pretrained", str(pretrained)) == str(pretrained)
+            and all(cell.get(key) == value for key, value in settings.items()))
+
+
 def main() -> None:
     parser = table_parser(__doc__, "runs/budget-table")
     parser.set_defaults(pretrained=Path("runs/budget-imdb"))
@@ -158,7 +166,9 @@ def main() -> None:
     results = load_results(args.out)
     for seed in (int(s) for s in args.seeds.split(",")):  # seed by seed: a partial table still compares
         for task in tasks:
-            if all(f"{task}-{m}-seed{seed}" in results for m in MODELS):
+            settings = ({"train_examples": args.probe_examples} if task == "probe" else
+                        {"epochs": load_recipe(TASKS[task][1]).train.epochs * fractions[task]})
+            if all(cached(results.get(f"{task}-{m}-seed{seed}"), args.pretrained, settings) for m in MODELS):
                 continue
             if task == "probe":
                 results.update(probe_cells(seed, args.pretrained, args.probe_examples))

@@ -111,16 +111,16 @@ def lr_factor(step: int, total: int, warmup_ratio: float, schedule: str, decay_r
     """Multiplier of the peak learning rate at `step` (0-based) of `total`.
 
     wsd (warmup-stable-decay; Hu et al. 2024, MiniCPM): the peak is held until the last `decay_ratio` of the steps,
-    which decay linearly to 0. Its stable phase does not depend on `total`, so re-fitting a time budget's total (or
-    extending a run) changes only where the decay starts."""
+    each of which is below the peak, falling linearly towards 0. A run in its stable phase stays at the peak when a
+    time budget's total is re-fitted (or the run is extended): only where the decay starts moves."""
     warmup = round(warmup_ratio * total)
     if step < warmup:
         return (step + 1) / (warmup + 1)
     if schedule == "constant":
         return 1.0
     if schedule == "wsd":
-        decay = max(1, round(decay_ratio * total))
-        return min(1.0, max(0.0, (total - step) / decay))
+        decay = max(1, min(round(decay_ratio * total), total - warmup))  # never eats into the warmup
+        return min(1.0, max(0.0, (total - step) / (decay + 1)))  # decay/(decay+1) ... 1/(decay+1) over its steps
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
     if schedule == "cosine":
         return 0.5 * (1.0 + math.cos(math.pi * progress))

@@ -52,10 +52,13 @@ def test_lr_schedule_shapes():
 def test_wsd_holds_the_peak_then_decays_linearly_over_its_last_share():
     wsd = [lr_factor(s, 100, 0.1, "wsd", 0.2) for s in range(101)]
     assert wsd[:10] == [lr_factor(s, 100, 0.1, "linear") for s in range(10)]  # the same warmup
-    assert wsd[10:81] == [1.0] * 71  # stable at the peak until the last 20 steps
-    assert wsd[90] == pytest.approx(0.5) and wsd[99] == pytest.approx(0.05) and wsd[100] == 0.0
-    # a re-fitted (longer) total moves only the decay: the stable phase's rates are unchanged
-    assert [lr_factor(s, 200, 0.05, "wsd", 0.2) for s in range(10, 81)] == wsd[10:81]
+    assert wsd[10:80] == [1.0] * 70  # stable at the peak until the last 20 steps, each of them below it
+    assert wsd[80:100] == pytest.approx([(100 - s) / 21 for s in range(80, 100)]) and wsd[100] == 0.0
+    # a re-fitted (longer) total moves only the decay: a run past the new warmup stays at the peak
+    assert [lr_factor(s, 200, 0.1, "wsd", 0.2) for s in range(20, 160)] == [1.0] * 140
+    # short totals still end decaying (a share that rounds to 0 steps takes 1) and the decay never eats the warmup
+    assert [lr_factor(s, 5, 0.1, "wsd", 0.2) for s in range(5)] == pytest.approx([1, 1, 1, 1, 0.5])
+    assert [lr_factor(s, 3, 0.5, "wsd", 0.5) for s in range(3)] == pytest.approx([1 / 3, 2 / 3, 0.5])
 
 
 def test_no_weight_decay_on_norms_and_biases():
