@@ -22,7 +22,6 @@ can be filled over several sessions; the summary prints the mean over the seeds 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -30,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from common import load_results, save_results, sh, table_parser
+from common import bertkit_env, load_results, save_results, sh, table_parser
 
 from bertkit.config import load_recipe
 
@@ -46,8 +45,7 @@ MODELS = ("pretrained", "random")
 
 def run_side_by_side(commands: list[list[str]]) -> list[float]:
     """Run bertkit commands at once, one thread each (printed); fail loudly; returns each one's wall time."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-           "MKL_NUM_THREADS": "1"}
+    env = bertkit_env(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     start, running = time.perf_counter(), []
     for args in commands:
         print("$ OMP_NUM_THREADS=1 bertkit " + " ".join(args) + " &", flush=True)
@@ -60,10 +58,14 @@ def run_side_by_side(commands: list[list[str]]) -> list[float]:
     return seconds
 
 
-def finetune_cells(task: str, seed: int, fraction: float, pretrained: Path, out: Path, side_by_side: bool) -> dict:
+def task_epochs(task: str, fraction: float) -> float:
+    """The recipe's own epochs, scaled by `fraction`."""
+    return load_recipe(TASKS[task][1]).train.epochs * fraction
+
+
+def finetune_cells(task: str, seed: int, epochs: float, pretrained: Path, out: Path, side_by_side: bool) -> dict:
     """Finetune and score the pretrained and the random-init cell of one (task, seed)."""
     kind, recipe, scored, command, metric, _ = TASKS[task]
-    epochs = load_recipe(recipe).train.epochs * fraction  # the recipe's own epochs, scaled
     commands, runs = [], []
     for model in MODELS:
         run = out / f"{task}-{model}-seed{seed}"
@@ -81,7 +83,8 @@ def finetune_cells(task: str, seed: int, fraction: float, pretrained: Path, out:
         sh(command, "--model", str(run), "--data", scored, "--out", str(report))
         finetune = json.loads((run / "results.json").read_text())
         cells[f"{task}-{model}-seed{seed}"] = {
-            "task": task, "model": model, "seed": seed, "epochs": epochs, "pretrained": str(pretrained), "metric": metric,
+            "task": task, "model": model, "seed": seed, "epochs": epochs, "pretrained": str(pretrained),
+            "metric": metric,
             "test": json.loads(report.read_text())[metric], "steps": finetune["steps"],
             "best_step": finetune["best_step"], "seconds": round(wall), "side_by_side": side_by_side}
     return cells
@@ -89,18 +92,13 @@ def finetune_cells(task: str, seed: int, fraction: float, pretrained: Path, out:
 
 def probe_cells(seed: int, pretrained: Path, examples: int) -> dict:
     """Frozen-feature probe (mean pooling) of the pretrained encoder and a seeded random init of it."""
-    import numpy as np
     import torch
-    from frozen_probe import probe_accuracy
+    from frozen_probe import probe_accuracy, probe_data
 
     from bertkit.nn.model import Model
-    from bertkit.paths import resolve_data_path
     from bertkit.run.directory import load_run
-    from bertkit.text.tasks import read_labelled
 
-    train = read_labelled(resolve_data_path("sst2/train.tsv"), "sentence", "label")
-    dev = read_labelled(resolve_data_path("sst2/dev.tsv"), "sentence", "label")
-    train = [train[i] for i in np.random.default_rng(seed).permutation(len(train))[:examples]]
+    train, dev = probe_data(seed, examples)
     config, model = load_run(pretrained)
     torch.manual_seed(seed)
     encoders = {"pretrained": model, "random": Model(config.model)}  # same architecture, fresh initialisation
@@ -167,14 +165,14 @@ def main() -> None:
     for seed in (int(s) for s in args.seeds.split(",")):  # seed by seed: a partial table still compares
         for task in tasks:
             settings = ({"train_examples": args.probe_examples} if task == "probe" else
-                        {"epochs": load_recipe(TASKS[task][1]).train.epochs * fractions[task]})
+                        {"epochs": task_epochs(task, fractions[task])})
             if all(cached(results.get(f"{task}-{m}-seed{seed}"), args.pretrained, settings) for m in MODELS):
                 continue
             if task == "probe":
                 results.update(probe_cells(seed, args.pretrained, args.probe_examples))
             else:
                 args.out.mkdir(parents=True, exist_ok=True)
-                results.update(finetune_cells(task, seed, fractions[task], args.pretrained, args.out,
+                results.update(finetune_cells(task, seed, settings["epochs"], args.pretrained, args.out,
                                               args.side_by_side))
             save_results(args.out, results)
             summary(results, tasks)

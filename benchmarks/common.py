@@ -12,12 +12,16 @@ import time
 from pathlib import Path
 
 
+def bertkit_env(**extra: str) -> dict[str, str]:
+    """The environment a benchmark's bertkit command runs in: offline (nothing from a hub), plus `extra`."""
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **extra}
+
+
 def sh(*args: str) -> float:
     """Run a bertkit command (printed), fail loudly; returns its wall time in seconds."""
     print("$ bertkit " + " ".join(args), flush=True)
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "bertkit", *args], check=True,
-                   env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+    subprocess.run([sys.executable, "-m", "bertkit", *args], check=True, env=bertkit_env())
     return time.perf_counter() - start
 
 

@@ -46,6 +46,13 @@ def probe_accuracy(run: Path, config, model: Model, pooling: str, train, dev) ->
     return float(classifier.score((x_dev - mean) / std, [e.label for e in dev]))
 
 
+def probe_data(seed: int, examples: int) -> tuple[list, list]:
+    """The probe's SST-2 data: a seeded sample of `examples` training sentences, and all of dev."""
+    train = read_labelled(resolve_data_path("sst2/train.tsv"), "sentence", "label")
+    dev = read_labelled(resolve_data_path("sst2/dev.tsv"), "sentence", "label")
+    return [train[i] for i in np.random.default_rng(seed).permutation(len(train))[:examples]], dev
+
+
 def neighbours(run: Path, model: Model, count: int = 5) -> str:
     """Each word's nearest tokens by cosine in the token-embedding table."""
     tokenizer = load_tokenizer(run)
@@ -69,10 +76,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.manual_seed(args.seed)
-    train = read_labelled(resolve_data_path("sst2/train.tsv"), "sentence", "label")
-    dev = read_labelled(resolve_data_path("sst2/dev.tsv"), "sentence", "label")
-    pick = np.random.default_rng(args.seed).permutation(len(train))[:args.train_examples]
-    train = [train[i] for i in pick]
+    train, dev = probe_data(args.seed, args.train_examples)
     config, pretrained = load_run(args.pretrained)
     ensure_minilm(args.minilm)
     models = {"pretrained": (args.pretrained, config, pretrained),
