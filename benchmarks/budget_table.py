@@ -63,11 +63,12 @@ def task_epochs(task: str, fraction: float) -> float:
     return load_recipe(TASKS[task][1]).train.epochs * fraction
 
 
-def finetune_cells(task: str, seed: int, epochs: float, pretrained: Path, out: Path, side_by_side: bool) -> dict:
-    """Finetune and score the pretrained and the random-init cell of one (task, seed)."""
+def finetune_cells(task: str, seed: int, epochs: float, pretrained: Path, out: Path, side_by_side: bool,
+                   models: tuple[str, ...] = MODELS) -> dict:
+    """Finetune and score the pretrained and the random-init cell (or only `models`) of one (task, seed)."""
     kind, recipe, scored, command, metric, _ = TASKS[task]
     commands, runs = [], []
-    for model in MODELS:
+    for model in models:
         run = out / f"{task}-{model}-seed{seed}"
         shutil.rmtree(run, ignore_errors=True)  # an interrupted cell starts again
         runs.append(run)
@@ -76,9 +77,9 @@ def finetune_cells(task: str, seed: int, epochs: float, pretrained: Path, out: P
                          "--set", "learning_rate=none", "--set", f"epochs={epochs:g}", "--set", f"seed={seed}",
                          "--set", "max_time=none",  # the recipe's 25-minute cap would make steps depend on load
                          "--out", str(run), "--no-progress"])
-    seconds = run_side_by_side(commands) if side_by_side else [sh(*c) for c in commands]
+    seconds = run_side_by_side(commands) if side_by_side and len(commands) > 1 else [sh(*c) for c in commands]
     cells = {}
-    for model, run, wall in zip(MODELS, runs, seconds):
+    for model, run, wall in zip(models, runs, seconds):
         report = run / "test-metrics.json"
         sh(command, "--model", str(run), "--data", scored, "--out", str(report))
         finetune = json.loads((run / "results.json").read_text())
@@ -90,8 +91,9 @@ def finetune_cells(task: str, seed: int, epochs: float, pretrained: Path, out: P
     return cells
 
 
-def probe_cells(seed: int, pretrained: Path, examples: int) -> dict:
-    """Frozen-feature probe (mean pooling) of the pretrained encoder and a seeded random init of it."""
+def probe_cells(seed: int, pretrained: Path, examples: int, models: tuple[str, ...] = MODELS) -> dict:
+    """Frozen-feature probe (mean pooling) of the pretrained encoder and a seeded random init of it (or only
+    `models`)."""
     import torch
     from frozen_probe import probe_accuracy, probe_data
 
@@ -103,8 +105,8 @@ def probe_cells(seed: int, pretrained: Path, examples: int) -> dict:
     torch.manual_seed(seed)
     encoders = {"pretrained": model, "random": Model(config.model)}  # same architecture, fresh initialisation
     cells = {}
-    for name, encoder in encoders.items():
-        start = time.perf_counter()
+    for name in models:
+        encoder, start = encoders[name], time.perf_counter()
         accuracy = probe_accuracy(pretrained, config, encoder, "mean", train, dev)
         cells[f"probe-{name}-seed{seed}"] = {"task": "probe", "model": name, "seed": seed, "metric": "accuracy",
                                             "pretrained": str(pretrained),
