@@ -3,7 +3,9 @@
 Each case builds both models with the same shape (post-norm BERT, GELU, learned positions, vocab 16k, seq 128),
 feeds them identical masked batches (15%, 80/10/10), and times full training steps (forward, backward, AdamW)
 alternating ours and HF's step by step, so drift in the machine's speed hits both alike. Prints one line per case
-ending in `ratio X.XX` (bertkit tokens/s ÷ HF tokens/s) and the peak RSS of the process.
+ending in `ratio X.XX` (bertkit tokens/s ÷ HF tokens/s), bertkit's model TFLOP/s and MFU (`bertkit.nn.flops`
+against `bertkit.hardware.peak_flops`: a GPU's datasheet, or the best measured GEMM at that precision on this CPU),
+and the peak RSS of the process. The first line names the machine.
 
     python benchmarks/pretrain_throughput.py [--steps 20] [--batch-size 32] [--cases 4x256,4x512]
                                              [--precisions fp32,bf16] [--device cpu|cuda]
@@ -26,6 +28,8 @@ import torch  # noqa: E402
 from transformers import BertConfig, BertForMaskedLM  # noqa: E402
 
 from bertkit.config import ModelConfig  # noqa: E402
+from bertkit.hardware import describe_device, peak_flops  # noqa: E402
+from bertkit.nn.flops import train_flops  # noqa: E402
 from bertkit.nn.model import Model  # noqa: E402
 from bertkit.text.collate import IGNORE_INDEX, mlm_mask, step_generator  # noqa: E402
 
@@ -88,8 +92,15 @@ def run_case(layers: int, width: int, precision: str, steps: int, batch_size: in
     ours_tps = tokens / statistics.median(times["ours"])
     hf_tps = tokens / statistics.median(times["hf"])
     params = sum(p.numel() for p in ours.parameters()) / 1e6
+    # model FLOPs of the task (the MLM head on masked positions only, as bertkit computes it), per token
+    masked = statistics.mean(int((labels != IGNORE_INDEX).sum()) for _, labels in batches)
+    per_token = train_flops(ours.config, "mlm", batch_size, SEQ, masked=round(masked)) / tokens
+    peak = peak_flops(torch.device(device), precision)
+    achieved = ours_tps * per_token
     return (f"{layers}x{width} ({params:.1f}M) {precision} batch {batch_size}x{SEQ} {device}: "
-            f"bertkit {ours_tps:,.0f} tok/s, transformers {hf_tps:,.0f} tok/s, ratio {ours_tps / hf_tps:.2f}")
+            f"bertkit {ours_tps:,.0f} tok/s, transformers {hf_tps:,.0f} tok/s, ratio {ours_tps / hf_tps:.2f}; "
+            f"bertkit {per_token / 1e6:.1f} MFLOP/token = {achieved / 1e12:.3g} TFLOP/s, "
+            f"MFU {achieved / peak.flops:.0%} of {peak.flops / 1e12:.3g} TFLOP/s ({peak.source.split(' on ')[0]})")
 
 
 def main() -> None:
@@ -100,8 +111,8 @@ def main() -> None:
     parser.add_argument("--precisions", default="fp32,bf16")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
-          f"LD_PRELOAD={os.environ.get('LD_PRELOAD', '')!r}", flush=True)
+    print(f"{describe_device(torch.device(args.device))}, LD_PRELOAD={os.environ.get('LD_PRELOAD', '')!r}",
+          flush=True)
     for case in args.cases.split(","):
         layers, width = (int(x) for x in case.split("x"))
         for precision in args.precisions.split(","):

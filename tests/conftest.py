@@ -52,6 +52,19 @@ def repeated_corpus(path: Path, times: int) -> Path:
     return path
 
 
+@pytest.fixture
+def packed(tmp_path, sample_tokenizer):
+    """The sample corpus 20 times over, packed into 32-token blocks with the sample tokenizer (5% validation)."""
+    from bertkit.text.corpus import load_corpus
+    from bertkit.text.packing import pack_corpus
+
+    lines = [line for line in SAMPLE_CORPUS.read_text().splitlines() if line]
+    path = tmp_path / "c.txt"
+    path.write_text("\n".join(f"{i} {line}" for i in range(20) for line in lines))
+    dataset, _, key = load_corpus([str(path)])
+    return pack_corpus(dataset, key, sample_tokenizer, block_size=32, validation_fraction=0.05)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     """Every test gets its own bertkit cache: no test sees another's tokenised corpora."""

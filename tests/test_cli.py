@@ -1,5 +1,6 @@
 """The CLI end to end: the launcher equals the console script, each command runs, user errors are one line."""
 
+import json
 import os
 import subprocess
 import sys
@@ -48,6 +49,23 @@ def test_info_on_a_run_directory(tmp_path):
     result = runner.invoke(app, ["info", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output
     assert "(run)" in result.output and "pooler" in result.output
+
+
+def test_info_gives_flops_per_token_and_a_runs_measured_mfu(tmp_path):
+    result = runner.invoke(app, ["info", "mini"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    # BERT-mini, 128-token rows, 15% masked: 6 x non-embedding parameters + attention + the sparse MLM head
+    assert "training FLOPs per token (128-token rows, mlm): 24.2 M" in result.output
+    cfg = tiny()
+    run = tmp_path / "run"
+    save_run(run, Model(cfg), Config(model=cfg))
+    records = [{"kind": "train", "step": 10, "loss": 5.0, "tokens_per_s": 1000.0, "tflops": 0.02, "mfu": 0.25},
+               {"kind": "eval", "step": 10, "val_loss": 5.0},
+               {"kind": "train", "step": 20, "loss": 4.0, "tokens_per_s": 3000.0, "tflops": 0.04, "mfu": 0.35}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    result = runner.invoke(app, ["info", str(run)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "measured: 2,000 tokens/s, 0.03 TFLOP/s, MFU 30.0% (mean of 2 logged windows)" in result.output
 
 
 def test_demo_runs_end_to_end(tmp_path):

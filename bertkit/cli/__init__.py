@@ -76,7 +76,8 @@ def main(version: Annotated[bool, typer.Option("--version", callback=_version, i
 def info(target: Annotated[str, typer.Argument(help="A recipe name (tiny, mini, …), a recipe .toml, or a run "
                                                      "directory.")],
          set_: SetOption = None) -> None:
-    """Print a model's architecture and parameter counts (embeddings / blocks / heads)."""
+    """Print a model's architecture, parameter counts (embeddings / blocks / heads) and training FLOPs per token;
+    for a run directory also its measured tokens/s, TFLOP/s and MFU."""
     from bertkit.jobs import info as job
 
     job.run(target, set_ or [])

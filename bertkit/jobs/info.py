@@ -1,4 +1,5 @@
-"""`bertkit info`: the architecture and parameter counts of a recipe or a run directory."""
+"""`bertkit info`: the architecture, parameter counts and training FLOPs of a recipe or a run directory (and a run's
+measured throughput and MFU)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from rich.table import Table
 
 from bertkit.config import Config, ModelConfig, load_recipe
 from bertkit.errors import BertkitError
+from bertkit.nn.flops import train_flops
 from bertkit.nn.model import Model
 from bertkit.run.directory import is_run_dir, load_config
+from bertkit.run.metrics import read_metrics
 
 
 def load_target(target: str, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Config, str]:
@@ -86,4 +89,37 @@ def run(target: str, overrides: list[str] | tuple[str, ...] = (), console: Conso
         share = counts[part] / counts["total"] if counts["total"] else 0.0
         table.add_row(part, f"{counts[part]:,}", f"{share:.1%}")
     console.print(table)
-    return {"kind": kind, "config": config.to_dict(), "parameters": counts}
+    flops = step_flops(config)
+    if flops:
+        console.print(f"training FLOPs per token ({flops['tokens_per_row']}-token rows, "
+                      f"{flops['objective']}): {flops['per_token'] / 1e6:,.1f} M (model FLOPs: forward + backward)")
+    measured = measured_throughput(target) if kind == "run" else None
+    if measured:
+        console.print(f"measured: {measured['tokens_per_s']:,.0f} tokens/s, {measured['tflops']:.3g} TFLOP/s"
+                      + (f", MFU {measured['mfu']:.1%}" if measured.get("mfu") is not None else "")
+                      + f" (mean of {measured['windows']} logged windows)")
+    return {"kind": kind, "config": config.to_dict(), "parameters": counts, "flops": flops, "measured": measured}
+
+
+def step_flops(config: Config) -> dict[str, Any] | None:
+    """Model FLOPs per trained token for the config's pretraining objective on full rows of `data.block_size`
+    tokens (an MLM's head runs on its masked share only), or None for a stack the objective does not fit."""
+    cfg, objective, t = config.model, config.train.objective, min(config.data.block_size, config.model.max_len)
+    fits = {"mlm": "encoder", "rtd": "encoder", "clm": "decoder"}
+    if cfg.architecture == "encoder-decoder":
+        objective = "seq2seq"
+    elif fits.get(objective) != cfg.architecture:
+        return None
+    masked = round(config.data.mlm_probability * t) if objective in ("mlm", "rtd") else 0
+    total = train_flops(cfg, objective, 1, t, masked=masked, source=t if objective == "seq2seq" else None)
+    return {"objective": objective, "tokens_per_row": t, "per_token": total / t}
+
+
+def measured_throughput(run: str) -> dict[str, Any] | None:
+    """Mean tokens/s, model TFLOP/s and MFU over a run's logged training windows (None without any)."""
+    windows = [r for r in read_metrics(run) if r.get("kind") == "train" and "tflops" in r]
+    if not windows:
+        return None
+    mean = {key: sum(r[key] for r in windows) / len(windows) for key in ("tokens_per_s", "tflops")}
+    mfus = [r["mfu"] for r in windows if "mfu" in r]
+    return {**mean, "mfu": sum(mfus) / len(mfus) if mfus else None, "windows": len(windows)}

@@ -23,8 +23,9 @@ from accelerate import Accelerator
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from bertkit.config import TrainConfig
+from bertkit.config import ModelConfig, TrainConfig
 from bertkit.errors import BertkitError
+from bertkit.hardware import Peak, peak_flops
 from bertkit.nn.model import Model
 from bertkit.run.checkpoints import (best_weights, clean_stale, drop_newer_best, latest_checkpoint, load_checkpoint,
                                      read_state, rng_state, save_best, save_checkpoint, set_rng_state)
@@ -53,6 +54,9 @@ class Objective(Protocol):
 
     def tokens(self, batch: dict[str, torch.Tensor]) -> int:
         """Tokens in a global batch (for tokens/s)."""
+
+    def flops(self, config: ModelConfig, micro: dict[str, torch.Tensor]) -> int:
+        """Model FLOPs of a training step on a micro-batch (`bertkit.nn.flops`: for achieved TFLOP/s and MFU)."""
 
 
 @dataclass
@@ -283,6 +287,10 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
         return {"state": asdict(state), "evaluation": objective.evaluate(accelerator.unwrap_model(ddp_model))}
     metrics = _Metrics(run_dir, main, resume_step, console)
     evaluation: dict = {}
+    peak = peak_flops(accelerator.device, cfg.precision) if main else None  # what MFU is a fraction of
+    if main:
+        console.print(f"MFU: model FLOPs per second as a share of {world} x {peak.flops / 1e12:.3g} TFLOP/s "
+                      f"({peak.source})", highlight=False)
 
     bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                    TimeRemainingColumn(), console=console, disable=not (progress and main), transient=False)
@@ -297,6 +305,7 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                 micro_rows = rows // (cfg.accumulation_steps * world)
                 norm = objective.normalizer(batch)
                 sums: dict[str, torch.Tensor] = {}
+                flops = 0
                 ddp_model.train()
                 for a in range(cfg.accumulation_steps):
                     index = a * world + accelerator.process_index
@@ -310,8 +319,11 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                         accelerator.backward(loss_sum * (world / norm))
                     for key, value in {"loss": loss_sum.detach().float(), **stats}.items():
                         sums[key] = sums.get(key, 0) + value.detach().float()
+                    flops += objective.flops(model.config, micro)
+                sums["flops"] = torch.tensor(float(flops), device=accelerator.device)
                 totals = {k: v.item() for k, v in accelerator.reduce(
                     {k: v.reshape(1) for k, v in sums.items()}, reduction="sum").items()}
+                step_flops = totals.pop("flops")  # every process's micro-batches
                 grad_norm = accelerator.clip_grad_norm_(ddp_model.parameters(), cfg.max_grad_norm or float("inf"))
                 grad_norm = float(grad_norm)
                 finite = math.isfinite(totals["loss"]) and math.isfinite(grad_norm)
@@ -341,6 +353,7 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                     w["norm"] = w.get("norm", 0.0) + norm
                     w["tokens"] = w.get("tokens", 0.0) + objective.tokens(batch)
                     w["time"] = w.get("time", 0.0) + step_time
+                    w["flops"] = w.get("flops", 0.0) + step_flops
                     w["grad_norm"] = w.get("grad_norm", 0.0) + grad_norm
                     w["steps"] = w.get("steps", 0) + 1
 
@@ -360,9 +373,10 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                     _refit_budget(cfg, state, objective)
                     bar.update(task, total=state.total_steps)
                 if state.step % cfg.log_every == 0 and state.window.get("steps"):
-                    record = _log_record(state, scheduler.get_last_lr()[0])
+                    record = _log_record(state, scheduler.get_last_lr()[0], peak, world)
                     metrics.log(record)
-                    bar.update(task, info=f"loss {record['loss']:.3f}  {record['tokens_per_s']:,.0f} tok/s")
+                    mfu = f"  MFU {record['mfu']:.0%}" if "mfu" in record else ""
+                    bar.update(task, info=f"loss {record['loss']:.3f}  {record['tokens_per_s']:,.0f} tok/s{mfu}")
                     state.window = {}
                 last = state.step >= state.total_steps or (cfg.max_seconds and state.elapsed >= cfg.max_seconds)
                 if last and state.step < state.total_steps:  # the time budget ended it: a resume knows it is done
@@ -433,13 +447,18 @@ def _fast_adamw_kwargs(device: torch.device) -> dict:
     return {"fused": True} if device.type in ("cuda", "cpu") else {"foreach": True}
 
 
-def _log_record(state: TrainState, lr: float) -> dict:
+def _log_record(state: TrainState, lr: float, peak: Peak | None, world: int) -> dict:
+    """The window's means: loss, statistics, throughput (tokens/s; model TFLOP/s and MFU, the share of the
+    processes' peak rate, on the main process)."""
     w = state.window
+    seconds = max(w["time"], 1e-9)
     record = {"kind": "train", "step": state.step, "loss": w["loss"] / w["norm"], "lr": lr,
-              "grad_norm": w["grad_norm"] / w["steps"], "tokens_per_s": w["tokens"] / max(w["time"], 1e-9),
-              "elapsed": round(state.elapsed, 2)}
+              "grad_norm": w["grad_norm"] / w["steps"], "tokens_per_s": w["tokens"] / seconds,
+              "tflops": w["flops"] / seconds / 1e12, "elapsed": round(state.elapsed, 2)}
+    if peak is not None:
+        record["mfu"] = w["flops"] / seconds / (world * peak.flops)
     for key, value in w.items():  # objective statistics normalised like the loss (e.g. masked-token accuracy)
-        if key not in ("loss", "norm", "tokens", "time", "grad_norm", "steps"):
+        if key not in ("loss", "norm", "tokens", "time", "grad_norm", "steps", "flops"):
             record[key] = value / w["norm"]
     return record
 

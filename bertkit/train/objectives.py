@@ -9,8 +9,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertkit.config import DataConfig, TrainConfig
+from bertkit.config import DataConfig, ModelConfig, TrainConfig
 from bertkit.errors import BertkitError
+from bertkit.nn.flops import train_flops
 from bertkit.nn.model import Model
 from bertkit.text.collate import IGNORE_INDEX, EpochSampler, mlm_mask, step_generator
 from bertkit.text.packing import Packed
@@ -101,6 +102,13 @@ class MLMObjective:
     def tokens(batch: dict[str, torch.Tensor]) -> int:
         return batch["input_ids"].numel()
 
+    kind = "mlm"  # the FLOP count's objective (nn/flops.py)
+
+    def flops(self, config: ModelConfig, micro: dict[str, torch.Tensor]) -> int:
+        """Model FLOPs of a training step on `micro`: the encoder, and the MLM head on its masked positions."""
+        rows, t = micro["input_ids"].shape
+        return train_flops(config, self.kind, rows, t, masked=int((micro["labels"] != IGNORE_INDEX).sum()))
+
     @staticmethod
     def loss(model: torch.nn.Module, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         selected = micro["labels"] != IGNORE_INDEX  # (B, L)
@@ -166,6 +174,11 @@ class CLMObjective:
     @staticmethod
     def tokens(batch: dict[str, torch.Tensor]) -> int:
         return batch["input_ids"].numel()
+
+    @staticmethod
+    def flops(config: ModelConfig, micro: dict[str, torch.Tensor]) -> int:
+        """Model FLOPs of a training step on `micro`: the decoder and the LM head on every position."""
+        return train_flops(config, "clm", *micro["input_ids"].shape)
 
     @staticmethod
     def loss(model: torch.nn.Module, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:

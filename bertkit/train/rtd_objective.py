@@ -74,6 +74,8 @@ class RTDObjective(MLMObjective):
     """Generator MLM + discriminator replaced-token detection; the normaliser is the masked-token count (as MLM),
     statistics: generator accuracy per masked token, discriminator accuracy and replaced share per token."""
 
+    kind = "rtd"  # the FLOP count: generator, discriminator and its per-token head (nn/flops.py)
+
     def __init__(self, packed: Packed, special: SpecialIds, vocab_size: int, data: DataConfig, train: TrainConfig,
                  world: int = 1):
         super().__init__(packed, special, vocab_size, data, train, world)

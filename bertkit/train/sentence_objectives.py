@@ -18,10 +18,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertkit.config import TrainConfig
+from bertkit.config import ModelConfig, TrainConfig
 from bertkit.embedding import embed_encoded, normalize_rows
 from bertkit.errors import BertkitError
 from bertkit.inference import log_softmax
+from bertkit.nn.flops import stack_flops
 from bertkit.nn.model import Model
 from bertkit.text.collate import EpochSampler, pad_sequences
 from bertkit.text.features import Encoded
@@ -84,6 +85,15 @@ class SentenceObjective:
     @staticmethod
     def tokens(batch: dict[str, torch.Tensor]) -> int:
         return int(sum(v.sum() for k, v in batch.items() if k.startswith("len_")))
+
+    def flops(self, config: ModelConfig, micro: dict[str, torch.Tensor]) -> int:
+        """Model FLOPs of a training step on `micro`: every side through the encoder at the common padded width,
+        then the loss's own products (MNRL's similarity matrix, the softmax objective's classifier)."""
+        sides = len(self.sides)
+        b, width = micro["len_0"].shape[0], max(micro[f"ids_{s}"].shape[1] for s in range(sides))
+        loss = {"mnrl": 2 * b * (sides - 1) * b * config.d_model,
+                "softmax": 2 * b * 3 * config.d_model * config.num_labels}.get(self.loss_kind, 0)
+        return 3 * (stack_flops(config, sides * b, width) + loss)
 
     def _embed(self, model: torch.nn.Module, micro: dict[str, torch.Tensor]):
         """Every side of the micro-batch in one forward pass: (k * B, T) → pooled (k * B, D)."""

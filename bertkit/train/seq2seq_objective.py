@@ -8,8 +8,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from bertkit.config import TrainConfig
+from bertkit.config import ModelConfig, TrainConfig
 from bertkit.errors import BertkitError
+from bertkit.nn.flops import train_flops
 from bertkit.nn.model import Model
 from bertkit.text.collate import IGNORE_INDEX, EpochSampler, pad_sequences
 from bertkit.train.metrics import translation_metrics
@@ -67,6 +68,13 @@ class Seq2SeqObjective:
     @staticmethod
     def tokens(batch: dict[str, torch.Tensor]) -> int:
         return int(batch["attention_mask"].sum()) + int((batch["labels"] != IGNORE_INDEX).sum())
+
+    @staticmethod
+    def flops(config: ModelConfig, micro: dict[str, torch.Tensor]) -> int:
+        """Model FLOPs of a training step on `micro` (padded lengths: what the kernels multiply): the encoder over
+        the sources, the decoder over the targets cross-attending to them, the LM head on every target position."""
+        rows, source = micro["input_ids"].shape
+        return train_flops(config, "seq2seq", rows, micro["decoder_input_ids"].shape[1], source=source)
 
     def _logits(self, model: torch.nn.Module, micro: dict[str, torch.Tensor]) -> torch.Tensor:
         return model(micro["input_ids"], micro["decoder_input_ids"], attention_mask=micro["attention_mask"],

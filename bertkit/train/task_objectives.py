@@ -11,9 +11,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertkit.config import TrainConfig
+from bertkit.config import ModelConfig, TrainConfig
 from bertkit.errors import BertkitError
 from bertkit.inference import batched_logits, decode_tags, iob2_constraints, log_softmax
+from bertkit.nn.flops import stack_flops
 from bertkit.nn.model import Model
 from bertkit.text.collate import IGNORE_INDEX, EpochSampler, pad_sequences
 from bertkit.text.features import Encoded, token_labels
@@ -51,6 +52,17 @@ class _TaskObjective:
     def tokens(batch: dict[str, torch.Tensor]) -> int:
         return int(batch["attention_mask"].sum())
 
+    def flops(self, config: ModelConfig, micro: dict[str, torch.Tensor]) -> int:
+        """Model FLOPs of a training step on `micro` (padded: what the kernels multiply): the encoder and the
+        task head (nn/flops.py)."""
+        rows, t = micro["input_ids"].shape
+        return 3 * (stack_flops(config, rows, t) + self.head_flops(config, rows, t))
+
+    @staticmethod
+    def head_flops(config: ModelConfig, rows: int, t: int) -> int:
+        """The task head's forward FLOPs on a (rows, t) batch."""
+        raise NotImplementedError
+
     def _logits(self, model: torch.nn.Module, micro: dict[str, torch.Tensor]) -> torch.Tensor:
         return model(micro["input_ids"], attention_mask=micro["attention_mask"],
                      token_type_ids=micro["token_type_ids"], head=self.head).logits
@@ -71,6 +83,10 @@ class ClassifyObjective(_TaskObjective):
     def batch(self, step: int) -> dict[str, torch.Tensor]:
         rows = self.sampler.rows(step).tolist()
         return {**self._inputs(rows), "labels": torch.tensor([self.targets[r] for r in rows])}
+
+    @staticmethod
+    def head_flops(config: ModelConfig, rows: int, t: int) -> int:
+        return 2 * rows * (config.d_model * config.d_model + config.d_model * config.num_labels)  # dense, out
 
     @staticmethod
     def normalizer(batch: dict[str, torch.Tensor]) -> float:
@@ -117,6 +133,10 @@ class TagObjective(_TaskObjective):
         inputs = self._inputs(rows)
         return {**inputs, "labels": pad_sequences([self.targets[r] for r in rows], IGNORE_INDEX,
                                                   inputs["input_ids"].shape[1])}
+
+    @staticmethod
+    def head_flops(config: ModelConfig, rows: int, t: int) -> int:
+        return 2 * rows * t * config.d_model * config.num_labels  # one linear layer per token
 
     @staticmethod
     def normalizer(batch: dict[str, torch.Tensor]) -> float:

@@ -10,21 +10,10 @@ import torch
 from bertkit.config import DataConfig, TrainConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
-from bertkit.text.corpus import load_corpus
-from bertkit.text.packing import pack_corpus
 from bertkit.text.tokenizer import special_ids
 from bertkit.train.loop import lr_factor, make_accelerator, param_groups, train
 from bertkit.train.objectives import MLMObjective
-from conftest import SAMPLE_CORPUS, tiny
-
-
-@pytest.fixture
-def packed(tmp_path, sample_tokenizer):
-    lines = [line for line in SAMPLE_CORPUS.read_text().splitlines() if line]
-    path = tmp_path / "c.txt"
-    path.write_text("\n".join(f"{i} {line}" for i in range(20) for line in lines))
-    dataset, _, key = load_corpus([str(path)])
-    return pack_corpus(dataset, key, sample_tokenizer, block_size=32, validation_fraction=0.05)
+from conftest import tiny
 
 
 def _run(tmp_path, packed, tokenizer, name="run", **train_overrides):

@@ -114,7 +114,7 @@ _cli = cli_process
 
 def _records(run: Path) -> list[dict]:
     """metrics.jsonl without its clock readings."""
-    return [{k: v for k, v in json.loads(line).items() if k not in ("tokens_per_s", "elapsed")}
+    return [{k: v for k, v in json.loads(line).items() if k not in ("tokens_per_s", "tflops", "mfu", "elapsed")}
             for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 

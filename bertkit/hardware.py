@@ -1,0 +1,120 @@
+"""What the machine can do: the peak matrix-multiply rate a run's model FLOPs are measured against (MFU).
+
+GPUs: the datasheet's dense peak for the precision (known NVIDIA data-centre parts), else a measured GEMM. CPUs: a
+measured GEMM at the run's precision and thread count — a datasheet says nothing about 2 shared cores, and whether
+bf16 is native (AVX512-BF16, AMX) or emulated (AVX2: ~40x slower) is exactly what the timing shows. A measurement is
+cached per machine (CPU model, capability, threads, torch version) in the bertkit cache and in the process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from bertkit.paths import cache_root
+
+# Dense (no sparsity) peaks in TFLOP/s by precision, from NVIDIA's datasheets; the first name found in
+# torch.cuda.get_device_name() wins, so "H100 PCIe" comes before "H100".
+GPU_PEAKS = (
+    ("H100 PCIe", {"bf16": 756.0, "fp16": 756.0, "tf32": 378.0, "fp32": 51.2}),
+    ("H100", {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9}),
+    ("H200", {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9}),
+    ("A100", {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}),
+    ("L40S", {"bf16": 362.1, "fp16": 362.1, "tf32": 183.0, "fp32": 91.6}),
+    ("L4", {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3}),
+)
+_GEMM_SIZE = 1024  # big enough to reach a core's steady rate, small enough for emulated bf16 (~1 s on AVX2)
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_MEMO: dict[str, "Peak"] = {}
+
+
+@dataclass(frozen=True)
+class Peak:
+    """A peak rate in FLOP/s and where it came from ("datasheet: …" or "measured: …")."""
+
+    flops: float
+    source: str
+
+
+def cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def describe_device(device: torch.device) -> str:
+    """One line naming the hardware: the GPU, or the CPU with its vector capability and thread count."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return (f"{cpu_name()} ({torch.backends.cpu.get_cpu_capability()}, {torch.get_num_threads()} threads), "
+            f"torch {torch.__version__}")
+
+
+def gemm_flops(device: torch.device, precision: str, size: int = _GEMM_SIZE, repeats: int = 3) -> float:
+    """The best of up to `repeats` timed (size x size) @ (size x size) products at `precision`, in FLOP/s, after a
+    warm-up call (a slow, emulated precision is timed once: its warm-up)."""
+    dtype = _DTYPES[precision]
+    seeded = torch.Generator(device=device).manual_seed(0)  # its own stream: a run's RNG state stays untouched
+    a = torch.randn(size, size, device=device, generator=seeded).to(dtype)
+    b = torch.randn(size, size, device=device, generator=seeded).to(dtype)
+    best, i = float("inf"), 0
+    while i <= repeats:  # call 0 warms up (allocations, kernel selection)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        a @ b
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds = time.perf_counter() - start
+        if i or seconds > 0.5:
+            best = min(best, seconds)
+        i = repeats + 1 if seconds > 0.5 else i + 1  # emulated bf16 (seconds a call): one call is enough
+    return 2 * size ** 3 / best
+
+
+def _datasheet(device: torch.device, precision: str) -> Peak | None:
+    name = torch.cuda.get_device_name(device)
+    if precision == "fp32" and torch.backends.cuda.matmul.allow_tf32:
+        precision = "tf32"  # fp32 matmuls then run on the tensor cores
+    for part, peaks in GPU_PEAKS:
+        if part in name:
+            return Peak(peaks[precision] * 1e12, f"datasheet: {name} {precision}")
+    return None
+
+
+def peak_flops(device: torch.device, precision: str) -> Peak:
+    """The peak rate a run at `precision` on `device` is measured against (see the module docstring). A CPU is
+    measured once per process; the machine's file keeps the best rate ever measured, so a probe that ran beside
+    other work (2 cores are easily shared) never lowers the peak."""
+    if device.type == "cuda" and (sheet := _datasheet(device, precision)) is not None:
+        return sheet
+    key = f"{describe_device(device)} {precision}"
+    if key in _MEMO:
+        return _MEMO[key]
+    file = cache_root() / "peak_flops.json"
+    try:
+        known = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    measured = Peak(gemm_flops(device, precision), f"measured: best {_GEMM_SIZE}² {precision} GEMM on "
+                                                   f"{describe_device(device)}")
+    stored = known.get(key)
+    peak = Peak(**stored) if isinstance(stored, dict) and stored.get("flops", 0) >= measured.flops else measured
+    if peak is measured:
+        known[key] = asdict(peak)
+        tmp = file.with_name(f"{file.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known, indent=1) + "\n", encoding="utf-8")
+        tmp.replace(file)  # atomic: a concurrent reader sees the old file or the new one
+    _MEMO[key] = peak
+    return peak

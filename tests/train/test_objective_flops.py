@@ -1,0 +1,99 @@
+"""Every objective's FLOP count (what the loop's TFLOP/s and MFU are made of) equals what torch's FlopCounterMode
+counts for its own loss and backward on a real batch (eager attention: the CPU's fused SDPA kernel is invisible to
+the counter); the loop logs the rates."""
+
+import json
+
+import pytest
+from torch.utils.flop_counter import FlopCounterMode
+
+from bertkit.config import DataConfig, TrainConfig
+from bertkit.nn.attention import set_attention_impl
+from bertkit.nn.model import Model
+from bertkit.text.features import TaskEncoder
+from bertkit.text.tokenizer import special_ids
+from bertkit.train.loop import make_accelerator, train
+from bertkit.train.objectives import CLMObjective, MLMObjective
+from bertkit.train.rtd_objective import RTDObjective
+from bertkit.train.sentence_objectives import SentenceObjective
+from bertkit.train.seq2seq_objective import Seq2SeqObjective
+from bertkit.train.task_objectives import ClassifyObjective, TagObjective
+from conftest import tiny
+
+TEXTS = ["the cat sat", "a dog ran far away", "birds", "the river is wide and slow", "a cat was sitting",
+         "the dog runs", "many birds fly south", "a slow river"]
+
+
+def counted(objective, model: Model, micro: dict) -> int:
+    """FLOPs of the objective's loss and its backward, as FlopCounterMode counts them."""
+    set_attention_impl(model, "eager")
+    with FlopCounterMode(display=False) as counter:
+        loss, _ = objective.loss(model, micro)
+        loss.backward()
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("kind", ["mlm", "rtd", "clm"])
+def test_pretraining_objectives(packed, sample_tokenizer, kind):
+    train_cfg = TrainConfig(batch_size=4)
+    cls = {"mlm": MLMObjective, "rtd": RTDObjective, "clm": CLMObjective}[kind]
+    objective = cls(packed, special_ids(sample_tokenizer), 400, DataConfig(block_size=32), train_cfg)
+    heads = {"mlm": ("mlm",), "rtd": ("rtd", "generator"), "clm": ("lm",)}[kind]
+    cfg = tiny(vocab_size=400, heads=heads, **({"architecture": "decoder"} if kind == "clm" else {}))
+    micro = objective.batch(0)
+    assert objective.flops(cfg, micro) == counted(objective, Model(cfg), micro)
+
+
+def test_classify_and_tag_objectives(sample_tokenizer):
+    encoder = TaskEncoder(sample_tokenizer, 32)
+    train_cfg = TrainConfig(batch_size=4)
+    cfg = tiny(vocab_size=400, heads=("classifier",), num_labels=3)
+    objective = ClassifyObjective(encoder.texts(TEXTS), [i % 3 for i in range(8)], [], [], ["a", "b", "c"], 0,
+                                  train_cfg)
+    micro = objective.batch(0)
+    assert objective.flops(cfg, micro) == counted(objective, Model(cfg), micro)
+
+    spans = [[(i, i + 1) for i in range(0, len(t), 4)] for t in TEXTS]
+    examples = encoder.words(TEXTS, spans)
+    cfg = tiny(vocab_size=400, heads=("tagger",), num_labels=5)
+    objective = TagObjective(examples, [[j % 5 for j in range(len(s))] for s in spans], [], [], list("OBIXY"), 0,
+                             train_cfg)
+    micro = objective.batch(0)
+    assert objective.flops(cfg, micro) == counted(objective, Model(cfg), micro)
+
+
+@pytest.mark.parametrize("loss,sides", [("mnrl", 2), ("mnrl", 3), ("softmax", 2), ("cosine", 2)])
+def test_sentence_objectives(sample_tokenizer, loss, sides):
+    encoder = TaskEncoder(sample_tokenizer, 32)
+    texts = [TEXTS[:4], TEXTS[4:], TEXTS[2:6]][:sides]
+    targets = {"mnrl": None, "softmax": [0, 1, 2, 0], "cosine": [0.9, 0.1, 0.5, 0.0]}[loss]
+    objective = SentenceObjective(loss, [encoder.texts(t) for t in texts], targets, [], None, "mean", 20.0, 0,
+                                  TrainConfig(batch_size=4), 1, ["a", "b", "c"])
+    cfg = tiny(vocab_size=400, **({"heads": ("pair_classifier",), "num_labels": 3} if loss == "softmax" else {}))
+    micro = objective.batch(0)
+    assert objective.flops(cfg, micro) == counted(objective, Model(cfg), micro)
+
+
+def test_seq2seq_objective():
+    source = [[5, 6, 7, 8], [9, 10], [11, 12, 13], [14]]
+    target = [[20, 21, 22], [23, 24, 25, 26, 27], [28], [29, 30]]
+    objective = Seq2SeqObjective(source, target, [], [], [], 1, 0, 0.1, TrainConfig(batch_size=4))
+    cfg = tiny(architecture="encoder-decoder", heads=("lm",))
+    micro = objective.batch(0)
+    assert objective.flops(cfg, micro) == counted(objective, Model(cfg), micro)
+
+
+def test_the_loop_logs_model_tflops_and_mfu(tmp_path, packed, sample_tokenizer):
+    cfg = TrainConfig(batch_size=8, accumulation_steps=2, max_steps=4, log_every=2, eval_every=100,
+                      save_every=100)
+    objective = MLMObjective(packed, special_ids(sample_tokenizer), 400, DataConfig(block_size=32), cfg)
+    model = Model(tiny(vocab_size=400, heads=("mlm",)))
+    expected = [sum(objective.flops(model.config, {k: v[i * 8:(i + 1) * 8] for k, v in objective.batch(s).items()})
+                    for s in (2, 3) for i in range(2))]
+    train(model, objective, cfg, tmp_path, make_accelerator("fp32"), progress=False)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in records if r["kind"] == "train"][-1]
+    assert last["step"] == 4
+    seconds = last["tokens_per_s"] and 2 * 16 * 32 / last["tokens_per_s"]  # the window's step time
+    assert last["tflops"] * 1e12 * seconds == pytest.approx(expected[0], rel=1e-3)
+    assert 0 < last["mfu"] < 1
