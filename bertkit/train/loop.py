@@ -452,6 +452,7 @@ def _log_record(state: TrainState, lr: float, peak: Peak | None, world: int) -> 
     processes' peak rate, on the main process)."""
     w = state.window
     seconds = max(w["time"], 1e-9)
+    w.setdefault("flops", 0.0)  # a window resumed from a checkpoint written before FLOPs were counted
     record = {"kind": "train", "step": state.step, "loss": w["loss"] / w["norm"], "lr": lr,
               "grad_norm": w["grad_norm"] / w["steps"], "tokens_per_s": w["tokens"] / seconds,
               "tflops": w["flops"] / seconds / 1e12, "elapsed": round(state.elapsed, 2)}

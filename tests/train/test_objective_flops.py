@@ -8,11 +8,12 @@ import pytest
 from torch.utils.flop_counter import FlopCounterMode
 
 from bertkit.config import DataConfig, TrainConfig
+from bertkit.hardware import Peak
 from bertkit.nn.attention import set_attention_impl
 from bertkit.nn.model import Model
 from bertkit.text.features import TaskEncoder
 from bertkit.text.tokenizer import special_ids
-from bertkit.train.loop import make_accelerator, train
+from bertkit.train.loop import TrainState, _log_record, make_accelerator, train
 from bertkit.train.objectives import CLMObjective, MLMObjective
 from bertkit.train.rtd_objective import RTDObjective
 from bertkit.train.sentence_objectives import SentenceObjective
@@ -97,3 +98,9 @@ def test_the_loop_logs_model_tflops_and_mfu(tmp_path, packed, sample_tokenizer):
     seconds = last["tokens_per_s"] and 2 * 16 * 32 / last["tokens_per_s"]  # the window's step time
     assert last["tflops"] * 1e12 * seconds == pytest.approx(expected[0], rel=1e-3)
     assert 0 < last["mfu"] < 1
+
+
+def test_a_window_resumed_from_an_older_checkpoint_logs_without_flops():
+    window = {"loss": 4.0, "norm": 2.0, "tokens": 100.0, "time": 1.0, "grad_norm": 2.0, "steps": 2}  # no "flops"
+    record = _log_record(TrainState(step=2, window=window), 1e-3, Peak(1e9, "measured: test"), 1)
+    assert record["loss"] == 2.0 and record["tflops"] == 0.0 and record["mfu"] == 0.0
