@@ -21,7 +21,7 @@ import json
 import statistics
 from pathlib import Path
 
-from budget_table import TASKS, finetune_cells, probe_cells, task_epochs
+from budget_table import finetune_cells, probe_cells, task_epochs
 from common import load_results, save_results
 
 NAMES = {"sst2": "SST-2 dev %", "conll": "CoNLL-2003 test F1", "stsb": "STS-B test Spearman",
@@ -79,8 +79,8 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"error: --tasks: unknown {', '.join(unknown)} (choose from {', '.join(NAMES)})")
     fractions = {k: float(v) for k, v in (item.split("=") for item in args.epochs.split(","))}
-    settings = {task: {"epochs": task_epochs(task, fractions[task])} for task in TASKS}
-    settings["probe"] = {"train_examples": args.probe_examples}
+    settings = {task: {"train_examples": args.probe_examples} if task == "probe" else
+                {"epochs": task_epochs(task, fractions[task])} for task in tasks}
     table, results = load_results(args.table), load_results(args.out)
     for run in runs:
         for seed in seeds:

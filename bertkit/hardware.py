@@ -99,7 +99,8 @@ def peak_flops(device: torch.device, precision: str) -> Peak:
     other work (2 cores are easily shared) never lowers the peak."""
     if device.type == "cuda" and (sheet := _datasheet(device, precision)) is not None:
         return sheet
-    key = f"{describe_device(device)} {precision}"
+    machine = describe_device(device)
+    key = f"{machine} {precision}"
     if key in _MEMO:
         return _MEMO[key]
     file = cache_root() / "peak_flops.json"
@@ -107,8 +108,7 @@ def peak_flops(device: torch.device, precision: str) -> Peak:
         known = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         known = {}
-    measured = Peak(gemm_flops(device, precision), f"measured: best {_GEMM_SIZE}² {precision} GEMM on "
-                                                   f"{describe_device(device)}")
+    measured = Peak(gemm_flops(device, precision), f"measured: best {_GEMM_SIZE}² {precision} GEMM on {machine}")
     stored = known.get(key)
     peak = Peak(**stored) if isinstance(stored, dict) and stored.get("flops", 0) >= measured.flops else measured
     if peak is measured:

@@ -74,7 +74,12 @@ def forward_flops(cfg: ModelConfig, objective: str, batch: int, t: int, masked: 
     raise ValueError(f"no FLOP count for objective {objective!r}")
 
 
+def training(forward: int) -> int:
+    """A training step's FLOPs from its forward's: the backward multiplies every product twice (3 × forward)."""
+    return 3 * forward
+
+
 def train_flops(cfg: ModelConfig, objective: str, batch: int, t: int, masked: int = 0,
                 source: int | None = None) -> int:
-    """One training step on that batch: forward + backward = 3 × forward."""
-    return 3 * forward_flops(cfg, objective, batch, t, masked, source)
+    """One training step of a pretraining objective on that batch."""
+    return training(forward_flops(cfg, objective, batch, t, masked, source))

@@ -309,8 +309,9 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                 ddp_model.train()
                 for a in range(cfg.accumulation_steps):
                     index = a * world + accelerator.process_index
-                    micro = {k: v[index * micro_rows:(index + 1) * micro_rows].to(accelerator.device)
-                             for k, v in batch.items()}
+                    rows_of = {k: v[index * micro_rows:(index + 1) * micro_rows] for k, v in batch.items()}
+                    flops += objective.flops(model.config, rows_of)  # on the CPU copy: no device sync
+                    micro = {k: v.to(accelerator.device) for k, v in rows_of.items()}
                     sync = a == cfg.accumulation_steps - 1
                     with (contextlib.nullcontext() if sync else accelerator.no_sync(ddp_model)):
                         with accelerator.autocast():
@@ -319,7 +320,6 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                         accelerator.backward(loss_sum * (world / norm))
                     for key, value in {"loss": loss_sum.detach().float(), **stats}.items():
                         sums[key] = sums.get(key, 0) + value.detach().float()
-                    flops += objective.flops(model.config, micro)
                 sums["flops"] = torch.tensor(float(flops), device=accelerator.device)
                 totals = {k: v.item() for k, v in accelerator.reduce(
                     {k: v.reshape(1) for k, v in sums.items()}, reduction="sum").items()}

@@ -22,7 +22,7 @@ from bertkit.config import ModelConfig, TrainConfig
 from bertkit.embedding import embed_encoded, normalize_rows
 from bertkit.errors import BertkitError
 from bertkit.inference import log_softmax
-from bertkit.nn.flops import stack_flops
+from bertkit.nn.flops import stack_flops, training
 from bertkit.nn.model import Model
 from bertkit.text.collate import EpochSampler, pad_sequences
 from bertkit.text.features import Encoded
@@ -93,7 +93,7 @@ class SentenceObjective:
         b, width = micro["len_0"].shape[0], max(micro[f"ids_{s}"].shape[1] for s in range(sides))
         loss = {"mnrl": 2 * b * (sides - 1) * b * config.d_model,
                 "softmax": 2 * b * 3 * config.d_model * config.num_labels}.get(self.loss_kind, 0)
-        return 3 * (stack_flops(config, sides * b, width) + loss)
+        return training(stack_flops(config, sides * b, width) + loss)
 
     def _embed(self, model: torch.nn.Module, micro: dict[str, torch.Tensor]):
         """Every side of the micro-batch in one forward pass: (k * B, T) → pooled (k * B, D)."""

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from bertkit.config import ModelConfig, TrainConfig
 from bertkit.errors import BertkitError
 from bertkit.inference import batched_logits, decode_tags, iob2_constraints, log_softmax
-from bertkit.nn.flops import stack_flops
+from bertkit.nn.flops import stack_flops, training
 from bertkit.nn.model import Model
 from bertkit.text.collate import IGNORE_INDEX, EpochSampler, pad_sequences
 from bertkit.text.features import Encoded, token_labels
@@ -56,7 +56,7 @@ class _TaskObjective:
         """Model FLOPs of a training step on `micro` (padded: what the kernels multiply): the encoder and the
         task head (nn/flops.py)."""
         rows, t = micro["input_ids"].shape
-        return 3 * (stack_flops(config, rows, t) + self.head_flops(config, rows, t))
+        return training(stack_flops(config, rows, t) + self.head_flops(config, rows, t))
 
     @staticmethod
     def head_flops(config: ModelConfig, rows: int, t: int) -> int:

@@ -89,14 +89,14 @@ def test_the_loop_logs_model_tflops_and_mfu(tmp_path, packed, sample_tokenizer):
                       save_every=100)
     objective = MLMObjective(packed, special_ids(sample_tokenizer), 400, DataConfig(block_size=32), cfg)
     model = Model(tiny(vocab_size=400, heads=("mlm",)))
-    expected = [sum(objective.flops(model.config, {k: v[i * 8:(i + 1) * 8] for k, v in objective.batch(s).items()})
-                    for s in (2, 3) for i in range(2))]
+    expected = sum(objective.flops(model.config, {k: v[i * 8:(i + 1) * 8] for k, v in objective.batch(s).items()})
+                   for s in (2, 3) for i in range(2))  # the last window: steps 3 and 4 (0-based 2, 3), 2 micro each
     train(model, objective, cfg, tmp_path, make_accelerator("fp32"), progress=False)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in records if r["kind"] == "train"][-1]
     assert last["step"] == 4
-    seconds = last["tokens_per_s"] and 2 * 16 * 32 / last["tokens_per_s"]  # the window's step time
-    assert last["tflops"] * 1e12 * seconds == pytest.approx(expected[0], rel=1e-3)
+    seconds = 2 * 16 * 32 / last["tokens_per_s"]  # the window's step time: 2 steps of 16 rows x 32 tokens
+    assert last["tflops"] * 1e12 * seconds == pytest.approx(expected, rel=1e-3)
     assert 0 < last["mfu"] < 1
 
 
