@@ -26,7 +26,7 @@ Activation = Literal["relu", "gelu", "swiglu"]
 Positions = Literal["learned", "sinusoidal", "relative", "rotary", "none"]
 Objective = Literal["mlm", "clm", "rtd"]  # masked LM (encoder) | causal LM (decoder) | ELECTRA (encoder)
 Schedule = Literal["linear", "cosine", "constant", "wsd"]
-Precision = Literal["fp32", "bf16", "fp16"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
 OnBadSteps = Literal["reload", "stop"]
 Pooling = Literal["cls", "mean", "max"]
 TaskKind = Literal["classify", "ner", "sentence", "seq2seq"]
@@ -218,7 +218,9 @@ class TrainConfig:
     metric: str | None = None  # validation metric that picks the best checkpoint (None: the task's own, e.g. f1)
     patience: int = 0  # early stopping: evaluations without a better `metric` before stopping (0: never stop early)
     layer_decay: float = 1.0  # layer-wise lr decay: block l (1..L) trains at lr * layer_decay^(L+1-l)
-    precision: Precision = "fp32"  # bf16 autocast pays on CPUs with AMX and on every recent GPU
+    # auto: bf16 autocast where the device computes bf16 natively (recent GPUs; CPUs with AVX512-BF16 / AMX whose
+    # bf16 GEMM measures faster), else fp32 (bertkit/hardware.py: resolve_precision)
+    precision: Precision = "auto"
     seed: int = 0
     rtd_weight: float = 50.0  # objective rtd: the discriminator's loss weight (ELECTRA's lambda) next to the MLM's
     max_bad_steps: int = 3  # consecutive non-finite steps tolerated (each skipped) before on_bad_steps

@@ -19,6 +19,7 @@ import torch
 
 from bertkit.config import Config
 from bertkit.errors import BertkitError
+from bertkit.hardware import resolve_precision
 from bertkit.inference import run_sorted
 from bertkit.nn.heads import pool as pool_states
 from bertkit.nn.model import Model
@@ -71,13 +72,15 @@ def model_identity(run: str | Path, config: Config) -> str:
 
 
 def embed_encoded(model: Model, encoded: list[Encoded], pad_id: int, batch_size: int, pooling: str,
-                  normalize: bool, on_batch: Callable[[int], None] | None = None) -> np.ndarray:
-    """Pooled (and optionally normalised) embeddings of tokenised texts: (N, D) float32, in input order."""
+                  normalize: bool, on_batch: Callable[[int], None] | None = None, precision: str = "fp32"
+                  ) -> np.ndarray:
+    """Pooled (and optionally normalised) embeddings of tokenised texts: (N, D) float32, in input order; the
+    forward at `precision` (resolved: fp32 / bf16)."""
     if not encoded:
         return np.zeros((0, model.config.d_model), dtype=np.float32)
     rows = run_sorted(model, encoded, pad_id, batch_size,
                       lambda ids, mask, types: model(ids, attention_mask=mask, token_type_ids=types,
-                                                     pool=pooling).pooled, on_batch)
+                                                     pool=pooling).pooled, on_batch, precision=precision)
     vectors = np.stack(rows).astype(np.float32, copy=False)  # (N, D)
     return normalize_rows(vectors) if normalize else vectors
 
@@ -85,11 +88,12 @@ def embed_encoded(model: Model, encoded: list[Encoded], pad_id: int, batch_size:
 class SentenceEncoder:
     """An encoder run ready to embed sentences: (N texts) -> (N, D) float32, in input order.
 
-    `pooling`, `normalize` and `max_length` default to the run's `[sentence]` settings.
+    `pooling`, `normalize` and `max_length` default to the run's `[sentence]` settings; `precision` "auto" runs in
+    bf16 where the device computes it natively (`hardware.resolve_precision`), else fp32.
     """
 
     def __init__(self, run: str | Path, batch_size: int = 64, device: str | torch.device | None = None,
-                 model: tuple[Config, Model] | None = None):
+                 model: tuple[Config, Model] | None = None, precision: str = "auto"):
         self.run = Path(run)
         config, net = model if model is not None else load_run(self.run)
         if config.model.architecture != "encoder":
@@ -100,6 +104,7 @@ class SentenceEncoder:
         if device is not None or model is None:
             self.model.to(default_device(device))
         self.sentence = config.sentence
+        self.precision = resolve_precision(precision, self.model.device).precision
         self.tokenizer = load_run_tokenizer(self.run, config)
         self.pad_id = special_ids(self.tokenizer).pad
         self.encoder = TaskEncoder(self.tokenizer, self.sentence.window(config.model.max_len))
@@ -124,7 +129,7 @@ class SentenceEncoder:
         encoded = self.encoder.texts(list(texts)) if texts else []
         self.truncated += sum(e.truncated for e in encoded)
         return embed_encoded(self.model, encoded, self.pad_id, self.batch_size, self.sentence.pooling,
-                             self.sentence.normalize, on_batch)
+                             self.sentence.normalize, on_batch, self.precision)
 
     def encode_layers(self, texts: list[str], layers: list[int], tokens: bool = False,
                       on_batch: Callable[[int], None] | None = None) -> list[np.ndarray] | np.ndarray:
@@ -152,7 +157,7 @@ class SentenceEncoder:
         if not encoded:
             return [] if tokens else np.zeros((0, len(layers), self.dim), dtype=np.float32)
         rows = run_sorted(self.model, encoded, self.pad_id, self.batch_size, forward, on_batch,
-                          per_token=tokens)
+                          per_token=tokens, precision=self.precision)
         if tokens:
             return rows
         vectors = np.stack(rows).astype(np.float32, copy=False)  # (N, L', D)

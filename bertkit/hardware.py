@@ -4,10 +4,15 @@ GPUs: the datasheet's dense peak for the precision (known NVIDIA data-centre par
 measured GEMM at the run's precision and thread count — a datasheet says nothing about 2 shared cores, and whether
 bf16 is native (AVX512-BF16, AMX) or emulated (AVX2: ~40x slower) is exactly what the timing shows. A measurement is
 cached per machine (CPU model, capability, threads, torch version) in the bertkit cache and in the process.
+
+It also picks the precision `precision = "auto"` means (`resolve_precision`): bf16 where the device computes it
+natively — a CUDA GPU with bf16, a CPU with AVX512-BF16 or AMX whose measured bf16 GEMM is really faster than its
+fp32 one — else fp32.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -31,6 +36,8 @@ GPU_PEAKS = (
 _GEMM_SIZE = 1024  # big enough to reach a core's steady rate, small enough for emulated bf16 (~1 s on AVX2)
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _MEMO: dict[str, "Peak"] = {}
+_NATIVE_BF16_FLAGS = {"avx512_bf16", "amx_bf16"}  # /proc/cpuinfo flags of CPUs that compute bf16 in hardware
+_BF16_MIN_GAIN = 1.5  # a CPU's bf16 GEMM must beat its fp32 GEMM by this much for auto to pick it
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,18 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (from /proc/cpuinfo; empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
 
 
 def describe_device(device: torch.device) -> str:
@@ -118,3 +137,46 @@ def peak_flops(device: torch.device, precision: str) -> Peak:
         tmp.replace(file)  # atomic: a concurrent reader sees the old file or the new one
     _MEMO[key] = peak
     return peak
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """The precision a job runs at and why (for its opening line and the run's record)."""
+
+    precision: str  # fp32 | bf16 | fp16
+    reason: str
+
+
+def resolve_precision(requested: str, device: torch.device | str) -> PrecisionChoice:
+    """What `requested` means on `device`: an explicit precision as given; "auto" bf16 where it is native and pays
+    — a CUDA device that supports it; a CPU with AVX512-BF16 or AMX (by its flags) whose bf16 GEMM measures at
+    least 1.5x its fp32 GEMM (the probe is cached per machine, see `peak_flops`) — else fp32. AVX2-only CPUs
+    emulate bf16 (~40x slower than fp32), so they never get it by default."""
+    device = torch.device(device)
+    if requested != "auto":
+        return PrecisionChoice(requested, "as configured")
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return PrecisionChoice("bf16", f"auto: {torch.cuda.get_device_name(device)} computes bf16 natively")
+        return PrecisionChoice("fp32", f"auto: {torch.cuda.get_device_name(device)} has no bf16")
+    if device.type != "cpu":
+        return PrecisionChoice("fp32", f"auto: fp32 on {device.type}")
+    native = sorted(_NATIVE_BF16_FLAGS & cpu_flags())
+    if not native:
+        return PrecisionChoice("fp32", f"auto: {torch.backends.cpu.get_cpu_capability()} CPU without native bf16 "
+                                       "(AVX512-BF16 / AMX)")
+    gain = peak_flops(device, "bf16").flops / peak_flops(device, "fp32").flops
+    if gain < _BF16_MIN_GAIN:
+        return PrecisionChoice("fp32", f"auto: the CPU has {', '.join(native)} but its bf16 GEMM is only "
+                                       f"{gain:.1f}x fp32")
+    return PrecisionChoice("bf16", f"auto: {', '.join(native)}; bf16 GEMM {gain:.1f}x fp32")
+
+
+def autocast(device: torch.device | str, precision: str):
+    """The autocast context for a resolved precision on `device` (a no-op for fp32). Autocast keeps norms,
+    softmax and losses in fp32 and runs the matrix products in the low precision. Thread-local: enter it in the
+    thread that runs the forward."""
+    device = torch.device(device)
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=_DTYPES[precision])

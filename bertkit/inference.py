@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from bertkit.errors import BertkitError
+from bertkit.hardware import autocast, resolve_precision
 from bertkit.nn.model import TASK_HEADS, Model
 from bertkit.text.features import Encoded, TaskEncoder
 
@@ -27,13 +28,15 @@ def inference_workers(device: torch.device) -> int:
 
 def run_sorted(model: Model, examples: list[Encoded], pad_id: int, batch_size: int,
                forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
-               on_batch: Callable[[int], None] | None = None, per_token: bool | None = None) -> list[np.ndarray]:
+               on_batch: Callable[[int], None] | None = None, per_token: bool | None = None,
+               precision: str = "fp32") -> list[np.ndarray]:
     """`forward(ids, mask, token_types)` over length-sorted batches; one float32 row per example, in input order.
 
     Examples run shortest first, so a batch pads only to about its own length; `forward` returns (B, ...) and the
     rows are put back in the input order (a per-token output keeps only the example's own tokens). On a CPU,
     `inference_workers` batches run concurrently. `on_batch(n)` is called after each batch of n examples
-    (progress bars).
+    (progress bars). `precision` (resolved: fp32 / bf16 / fp16) runs `forward` under autocast; rows come back
+    float32 either way.
     """
     was_training = model.training
     model.eval()
@@ -50,7 +53,7 @@ def run_sorted(model: Model, examples: list[Encoded], pad_id: int, batch_size: i
             ids[row, :lengths[index]] = examples[index].input_ids
             types[row, :lengths[index]] = examples[index].type_ids
         mask = (np.arange(width)[None, :] < lengths[chunk][:, None]).astype(np.int64)  # (B, T)
-        with torch.inference_mode():  # per thread: grad mode is thread-local
+        with torch.inference_mode(), autocast(device, precision):  # per thread: both are thread-local
             return forward(torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device),
                            torch.from_numpy(types).to(device)).float().cpu().numpy()
 
@@ -82,12 +85,12 @@ def run_sorted(model: Model, examples: list[Encoded], pad_id: int, batch_size: i
 
 
 def batched_logits(model: Model, examples: list[Encoded], head: str, pad_id: int, batch_size: int = 64,
-                   ) -> list[np.ndarray]:
+                   precision: str = "fp32") -> list[np.ndarray]:
     """Logits per example, in input order: (C,) for the classifier, (T_i, C) for the tagger (length-sorted
     batches, see `run_sorted`)."""
     return run_sorted(model, examples, pad_id, batch_size,
                       lambda ids, mask, types: model(ids, attention_mask=mask, token_type_ids=types,
-                                                     head=head).logits)
+                                                     head=head).logits, precision=precision)
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -167,7 +170,8 @@ def entities(tags: list[str], scores: list[float], spans: list[tuple[int, int]],
 class TaskModel:
     """A finetuned run directory ready for inference: model, tokenizer, label names, input encoder."""
 
-    def __init__(self, run: str | Path, batch_size: int = 64, device: str | torch.device | None = None):
+    def __init__(self, run: str | Path, batch_size: int = 64, device: str | torch.device | None = None,
+                 precision: str = "auto"):
         from bertkit.run.directory import LABELS_FILE, load_run, load_run_tokenizer, read_labels
         from bertkit.text.tokenizer import special_ids
 
@@ -185,11 +189,12 @@ class TaskModel:
         self.encoder = TaskEncoder(self.tokenizer, max_length)
         self.batch_size = batch_size
         self.constraints = iob2_constraints(self.labels) if self.kind == "ner" else None
+        self.precision = resolve_precision(precision, self.model.device).precision
 
     def classify(self, texts: list[str], pairs: list[str] | None = None) -> tuple[list[dict], int]:
         """Label, its probability and every label's probability per text; and how many were truncated."""
         encoded = self.encoder.texts(texts, pairs)
-        logits = batched_logits(self.model, encoded, "classifier", self.pad_id, self.batch_size)
+        logits = batched_logits(self.model, encoded, "classifier", self.pad_id, self.batch_size, self.precision)
         out = []
         for row in logits:
             p = np.exp(log_softmax(row))
@@ -203,6 +208,6 @@ class TaskModel:
         """IOB2 tags and probabilities per word (words given as character spans); and how many texts were
         truncated (their cut-off words are tagged O)."""
         encoded = self.encoder.words(texts, spans)
-        logits = batched_logits(self.model, encoded, "tagger", self.pad_id, self.batch_size)
+        logits = batched_logits(self.model, encoded, "tagger", self.pad_id, self.batch_size, self.precision)
         return ([decode_tags(row, e, self.labels, self.constraints) for row, e in zip(logits, encoded)],
                 sum(e.truncated for e in encoded))

@@ -17,6 +17,7 @@ from tokenizers import Tokenizer
 
 from bertkit.errors import BertkitError
 from bertkit.generation import beam_search
+from bertkit.hardware import autocast, resolve_precision
 from bertkit.nn.model import Model
 from bertkit.text.tokenizer import SpecialIds, load_tokenizer, save_tokenizer, special_ids
 
@@ -81,7 +82,8 @@ class Translator:
     length, order restored)."""
 
     def __init__(self, run: str | Path, device: str | torch.device | None = None, batch_size: int = 64,
-                 model: Model | None = None, tokenizers: PairTokenizers | None = None, max_length: int | None = None):
+                 model: Model | None = None, tokenizers: PairTokenizers | None = None, max_length: int | None = None,
+                 precision: str = "auto"):
         from bertkit.run.directory import load_run
 
         self.batch_size = batch_size
@@ -101,6 +103,7 @@ class Translator:
                 check_vocab_matches(side, model.config.vocab_size, run)
         self.tokenizers = tokenizers
         self.max_length = max_length or model.config.max_len
+        self.precision = resolve_precision(precision, model.device).precision  # auto: bf16 where native
 
     def translate_ids(self, source: list[list[int]], beam_size: int = 1, length_penalty: float = 1.0,
                       max_new_tokens: int | None = None, use_cache: bool = True,
@@ -112,8 +115,9 @@ class Translator:
         out: list[list[int]] = [[] for _ in source]
         for start in range(0, len(order), self.batch_size):
             rows = order[start:start + self.batch_size].tolist()
-            hyps = beam_search(self.model, [source[r] for r in rows], special.cls, special.sep, special.pad, limit,
-                               beam_size, length_penalty, use_cache)
+            with autocast(self.model.device, self.precision):
+                hyps = beam_search(self.model, [source[r] for r in rows], special.cls, special.sep, special.pad,
+                                   limit, beam_size, length_penalty, use_cache)
             for r, h in zip(rows, hyps):
                 out[r] = h
             if on_batch is not None:

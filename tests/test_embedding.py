@@ -99,3 +99,25 @@ def test_truncation_is_counted(run):
     encoder = SentenceEncoder(run)
     encoder.encode(["word " * 200, "short"])
     assert encoder.truncated == 1 and encoder.max_length == 64
+
+
+def test_bf16_embeddings_agree_with_fp32_on_real_weights(minilm_run):
+    """`precision = "auto"` may run inference in bf16 (where it is native): the vectors must stay what fp32
+    gives (cosine >= 0.999 per text, the bar the README states), here on all-MiniLM-L6-v2's real weights."""
+    texts = ["A man is playing a guitar.", "Two dogs run through a field of tall grass in the sun.",
+             "The stock market fell sharply on Tuesday after the announcement.", "ok"]
+    fp32 = SentenceEncoder(minilm_run, precision="fp32")
+    bf16 = SentenceEncoder(minilm_run, precision="bf16")
+    assert (fp32.precision, bf16.precision) == ("fp32", "bf16")
+    a, b = fp32.encode(texts), bf16.encode(texts)
+    assert b.dtype == np.float32
+    cosine = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    assert cosine.min() >= 0.999, cosine
+    assert not np.array_equal(a, b)  # bf16 really ran
+
+
+def test_auto_precision_resolves_per_device(run, monkeypatch):
+    from bertkit import hardware
+
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: set())  # a CPU that emulates bf16
+    assert SentenceEncoder(run).precision == "fp32"

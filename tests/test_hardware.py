@@ -45,3 +45,47 @@ def test_known_gpus_use_their_datasheet(monkeypatch):
     assert hardware._datasheet(torch.device("cuda"), "bf16").flops == pytest.approx(756e12)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Some Future GPU")
     assert hardware._datasheet(torch.device("cuda"), "bf16") is None  # measured instead
+
+
+def _fake_peaks(monkeypatch, bf16: float, fp32: float):
+    monkeypatch.setattr(hardware, "peak_flops",
+                        lambda device, precision: hardware.Peak({"bf16": bf16, "fp32": fp32}[precision], "test"))
+
+
+def test_auto_is_fp32_on_a_cpu_without_native_bf16_and_probes_nothing(monkeypatch):
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx2", "fma"})
+    monkeypatch.setattr(hardware, "peak_flops", lambda *a: pytest.fail("no probe where the flags say emulated"))
+    choice = hardware.resolve_precision("auto", "cpu")
+    assert choice.precision == "fp32" and "without native bf16" in choice.reason
+
+
+def test_auto_is_bf16_only_where_the_cpu_has_it_and_the_gemm_confirms_it(monkeypatch):
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    _fake_peaks(monkeypatch, bf16=4e12, fp32=1e12)
+    choice = hardware.resolve_precision("auto", "cpu")
+    assert choice.precision == "bf16" and "avx512_bf16" in choice.reason and "4.0x" in choice.reason
+    _fake_peaks(monkeypatch, bf16=1.2e12, fp32=1e12)  # flagged, but not faster in practice
+    choice = hardware.resolve_precision("auto", "cpu")
+    assert choice.precision == "fp32" and "only 1.2x" in choice.reason
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_an_explicit_precision_is_kept(monkeypatch, precision):
+    monkeypatch.setattr(hardware, "peak_flops", lambda *a: pytest.fail("nothing to measure"))
+    assert hardware.resolve_precision(precision, "cpu").precision == precision
+
+
+def test_auto_on_a_gpu_follows_its_bf16_support(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert hardware.resolve_precision("auto", "cuda").precision == "bf16"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    assert hardware.resolve_precision("auto", "cuda").precision == "fp32"
+
+
+def test_autocast_runs_matrix_products_at_the_chosen_precision():
+    a = torch.randn(8, 8)
+    with hardware.autocast("cpu", "bf16"):
+        assert (a @ a).dtype == torch.bfloat16
+    with hardware.autocast("cpu", "fp32"):
+        assert (a @ a).dtype == torch.float32

@@ -31,6 +31,9 @@ SetOption = Annotated[list[str] | None, typer.Option(
     "--set", metavar="KEY=VALUE", help="Override a recipe value, e.g. --set d_model=64 --set model.positions=rotary.")]
 TextFieldOption = Annotated[str | None, typer.Option(help="JSONL field / CSV, TSV or Parquet column with the text.")]
 ProgressOption = Annotated[bool, typer.Option(help="Show a progress bar.")]
+PrecisionOption = Annotated[Literal["auto", "fp32", "bf16"], typer.Option(
+    help="Inference precision. auto: bf16 where the device computes it natively (a GPU with bf16; a CPU with "
+         "AVX512-BF16 or AMX whose bf16 matrix products measure faster), else fp32.")]
 
 
 def user_errors(fn):

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from bertkit.cli import ProgressOption, SetOption, app, user_errors
+from bertkit.cli import PrecisionOption, ProgressOption, SetOption, app, user_errors
 
 finetune_app = typer.Typer(help="Finetune a pretrained or imported encoder: text classification, NER, or sentence "
                                 "embeddings (SBERT); or train an encoder-decoder on parallel text (seq2seq).",
@@ -190,11 +190,13 @@ def predict(model: Annotated[Path, typer.Option("--model", "-m", help="A finetun
             text_column: Annotated[str | None, typer.Option(help="Column of .jsonl/.csv/.tsv input (default: "
                                                                  "the one used in finetuning).")] = None,
             batch_size: Annotated[int, typer.Option(min=1, help="Inputs per batch (sorted by length).")] = 64,
+            precision: PrecisionOption = "auto",
             overwrite: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False) -> None:
     """Label texts (classify) or find entities with character offsets (NER); one JSON line per input, in order."""
     from bertkit.jobs import predict as job
 
-    job.run(model, source, out, text_column=text_column, batch_size=batch_size, overwrite=overwrite)
+    job.run(model, source, out, text_column=text_column, batch_size=batch_size, overwrite=overwrite,
+            precision=precision)
 
 
 @app.command()

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from bertkit.cli import app, user_errors
+from bertkit.cli import PrecisionOption, app, user_errors
 from bertkit.run.files import to_json
 
 RunArgument = Annotated[Path, typer.Argument(help="A run directory.")]
@@ -49,6 +49,7 @@ def generate(run: Annotated[Path, typer.Argument(help="A decoder run (bertkit pr
              cache: Annotated[bool, typer.Option(help="Reuse keys/values of earlier tokens (KV cache); "
                                                       "--no-cache recomputes the whole prefix each step.")] = True,
              batch_size: Annotated[int, typer.Option(min=1, help="Prompts decoded together.")] = 16,
+             precision: PrecisionOption = "auto",
              json_out: Annotated[bool, typer.Option("--json", help="One JSON line per prompt.")] = False) -> None:
     """Continue prompts with a GPT-style decoder: sampling (temperature, top-k, top-p, seed) or greedy.
 
@@ -63,7 +64,7 @@ def generate(run: Annotated[Path, typer.Argument(help="A decoder run (bertkit pr
     except ValueError as exc:
         raise BertkitError(str(exc)) from None
     results = job.run(run, _texts(prompts, input_file, "prompt"), max_new_tokens, sampling, seed, cache,
-                      batch_size)
+                      batch_size, precision=precision)
     for r in results:
         typer.echo(to_json(r, indent=None) if json_out else r["prompt"] + r["continuation"])
 
@@ -115,6 +116,7 @@ def translate(run: Annotated[Path, typer.Argument(help="An encoder-decoder run (
                                                                            "(default stdout).")] = None,
               beam: BeamOption = 4, length_penalty: LengthPenaltyOption = 1.0, max_new_tokens: MaxNewOption = None,
               batch_size: Annotated[int, typer.Option(min=1, help="Sentences decoded together.")] = 64,
+              precision: PrecisionOption = "auto",
               overwrite: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False) -> None:
     """Translate sentences with an encoder-decoder: beam search (default 4) or greedy (--beam 1), KV cache.
 
@@ -123,7 +125,7 @@ def translate(run: Annotated[Path, typer.Argument(help="An encoder-decoder run (
     from bertkit.jobs import translate as job
 
     lines = job.translate(run, _texts(sentences, input_file, "sentence"), beam, length_penalty, max_new_tokens,
-                          batch_size, out, overwrite)
+                          batch_size, out, overwrite, precision=precision)
     if out is None:
         for line in lines:
             typer.echo(line)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from bertkit.cli import ProgressOption, TextFieldOption, app, user_errors
+from bertkit.cli import PrecisionOption, ProgressOption, TextFieldOption, app, user_errors
 
 
 @app.command("evaluate-sts")
@@ -55,13 +55,14 @@ def embed(model: Annotated[Path, typer.Option("--model", "-m", help="Any encoder
               help="Every token's states instead of one pooled vector per text (the last layer unless --layers): "
                    "OUT.npy is (tokens, layers, D) and OUT.tokens.tsv names each row's text, position and "
                    "token.")] = False,
+          precision: PrecisionOption = "auto",
           progress: ProgressOption = True) -> None:
     """Embed sentences (one vector per text, the run's pooling and normalisation) into .npy or .parquet; with
     --layers / --tokens, per-layer or per-token representations for your own analyses."""
     from bertkit.jobs import embed as job
 
     job.run(model, inputs, out, text_field or "text", id_field, batch_size, chunk_size, keep_empty, overwrite,
-            progress, layers=layers, tokens=tokens)
+            progress, layers=layers, tokens=tokens, precision=precision)
 
 
 @app.command()
@@ -98,12 +99,13 @@ def index_build(model: Annotated[Path, typer.Option("--model", "-m", help="The e
                                                                 "16th of the lists; recall@10 0.93-0.97).")] = None,
                 batch_size: Annotated[int, typer.Option(min=1, help="Texts per batch.")] = 64,
                 overwrite: Annotated[bool, typer.Option(help="Replace an existing index.")] = False,
+                precision: PrecisionOption = "auto",
                 progress: ProgressOption = True) -> None:
     """Embed a corpus into a new index (written atomically)."""
     from bertkit.jobs import search as job
 
     job.build(model, corpus, out, text_field or "text", id_field, backend, nlist, nprobe, batch_size,
-              overwrite=overwrite, progress=progress)
+              overwrite=overwrite, progress=progress, precision=precision)
 
 
 @index_app.command("add")
@@ -144,12 +146,13 @@ def search(index: Annotated[Path, typer.Argument(help="An index directory from `
                                                                   "index's).")] = None,
            truncate: Annotated[bool, typer.Option(help="Search with the first max_length tokens of a longer "
                                                        "query instead of refusing it.")] = False,
+           precision: PrecisionOption = "auto",
            json_out: Annotated[bool, typer.Option("--json", help="One JSON line per query.")] = False) -> None:
     """The k most similar documents of an index for each query (cosine similarity)."""
     from bertkit.jobs import search as job
     from bertkit.run.files import to_json
 
-    results = job.search(index, queries, k, model, exact, nprobe, truncate)
+    results = job.search(index, queries, k, model, exact, nprobe, truncate, precision)
     for query, hits in zip(queries, results):
         if json_out:
             typer.echo(to_json({"query": query, "hits": [h.__dict__ for h in hits]}, indent=None))

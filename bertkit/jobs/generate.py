@@ -16,6 +16,7 @@ from tokenizers import Tokenizer
 
 from bertkit.errors import BertkitError
 from bertkit.generation import Sampling, generate
+from bertkit.hardware import autocast, resolve_precision
 from bertkit.nn.model import Model
 from bertkit.run.directory import load_run, load_run_tokenizer
 from bertkit.text.tasks import read_lines
@@ -52,7 +53,7 @@ def prompt_ids(tokenizer: Tokenizer, prompts: list[str], room: int) -> tuple[lis
 
 def run(run_dir: Path, prompts: list[str], max_new_tokens: int = 50, sampling: Sampling = Sampling(),
         seed: int | None = 0, use_cache: bool = True, batch_size: int = 16,
-        console: Console | None = None) -> list[dict]:
+        console: Console | None = None, precision: str = "auto") -> list[dict]:
     """Continue each prompt; returns [{"prompt", "continuation", "tokens"}] in order."""
     console = console or Console(stderr=True)
     if not prompts:
@@ -67,11 +68,13 @@ def run(run_dir: Path, prompts: list[str], max_new_tokens: int = 50, sampling: S
         console.print(f"[yellow]warning: {cut} prompt(s) were longer than {max_len - max_new_tokens - 1} tokens "
                       f"(max_len {max_len} - --max-new-tokens {max_new_tokens} - [CLS]); kept their last tokens")
     special = special_ids(tokenizer)
+    chosen = resolve_precision(precision, model.device).precision  # auto: bf16 where the device has it natively
     results = []
     for start in range(0, len(ids), batch_size):
         # a seed per batch: the same prompts, options and seed give the same samples
-        new = generate(model, ids[start:start + batch_size], max_new_tokens, special.sep, special.pad, sampling,
-                       None if seed is None else seed + start, use_cache)
+        with autocast(model.device, chosen):
+            new = generate(model, ids[start:start + batch_size], max_new_tokens, special.sep, special.pad,
+                           sampling, None if seed is None else seed + start, use_cache)
         for prompt, tokens in zip(prompts[start:start + batch_size], new):
             results.append({"prompt": prompt, "continuation": tokenizer.decode(tokens), "tokens": len(tokens)})
     return results

@@ -14,7 +14,7 @@ from bertkit.config import Config, ModelConfig, load_recipe
 from bertkit.errors import BertkitError
 from bertkit.nn.flops import train_flops
 from bertkit.nn.model import Model
-from bertkit.run.directory import is_run_dir, load_config
+from bertkit.run.directory import RESULTS_FILE, is_run_dir, load_config, read_json
 from bertkit.run.metrics import read_metrics
 
 
@@ -97,7 +97,8 @@ def run(target: str, overrides: list[str] | tuple[str, ...] = (), console: Conso
     if measured:
         console.print(f"measured: {measured['tokens_per_s']:,.0f} tokens/s, {measured['tflops']:.3g} TFLOP/s"
                       + (f", MFU {measured['mfu']:.1%}" if measured.get("mfu") is not None else "")
-                      + f" (mean of {measured['windows']} logged windows)")
+                      + f" (mean of {measured['windows']} logged windows"
+                      + (f", {measured['precision']}" if measured.get("precision") else "") + ")")
     return {"kind": kind, "config": config.to_dict(), "parameters": counts, "flops": flops, "measured": measured}
 
 
@@ -122,4 +123,7 @@ def measured_throughput(run: str) -> dict[str, Any] | None:
         return None
     mean = {key: sum(r[key] for r in windows) / len(windows) for key in ("tokens_per_s", "tflops")}
     mfus = [r["mfu"] for r in windows if "mfu" in r]
-    return {**mean, "mfu": sum(mfus) / len(mfus) if mfus else None, "windows": len(windows)}
+    results = Path(run) / RESULTS_FILE
+    precision = read_json(results, "results file").get("precision") if results.is_file() else None
+    return {**mean, "mfu": sum(mfus) / len(mfus) if mfus else None, "windows": len(windows),
+            "precision": precision}

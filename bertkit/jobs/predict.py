@@ -38,14 +38,14 @@ def predict(task_model: TaskModel, inputs: list[tuple[str, str | None]]) -> tupl
 
 def run(model: Path, source: Path | None, out: Path | None = None, text_column: str | None = None,
         text_pair_column: str | None = None, batch_size: int = 64, overwrite: bool = False,
-        console: Console | None = None) -> list[dict]:
+        console: Console | None = None, precision: str = "auto") -> list[dict]:
     """Predict for every input of `source` (a file; None or '-' reads stdin); JSONL to `out` or stdout."""
     console = console or Console(stderr=True)
     if out is not None and source is not None and str(source) != "-" and Path(out).resolve() == Path(source).resolve():
         raise BertkitError(f"{out}: is the input file; write the predictions elsewhere")
     if out is not None and Path(out).exists() and not overwrite:
         raise BertkitError(f"{out}: already exists (choose another --out or pass --overwrite)")
-    task_model = TaskModel(model, batch_size=batch_size)
+    task_model = TaskModel(model, batch_size=batch_size, precision=precision)
     task = task_model.config.task
     pair_column = text_pair_column or task.text_pair_column
     if source is None or str(source) == "-":

@@ -126,6 +126,7 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
         write_weights(out / WEIGHTS_FILE, model, step=str(result["state"]["step"]))
         write_json(out / RESULTS_FILE, {"step": result["state"]["step"], "evaluation": result["evaluation"],
                                         "skipped_steps": result["state"]["skipped_steps"],
+                                        "precision": result["state"]["precision"],
                                         "baseline": read_json(out / BASELINE_FILE, "baseline").get("unigram")})
         console.print(f"wrote {out} (step {result['state']['step']}): "
                       + "  ".join(f"{k} {v:.4f}" for k, v in result["evaluation"].items()))

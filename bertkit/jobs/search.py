@@ -55,7 +55,7 @@ def _model_entry(encoder: SentenceEncoder) -> dict:
 def build(model: Path, corpus: list[str], out: Path, text_field: str = "text", id_field: str | None = None,
           backend: str = "auto", nlist: int | None = None, nprobe: int | None = None, batch_size: int = 64,
           chunk_size: int = 8192, overwrite: bool = False, progress: bool = True,
-          console: Console | None = None) -> dict:
+          console: Console | None = None, precision: str = "auto") -> dict:
     """Embed every non-empty text of `corpus` with `model` into a new index directory `out` (atomically)."""
     console = console or Console(stderr=True)
     out = Path(out)
@@ -71,7 +71,7 @@ def build(model: Path, corpus: list[str], out: Path, text_field: str = "text", i
         if value is not None and backend == "exact":
             raise BertkitError(f"{key}: only for a FAISS index (--backend faiss or auto), not --backend exact")
     files = find_files(corpus)
-    encoder = SentenceEncoder(model, batch_size=batch_size)
+    encoder = SentenceEncoder(model, batch_size=batch_size, precision=precision)
     found = scan(files, text_field, id_field, keep_empty=False, check_ids=True)
     if found.rows == 0:
         raise BertkitError(f"{', '.join(corpus)}: no texts to index" + (f" ({found.empty:,} empty lines)"
@@ -105,12 +105,13 @@ def _new_faiss(path: Path, meta: dict, nlist: int | None, nprobe: int | None, nu
             "nprobe": int(nprobe or max(1, math.ceil(default_nprobe * index.nlist / default_nlist)))}
 
 
-def _encoder_for(index: VectorIndex, model: Path | None, batch_size: int = 64) -> SentenceEncoder:
+def _encoder_for(index: VectorIndex, model: Path | None, batch_size: int = 64,
+                 precision: str = "auto") -> SentenceEncoder:
     """The index's own model (or `model`, which must embed identically)."""
     recorded = Path(index.model.get("path") or "<not recorded>")
     if model is None and not recorded.is_dir():
         raise BertkitError(f"{index.path}: its model {recorded} is gone; pass --model with the same model")
-    encoder = SentenceEncoder(model or recorded, batch_size=batch_size)
+    encoder = SentenceEncoder(model or recorded, batch_size=batch_size, precision=precision)
     if encoder.identity != index.model["identity"]:
         raise BertkitError(f"{model or recorded}: not the model {index.path} was built with ({recorded}, identity "
                            f"{index.model['identity']}; this one is {encoder.identity}): its embeddings are not "
@@ -182,7 +183,7 @@ def _committed(path: Path, vectors: str) -> bool:
 
 
 def search(path: Path, queries: list[str], k: int = 5, model: Path | None = None, exact: bool | None = None,
-           nprobe: int | None = None, truncate: bool = False) -> list[list[Hit]]:
+           nprobe: int | None = None, truncate: bool = False, precision: str = "auto") -> list[list[Hit]]:
     """The k nearest documents of each query (cosine similarity), embedded by the index's own model."""
     if k < 1:
         raise BertkitError(f"-k: must be >= 1, got {k}")
@@ -192,14 +193,14 @@ def search(path: Path, queries: list[str], k: int = 5, model: Path | None = None
     if not queries or any(not q for q in queries):
         raise BertkitError("an empty query: give the text to search for")
     index = VectorIndex(path)
-    encoder = _encoder_for(index, model)
+    encoder = _encoder_for(index, model, precision=precision)
     encoded = encoder.encoder.texts(queries)  # tokenised once: checked, then embedded
     for query, enc in zip(queries, encoded):
         if enc.truncated and not truncate:
             raise BertkitError(f"the query {query[:40]!r}… is longer than the model's {encoder.max_length} tokens: "
                                f"shorten it, or pass --truncate to search with its first {encoder.max_length}")
     vectors = embed_encoded(encoder.model, encoded, encoder.pad_id, encoder.batch_size, encoder.sentence.pooling,
-                            True)
+                            True, precision=encoder.precision)
     scores, rows = index.search(vectors, k, exact=exact, nprobe=nprobe)
     return index.hits(scores, rows)
 

@@ -39,11 +39,11 @@ def _write(out: Path, lines: list[str], overwrite: bool) -> None:
 
 def translate(run: Path, texts: list[str], beam: int = 4, length_penalty: float = 1.0,
               max_new_tokens: int | None = None, batch_size: int = 64, out: Path | None = None,
-              overwrite: bool = False, console: Console | None = None) -> list[str]:
+              overwrite: bool = False, console: Console | None = None, precision: str = "auto") -> list[str]:
     """Translate texts (empty lines stay empty); with `out`, write one translation per line."""
     console = console or Console(stderr=True)
     _check_out(out, overwrite)
-    translator = Translator(run, batch_size=batch_size)
+    translator = Translator(run, batch_size=batch_size, precision=precision)
     keep = [i for i, t in enumerate(texts) if t.strip()]
     if not keep:
         raise BertkitError("nothing to translate: every input is empty")

@@ -28,6 +28,7 @@ from safetensors.torch import load_model, save_model
 import bertkit
 from bertkit.config import Config
 from bertkit.errors import BertkitError
+from bertkit.hardware import resolve_precision
 from bertkit.nn.model import Model
 from bertkit.run.files import atomic_dir, atomic_file, copy_atomic, to_json, write_atomic
 
@@ -151,9 +152,19 @@ def check_run_output(out: Path, config: Config, resume: bool, sections: tuple[st
     for section in sections:
         old, new = dataclasses.asdict(getattr(existing, section)), dataclasses.asdict(getattr(config, section))
         for key, value in old.items():
-            if f"{section}.{key}" not in may_change and value != new[key]:
+            if f"{section}.{key}" not in may_change and not _same_setting(f"{section}.{key}", value, new[key]):
                 raise BertkitError(f"{out}: holds a different run ({section}.{key} = {value!r}, now {new[key]!r}); "
                                    "resume with the same settings or choose another --out")
+
+
+def _same_setting(key: str, stored, given) -> bool:
+    """Whether a resumed run's stored setting and the given one mean the same thing here: equal, or (precision)
+    resolving to the same precision on this machine — a run stored as "fp32" (the default before "auto")
+    resumes under "auto" wherever auto picks fp32."""
+    if key == "train.precision" and stored != given:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        return resolve_precision(stored, device).precision == resolve_precision(given, device).precision
+    return stored == given
 
 
 LIMITS = ("max_steps", "max_time", "epochs")  # the train keys that say how long a run goes

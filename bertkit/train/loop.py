@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bertkit.config import ModelConfig, TrainConfig
 from bertkit.errors import BertkitError
-from bertkit.hardware import Peak, peak_flops
+from bertkit.hardware import Peak, peak_flops, resolve_precision
 from bertkit.nn.model import Model
 from bertkit.run.checkpoints import (best_weights, clean_stale, drop_newer_best, latest_checkpoint, load_checkpoint,
                                      read_state, rng_state, save_best, save_checkpoint, set_rng_state)
@@ -83,6 +83,7 @@ class TrainState:
     # the limits total_steps was planned for: a resume with other limits re-plans (planned_total)
     max_steps: int = 0
     max_seconds: float | None = None
+    precision: str = ""  # what the run trains at (train.precision resolved; auto differs between machines)
 
 
 def layer_depth(name: str, n_layers: int) -> int:
@@ -132,11 +133,18 @@ def lr_factor(step: int, total: int, warmup_ratio: float, schedule: str, decay_r
 
 
 def make_accelerator(precision: str) -> Accelerator:
-    """One Accelerator per process: CPU, one GPU or a distributed launch (accelerate launch / torchrun)."""
+    """One Accelerator per process: CPU, one GPU or a distributed launch (accelerate launch / torchrun), at the
+    precision `precision` resolves to on that device ("auto": `hardware.resolve_precision`)."""
+    gpu = torch.cuda.is_available()
+    chosen = resolve_precision(precision, "cuda" if gpu else "cpu").precision
     # cpu=True where there is no GPU: Accelerate then runs a torchrun/accelerate launch as a gloo process group
     # (without it, each CPU process would silently train alone).
-    return Accelerator(cpu=not torch.cuda.is_available(),
-                       mixed_precision={"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[precision])
+    return Accelerator(cpu=not gpu, mixed_precision={"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[chosen])
+
+
+def run_precision(accelerator: Accelerator) -> str:
+    """The precision an Accelerator trains at: fp32, bf16 or fp16."""
+    return {"no": "fp32"}.get(str(accelerator.mixed_precision), str(accelerator.mixed_precision))
 
 
 class _Metrics:
@@ -287,8 +295,16 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
         return {"state": asdict(state), "evaluation": objective.evaluate(accelerator.unwrap_model(ddp_model))}
     metrics = _Metrics(run_dir, main, resume_step, console)
     evaluation: dict = {}
-    peak = peak_flops(accelerator.device, cfg.precision) if main else None  # what MFU is a fraction of
+    precision = run_precision(accelerator)
+    if state.precision and state.precision != precision and main:
+        console.print(f"[yellow]precision: this part runs at {precision}, the run so far at {state.precision} "
+                      f"(train.precision {cfg.precision} on another machine?)")
+    state.precision = precision
+    peak = peak_flops(accelerator.device, precision) if main else None  # what MFU is a fraction of
     if main:
+        choice = resolve_precision(cfg.precision, accelerator.device)
+        console.print(f"precision: {precision}" + (f" ({choice.reason})" if choice.precision == precision else ""),
+                      highlight=False)
         console.print(f"MFU: model FLOPs per second as a share of {world} x {peak.flops / 1e12:.3g} TFLOP/s "
                       f"({peak.source})", highlight=False)
 
@@ -439,7 +455,8 @@ def train_best(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Pa
         else:
             write_weights(Path(run_dir) / WEIGHTS_FILE, model)
     return {"out": str(run_dir), "best_step": result["state"]["best_step"], "metric": metric,
-            "steps": result["state"]["step"], "stopped_early": result["state"]["stopped_early"]}
+            "steps": result["state"]["step"], "stopped_early": result["state"]["stopped_early"],
+            "precision": result["state"]["precision"]}
 
 
 def _fast_adamw_kwargs(device: torch.device) -> dict:

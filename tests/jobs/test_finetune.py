@@ -9,6 +9,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from bertkit.cli import app
+from bertkit.hardware import resolve_precision
 from bertkit.train.task_objectives import ClassifyObjective
 from conftest import cli_error, cli_invoke, cli_ok
 
@@ -63,6 +64,13 @@ def test_classify_learns_predicts_and_evaluates(tmp_path, base):
     assert [r["text"] for r in records] == texts
     assert [r["label"] for r in records][0::2] == ["positive", "neutral"]
     assert all(0 < r["score"] <= 1 and abs(sum(r["scores"].values()) - 1) < 1e-3 for r in records)
+    assert results["precision"] == resolve_precision("auto", "cpu").precision  # what the run trained at
+    # --precision bf16 (what auto picks on a bf16-native machine): the same labels, probabilities within 0.02
+    in_bf16 = tmp_path / "bf16.jsonl"
+    _ok("predict", "--model", out, inputs, "--out", in_bf16, "--precision", "bf16")
+    low = [json.loads(line) for line in in_bf16.read_text().splitlines()]
+    assert [r["label"] for r in low] == [r["label"] for r in records]
+    assert all(abs(a["scores"][k] - b["scores"][k]) < 0.02 for a, b in zip(low, records) for k in a["scores"])
 
     # evaluate: metrics, confusion matrix, and an unseen label reported and counted, not a crash
     test = tmp_path / "test.csv"

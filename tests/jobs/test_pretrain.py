@@ -2,6 +2,7 @@
 resume after kill -9, a 2-process run, and every bad input as one line."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bertkit.hardware import resolve_precision
 from conftest import cli_process, repeated_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +47,7 @@ def test_pretrain_makes_a_complete_run(tmp_path, corpus):
     assert len(losses) == 10 and losses[-1] < losses[0]
     results = json.loads((run / "results.json").read_text())
     assert results["step"] == 20 and "val_accuracy" in results["evaluation"]
+    assert results["precision"] == resolve_precision("auto", "cpu").precision  # train.precision = auto, resolved
 
     filled = _cli("fill-mask", run, "The decoder [MASK] only the words.", "--json", "--top-k", "3")
     options = json.loads(filled.stdout)
@@ -53,6 +56,18 @@ def test_pretrain_makes_a_complete_run(tmp_path, corpus):
 
     plotted = _cli("plot", run)
     assert (run / "curves.png").stat().st_size > 10_000 and "curves.png" in plotted.stdout
+
+
+def test_bf16_training_runs_and_is_recorded(tmp_path, corpus):
+    """train.precision = bf16 (what auto picks on bf16-native hardware) trains under autocast on a CPU too: finite,
+    falling losses, the precision in the opening line, results.json and `bertkit info`."""
+    run = tmp_path / "run"
+    done = _cli("pretrain", *TINY, "--corpus", corpus, "--out", run, "--max-steps", "12", "--set", "precision=bf16")
+    assert "precision: bf16 (as configured)" in done.stderr
+    assert json.loads((run / "results.json").read_text())["precision"] == "bf16"
+    losses = [loss for _, loss, _ in _losses(run) if loss is not None]
+    assert all(math.isfinite(x) for x in losses) and losses[-1] < losses[0]
+    assert "bf16)" in _cli("info", run).stdout
 
 
 def test_export_fills_masks_in_transformers_like_bertkit(tmp_path, corpus):

@@ -102,3 +102,21 @@ def test_run_directories_follow_the_umask(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE((tmp_path / "run").stat().st_mode) == 0o777 & ~umask
+
+
+def test_a_run_stored_before_auto_precision_resumes_where_auto_means_the_same(tmp_path, monkeypatch):
+    import dataclasses
+
+    from bertkit import hardware
+    from bertkit.run.directory import check_run_output
+
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx2"})  # auto means fp32 here
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cfg = tiny()
+    stored = Config(model=cfg)
+    save_run(tmp_path / "run", Model(cfg), dataclasses.replace(
+        stored, train=dataclasses.replace(stored.train, precision="fp32")))
+    check_run_output(tmp_path / "run", stored, True, ("train",), set())  # "fp32" == "auto" on this machine
+    bf16 = dataclasses.replace(stored, train=dataclasses.replace(stored.train, precision="bf16"))
+    with pytest.raises(BertkitError, match=r"train.precision = 'fp32', now 'bf16'"):
+        check_run_output(tmp_path / "run", bf16, True, ("train",), set())
