@@ -46,7 +46,8 @@ def _models(layers: int, width: int, device: str):
     return ours, hf
 
 
-def _batches(n: int, batch_size: int):
+def masked_batches(n: int, batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """n random MLM batches (15% masks, 80/10/10) of (batch_size, SEQ), each a pure function of its index."""
     out = []
     for step in range(n):
         g = step_generator(0, step)
@@ -75,7 +76,7 @@ def run_case(layers: int, width: int, precision: str, steps: int, batch_size: in
     torch.manual_seed(0)
     ours, hf = _models(layers, width, device)
     opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True) for name, m in (("ours", ours), ("hf", hf))}
-    batches = [(i.to(device), l.to(device)) for i, l in _batches(steps + 2, batch_size)]
+    batches = [(i.to(device), l.to(device)) for i, l in masked_batches(steps + 2, batch_size)]
     autocast = (torch.autocast(device, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext())
     times = {"ours": [], "hf": []}
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)

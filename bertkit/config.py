@@ -27,6 +27,7 @@ Positions = Literal["learned", "sinusoidal", "relative", "rotary", "none"]
 Objective = Literal["mlm", "clm", "rtd"]  # masked LM (encoder) | causal LM (decoder) | ELECTRA (encoder)
 Schedule = Literal["linear", "cosine", "constant", "wsd"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
+Compile = Literal["auto", "on", "off"]
 OnBadSteps = Literal["reload", "stop"]
 Pooling = Literal["cls", "mean", "max"]
 TaskKind = Literal["classify", "ner", "sentence", "seq2seq"]
@@ -221,6 +222,9 @@ class TrainConfig:
     # auto: bf16 autocast where the device computes bf16 natively (recent GPUs; CPUs with AVX512-BF16 / AMX whose
     # bf16 GEMM measures faster), else fp32 (bertkit/hardware.py: resolve_precision)
     precision: Precision = "auto"
+    # torch.compile the model for training: on, off, or auto (on where it was measured to win back its compile
+    # time within the run's planned steps: bertkit/train/defaults.py)
+    compile: Compile = "auto"
     seed: int = 0
     rtd_weight: float = 50.0  # objective rtd: the discriminator's loss weight (ELECTRA's lambda) next to the MLM's
     max_bad_steps: int = 3  # consecutive non-finite steps tolerated (each skipped) before on_bad_steps

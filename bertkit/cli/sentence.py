@@ -56,13 +56,16 @@ def embed(model: Annotated[Path, typer.Option("--model", "-m", help="Any encoder
                    "OUT.npy is (tokens, layers, D) and OUT.tokens.tsv names each row's text, position and "
                    "token.")] = False,
           precision: PrecisionOption = "auto",
+          compile: Annotated[bool, typer.Option(help="Run the encoder through torch.compile (dynamic shapes). "
+                                                     "Off by default: measured 0.94x eager on a 2-core CPU.")]
+          = False,
           progress: ProgressOption = True) -> None:
     """Embed sentences (one vector per text, the run's pooling and normalisation) into .npy or .parquet; with
     --layers / --tokens, per-layer or per-token representations for your own analyses."""
     from bertkit.jobs import embed as job
 
     job.run(model, inputs, out, text_field or "text", id_field, batch_size, chunk_size, keep_empty, overwrite,
-            progress, layers=layers, tokens=tokens, precision=precision)
+            progress, layers=layers, tokens=tokens, precision=precision, compile=compile)
 
 
 @app.command()

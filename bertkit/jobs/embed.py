@@ -163,7 +163,7 @@ def _bar(label: str, console: Console, progress: bool) -> Progress:
 def run(model: Path, inputs: list[str], out: Path, text_field: str = "text", id_field: str | None = None,
         batch_size: int = 64, chunk_size: int = 8192, keep_empty: bool = False, overwrite: bool = False,
         progress: bool = True, console: Console | None = None, layers: str | None = None,
-        tokens: bool = False, precision: str = "auto") -> dict:
+        tokens: bool = False, precision: str = "auto", compile: bool = False) -> dict:
     """Embed every text of `inputs` with the sentence encoder of run `model` into `out` (.npy or .parquet).
 
     With `layers` ('all' or '0,3,-1') every chosen layer's pooled vector: OUT.npy is (N, L', D). With `tokens`
@@ -192,7 +192,7 @@ def run(model: Path, inputs: list[str], out: Path, text_field: str = "text", id_
     if chunk_size < batch_size:
         raise BertkitError(f"--chunk-size {chunk_size} is smaller than --batch-size {batch_size}")
     files = find_files(inputs)
-    encoder = SentenceEncoder(model, batch_size=batch_size, precision=precision)
+    encoder = SentenceEncoder(model, batch_size=batch_size, precision=precision, compile=compile)
     chosen = parse_layers(layers or "-1", encoder.model.layer_count) if layers is not None or tokens else None
     found = scan(files, text_field, id_field, keep_empty)
     if found.rows == 0:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
+
 from bertkit.config import Config, ModelConfig
 
 DEFAULT_LEARNING_RATE = 5e-4  # pretraining (and any run that does not say), the loop's fallback
@@ -33,3 +35,23 @@ def with_learning_rate(config: Config, rate: float) -> Config:
     if config.train.learning_rate is not None:
         return config
     return dataclasses.replace(config, train=dataclasses.replace(config.train, learning_rate=rate))
+
+
+# torch.compile (train.compile = "auto"): the steps after which a compiled run is ahead of an eager one (its compile
+# time divided by the seconds it saves per step), measured by benchmarks/compile_speed.py per device type. None:
+# not measured to win there, so auto leaves it off.
+COMPILE_BREAK_EVEN_STEPS: dict[str, int | None] = {"cpu": None, "cuda": None}
+
+
+def use_compile(setting: str, device: torch.device, steps: int) -> tuple[bool, str]:
+    """Whether a run of `steps` more steps on `device` trains through torch.compile, and why: `on` / `off` as
+    given; `auto` on where compiling was measured to pay back within the run (twice the break-even, so that a
+    machine slower to compile still gains)."""
+    if setting != "auto":
+        return setting == "on", "train.compile = " + setting
+    even = COMPILE_BREAK_EVEN_STEPS.get(device.type)
+    if even is None:
+        return False, f"auto: not measured to pay on {device.type}"
+    if steps < 2 * even:
+        return False, f"auto: {steps:,} steps are too few to win back the compile time ({2 * even:,} needed)"
+    return True, f"auto: {steps:,} steps win back the compile time (break-even ~{even:,})"

@@ -32,7 +32,7 @@ from bertkit.run.checkpoints import (best_weights, clean_stale, drop_newer_best,
 from bertkit.run.directory import (RESULTS_FILE, WEIGHTS_FILE, copy_weights, load_weights, read_json, record_train,
                                    write_weights)
 from bertkit.run.metrics import METRICS_FILE, MetricsLog, read_metrics, truncate_metrics  # noqa: F401 (re-export)
-from bertkit.train.defaults import DEFAULT_LEARNING_RATE
+from bertkit.train.defaults import DEFAULT_LEARNING_RATE, use_compile
 
 _CALIBRATION_STEPS = 10  # steps timed before a --max-time budget fixes the number of steps
 
@@ -292,7 +292,10 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
     ddp_model, optimizer = accelerator.prepare(model, optimizer)
     if resume and (state.step >= state.total_steps or state.stopped_early or state.budget_spent):
         # Killed after its last checkpoint, before its results: nothing left to train, the final evaluation again.
-        return {"state": asdict(state), "evaluation": objective.evaluate(accelerator.unwrap_model(ddp_model))}
+        return {"state": asdict(state), "evaluation": objective.evaluate(_plain(accelerator, ddp_model))}
+    compiled, why = use_compile(cfg.compile, accelerator.device, state.total_steps - state.step)
+    if compiled:  # training steps only: evaluation and checkpoints use the plain module (`_plain`)
+        ddp_model = torch.compile(ddp_model)
     metrics = _Metrics(run_dir, main, resume_step, console)
     evaluation: dict = {}
     precision = run_precision(accelerator)
@@ -303,8 +306,8 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
     peak = peak_flops(accelerator.device, precision) if main else None  # what MFU is a fraction of
     if main:
         choice = resolve_precision(cfg.precision, accelerator.device)
-        console.print(f"precision: {precision}" + (f" ({choice.reason})" if choice.precision == precision else ""),
-                      highlight=False)
+        console.print(f"precision: {precision}" + (f" ({choice.reason})" if choice.precision == precision else "")
+                      + f"; torch.compile: {'on' if compiled else 'off'} ({why})", highlight=False)
         console.print(f"MFU: model FLOPs per second as a share of {world} x {peak.flops / 1e12:.3g} TFLOP/s "
                       f"({peak.source})", highlight=False)
 
@@ -398,7 +401,7 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                 if last and state.step < state.total_steps:  # the time budget ended it: a resume knows it is done
                     state.budget_spent = True
                 if state.step % cfg.eval_every == 0 or last:
-                    evaluation = objective.evaluate(accelerator.unwrap_model(ddp_model))
+                    evaluation = objective.evaluate(_plain(accelerator, ddp_model))
                     state.evaluations += 1
                     metrics.log({"kind": "eval", "step": state.step, **evaluation})
                     if main and evaluation:
@@ -419,6 +422,12 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
     return {"state": asdict(state), "evaluation": evaluation}
 
 
+def _plain(accelerator: Accelerator, ddp_model) -> Model:
+    """The model itself: without the DDP wrapper and without torch.compile's (its state dict has the plain names;
+    evaluation runs eagerly instead of compiling every evaluation shape)."""
+    return accelerator.unwrap_model(ddp_model, keep_torch_compile=False)
+
+
 def _track_best(metric: str, evaluation: dict, state: TrainState, cfg: TrainConfig, run_dir: Path,
                 accelerator: Accelerator, ddp_model) -> bool:
     """Keep the best weights in checkpoints/best/; returns True when early stopping should end the run."""
@@ -431,7 +440,7 @@ def _track_best(metric: str, evaluation: dict, state: TrainState, cfg: TrainConf
     if better and math.isfinite(value):
         state.best_value, state.best_step, state.stale_evals = float(value), state.step, 0
         if accelerator.is_main_process:
-            save_best(run_dir, accelerator.unwrap_model(ddp_model), state.step, metric, value)
+            save_best(run_dir, _plain(accelerator, ddp_model), state.step, metric, value)
         accelerator.wait_for_everyone()
     else:
         state.stale_evals += 1
@@ -512,7 +521,7 @@ def _checkpoint(run_dir, state, accelerator, ddp_model, optimizer, scheduler, ke
     rngs = accelerator.gather_for_metrics([rng_state()], use_gather_object=True) if accelerator.num_processes > 1 \
         else [rng_state()]
     if accelerator.is_main_process:
-        model = accelerator.unwrap_model(ddp_model)
+        model = _plain(accelerator, ddp_model)
         if not all(torch.isfinite(p).all() for p in model.parameters()):
             raise BertkitError(f"step {state.step}: weights are not finite; refusing to write a NaN checkpoint")
         save_checkpoint(run_dir, state.step, model, optimizer, scheduler, asdict(state), keep, rngs)

@@ -41,6 +41,15 @@ def test_chunked_streaming_equals_one_pass_and_maps_skipped_rows(tmp_path, base,
     np.testing.assert_allclose(everything[[i for i, t in enumerate(LINES) if t.strip()]], expected, atol=1e-5)
 
 
+def test_compiled_embeddings_equal_eager(tmp_path, base):
+    """--compile runs the encoder through torch.compile (dynamic shapes over the sorted batches): same vectors."""
+    corpus = _corpus(tmp_path)
+    expected = SentenceEncoder(base).encode([t for t in LINES if t.strip()])
+    cli_ok("embed", "--model", base, corpus, "-o", tmp_path / "c.npy", "--compile", "--batch-size", "2",
+           "--no-progress")
+    np.testing.assert_allclose(np.load(tmp_path / "c.npy"), expected, atol=1e-5)
+
+
 def test_parquet_rows_carry_file_line_and_id(tmp_path, base):
     records = tmp_path / "docs.jsonl"
     records.write_text("".join(json.dumps({"doc": f"d{i}", "body": t}) + "\n" for i, t in enumerate(LINES)))

@@ -186,3 +186,50 @@ def test_best_checkpoint_is_kept_and_patience_stops_early(tmp_path, packed, samp
         out2.mkdir()
         train(Model(tiny(vocab_size=400, heads=("mlm",))), objective, cfg, out2, make_accelerator("fp32"),
               progress=False, metric="nope")
+
+
+def test_compiled_training_matches_eager_and_resumes_exactly(tmp_path, packed, sample_tokenizer):
+    """train.compile = on trains through torch.compile (inductor): the same losses as eager (to float rounding:
+    inductor fuses and reorders), checkpoints with the plain parameter names, and an exact resume."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    _, eager, _ = _run(tmp_path, packed, sample_tokenizer, "eager", compile="off", save_every=3)
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    _, compiled, _ = _run(tmp_path, packed, sample_tokenizer, "compiled", compile="on", save_every=3)
+    assert counters["stats"]["unique_graphs"] > 0  # dynamo really compiled the steps
+    losses = [[r["loss"] for r in records if r["kind"] == "train"] for records in (eager, compiled)]
+    assert len(losses[1]) == 6 and losses[1] == pytest.approx(losses[0], rel=1e-4)
+    weights = load_file(tmp_path / "compiled" / "checkpoints" / "step-6" / "model.safetensors")
+    assert not any("_orig_mod" in key for key in weights) and weights.keys() == load_file(
+        tmp_path / "eager" / "checkpoints" / "step-6" / "model.safetensors").keys()
+
+    # killed after step 3's checkpoint: resume, compiled again, and land on the same losses
+    resumed = tmp_path / "resumed"
+    shutil.copytree(tmp_path / "compiled", resumed)
+    shutil.rmtree(resumed / "checkpoints" / "step-6")
+    (resumed / "checkpoints" / "latest").write_text("step-3")
+    (resumed / "results.json").unlink(missing_ok=True)
+    cfg = TrainConfig(batch_size=8, max_steps=6, log_every=1, eval_every=3, save_every=3, learning_rate=1e-3,
+                      compile="on")
+    model = Model(tiny(vocab_size=400, heads=("mlm",)))
+    objective = MLMObjective(packed, special_ids(sample_tokenizer), 400, DataConfig(block_size=32), cfg)
+    train(model, objective, cfg, resumed, make_accelerator("fp32"), resume=True, progress=False)
+    records = [json.loads(line) for line in (resumed / "metrics.jsonl").read_text().splitlines()]
+    assert [r["loss"] for r in records if r["kind"] == "train"] == losses[1]
+
+
+def test_auto_compiles_only_where_it_was_measured_to_pay(monkeypatch):
+    from bertkit.train import defaults
+
+    cpu = torch.device("cpu")
+    assert defaults.use_compile("on", cpu, 1)[0] and not defaults.use_compile("off", cpu, 10 ** 6)[0]
+    monkeypatch.setattr(defaults, "COMPILE_BREAK_EVEN_STEPS", {"cpu": None})
+    on, why = defaults.use_compile("auto", cpu, 10 ** 6)
+    assert not on and "not measured" in why
+    monkeypatch.setattr(defaults, "COMPILE_BREAK_EVEN_STEPS", {"cpu": 100})
+    assert not defaults.use_compile("auto", cpu, 150)[0]  # under twice the break-even
+    assert defaults.use_compile("auto", cpu, 250)[0]
