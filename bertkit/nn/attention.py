@@ -3,11 +3,16 @@
 Two paths compute the same function: `F.scaled_dot_product_attention` (fast; fused kernels on GPU) and a readable
 eager path that also returns the attention weights (for attention maps, and to test the fast path against).
 Relative positions need the weights inside the value sum, so they always take the eager path.
+
+A third input form serves unpadded batches (`Packed`): the real tokens of every sequence back to back as one row,
+attention kept inside each sequence — on a GPU by PyTorch's variable-length flash kernel (`varlen_attn`, no work
+spent on padding), elsewhere by SDPA with the equivalent block-diagonal mask (the reference it is tested against).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -18,6 +23,31 @@ from bertkit.config import ModelConfig
 from bertkit.nn.positions import RelativePositions, Rotary
 
 AttentionImpl = Literal["sdpa", "eager"]
+
+try:  # PyTorch's variable-length flash attention (CUDA, fp16 / bf16)
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:  # older PyTorch: packed batches use the block-diagonal reference
+    varlen_attn = None
+
+
+@dataclass(frozen=True)
+class Packed:
+    """An unpadded batch: sequence i's tokens are positions cu_seqlens[i]:cu_seqlens[i+1] of one (1, N, D) row.
+
+    Given to attention in place of a mask; every query attends to the keys of its own sequence only."""
+
+    cu_seqlens: torch.Tensor  # (B + 1,) int32: 0, len_0, len_0 + len_1, ...
+    max_len: int  # the longest sequence
+
+    def block_mask(self) -> torch.Tensor:
+        """The equivalent dense mask (1, 1, N, N): True where query and key belong to the same sequence."""
+        lengths = self.cu_seqlens[1:] - self.cu_seqlens[:-1]  # (B,)
+        owner = torch.repeat_interleave(torch.arange(len(lengths), device=lengths.device), lengths)  # (N,)
+        return (owner[:, None] == owner[None, :])[None, None]
+
+    def kernel_ready(self, q: torch.Tensor) -> bool:
+        """Whether the variable-length flash kernel can run these queries (CUDA, half precision)."""
+        return varlen_attn is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
 
 
 def build_mask(key_padding: torch.Tensor | None, t_q: int, t_k: int, causal: bool,
@@ -103,7 +133,8 @@ class Attention(nn.Module):
                 is_causal: bool = False, q_pos: torch.Tensor | None = None, k_pos: torch.Tensor | None = None,
                 need_weights: bool = False, cache: dict[str, torch.Tensor] | None = None,
                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x (B, Tq, D), kv (B, Tk, D) or None; mask/is_causal from `build_mask`; q_pos (Tq,) or (B, Tq) position
+        """x (B, Tq, D), kv (B, Tk, D) or None; mask/is_causal from `build_mask`, or a `Packed` batch (x then
+        (1, N, D), q_pos (N,)); q_pos (Tq,) or (B, Tq) position
         ids of the queries, k_pos those of every key, cached ones included (default: the queries are the last Tq
         of 0..Tk-1). `cache` (one KVCache entry, updated in place): self-attention appends this call's keys and
         values to it; cross-attention computes them from `kv` once and reuses them. Returns (B, Tq, D) and, when
@@ -129,7 +160,9 @@ class Attention(nn.Module):
             cache["k"], cache["v"] = k, v
         dropout = self.dropout if self.training else 0.0
 
-        if self.impl == "sdpa" and not need_weights and self.relative is None:
+        if isinstance(mask, Packed):
+            out, weights = self._packed(q, k, v, mask, dropout), None
+        elif self.impl == "sdpa" and not need_weights and self.relative is None:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal,
                                                  enable_gqa=self.n_kv_heads != self.n_heads)
             weights = None
@@ -138,6 +171,17 @@ class Attention(nn.Module):
         b = out.shape[0]
         out = out.transpose(1, 2).reshape(b, t_q, self.n_heads * self.d_head)  # (B, Tq, H*dh)
         return self.o(out), weights
+
+    def _packed(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: Packed,
+                dropout: float) -> torch.Tensor:
+        """Attention within each sequence of a packed row: q (1, H, N, dh), k / v (1, Hkv, N, dh) -> (1, H, N, dh)."""
+        gqa = self.n_kv_heads != self.n_heads
+        if packed.kernel_ready(q) and dropout == 0.0:  # the flash kernel takes (N, heads, dh) and no dropout
+            out = varlen_attn(*(t[0].transpose(0, 1).contiguous() for t in (q, k, v)), packed.cu_seqlens,
+                              packed.cu_seqlens, packed.max_len, packed.max_len, enable_gqa=gqa)  # (N, H, dh)
+            return out.transpose(0, 1)[None]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=packed.block_mask(), dropout_p=dropout,
+                                              enable_gqa=gqa)
 
     def _eager(self, q, k, v, mask, is_causal, dropout, q_pos, k_pos):
         """Reference attention, written out: softmax(q kᵀ / sqrt(dh) + relative bias, masked) v."""

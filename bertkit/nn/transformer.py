@@ -6,12 +6,14 @@ Every stack returns hidden states; heads live in `heads.py` and are composed on 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from bertkit.config import ModelConfig
-from bertkit.nn.attention import KVCache, build_mask
+from bertkit.nn.attention import KVCache, Packed, build_mask, varlen_attn
 from bertkit.nn.block import Block, make_norm
 from bertkit.nn.positions import SinusoidalPositions
 
@@ -76,8 +78,18 @@ class Embeddings(nn.Module):
         return self.dropout(x)
 
 
+Unpad = Literal["auto", "always", "never"]
+
+
 class _Stack(nn.Module):
-    """Embeddings → blocks → [final norm for pre-norm]; `causal` and `cross` fix the stack's kind."""
+    """Embeddings → blocks → [final norm for pre-norm]; `causal` and `cross` fix the stack's kind.
+
+    A padded bidirectional batch may run unpadded (`unpad`, ModernBERT's main inference win): after the embeddings
+    the real tokens are packed into one row, every block works on real tokens only, attention stays inside each
+    sequence (`attention.Packed`), and the states are put back in place at the end (padding positions zero). "auto"
+    does so where the variable-length flash kernel runs (CUDA, fp16 / bf16); "always" everywhere (on a CPU through
+    the block-diagonal reference: for tests), "never" not at all (`set_unpad`).
+    """
 
     causal = False
 
@@ -88,6 +100,7 @@ class _Stack(nn.Module):
         self.blocks = nn.ModuleList(Block(cfg, cross=cross) for _ in range(n_layers))
         # Pre-norm leaves the residual stream un-normalised; a final norm restores the scale for the heads.
         self.final_norm = make_norm(cfg) if cfg.norm_position == "pre" else None
+        self.unpad: Unpad = "auto"
 
     def _run(self, input_ids, attention_mask, token_type_ids, position_ids, memory, memory_mask,
              output_hidden_states, output_attentions, cache: KVCache | None = None) -> StackOutput:
@@ -106,6 +119,10 @@ class _Stack(nn.Module):
         cross_mask = None
         if memory is not None and memory_mask is not None:
             cross_mask, _ = build_mask(memory_mask, t, memory.shape[1], causal=False)
+        select = None
+        if cross_mask is None and self._packs(attention_mask, x, cache, output_hidden_states or output_attentions):
+            select = attention_mask.bool()  # (B, T)
+            x, mask, position_ids, key_positions = _pack(x, select, position_ids)  # (1, N, D), Packed, (N,)
         hidden = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
         for i, block in enumerate(self.blocks):
@@ -120,7 +137,38 @@ class _Stack(nn.Module):
             x = self.final_norm(x)
             if hidden is not None:
                 hidden[-1] = x
+        if select is not None:  # back in place: (1, N, D) -> (B, T, D), zeros at padding
+            x = x.new_zeros(*select.shape, x.shape[-1]).index_put((select,), x[0])
         return StackOutput(x, hidden, attentions)
+
+    def _packs(self, attention_mask: torch.Tensor | None, x: torch.Tensor, cache: KVCache | None,
+               per_layer: bool) -> bool:
+        """Whether this forward runs unpadded: a bidirectional, uncached stack with padding to drop, no relative
+        positions (their bias needs the padded grid), no per-layer outputs, no attention dropout (the flash
+        kernel has none), and `unpad` allowing it here."""
+        cfg = self.config
+        if (self.unpad == "never" or self.causal or cache is not None or attention_mask is None or per_layer
+                or cfg.positions == "relative" or (self.training and cfg.attention_dropout > 0)):
+            return False
+        if self.unpad == "auto":
+            half = (torch.is_autocast_enabled(x.device.type) and torch.get_autocast_dtype(x.device.type)
+                    in (torch.float16, torch.bfloat16)) or x.dtype in (torch.float16, torch.bfloat16)
+            if not (x.is_cuda and half and varlen_attn is not None):
+                return False
+        return not bool(attention_mask.bool().all())  # nothing to drop: the padded path is the same work
+
+
+def _pack(x: torch.Tensor, select: torch.Tensor, position_ids: torch.Tensor | None
+          ) -> tuple[torch.Tensor, Packed, torch.Tensor, torch.Tensor]:
+    """x (B, T, D) and the real-token mask `select` (B, T) -> the real tokens as one row (1, N, D), the `Packed`
+    description of its sequences, and each token's position id (N,) (default: its place in its padded row)."""
+    b, t = select.shape
+    lengths = select.sum(dim=1)  # (B,)
+    cu_seqlens = F.pad(lengths.cumsum(0, dtype=torch.int32), (1, 0))  # (B + 1,)
+    if position_ids is None:
+        position_ids = torch.arange(t, device=x.device)
+    positions = position_ids.expand(b, t)[select]  # (N,)
+    return x[select][None], Packed(cu_seqlens, int(lengths.max())), positions, positions
 
 
 def _cat_positions(past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
@@ -196,6 +244,15 @@ class EncoderDecoder(nn.Module):
         return self.decoder(decoder_input_ids, decoder_attention_mask, memory=memory, memory_mask=attention_mask,
                             position_ids=decoder_position_ids, output_hidden_states=output_hidden_states,
                             output_attentions=output_attentions, cache=cache)
+
+
+def set_unpad(module: nn.Module, mode: Unpad) -> None:
+    """Set how every stack inside `module` treats padded batches: "auto" | "always" | "never" (see `_Stack`)."""
+    if mode not in ("auto", "always", "never"):
+        raise ValueError(f"unpad must be auto, always or never, got {mode!r}")
+    for m in module.modules():
+        if isinstance(m, _Stack):
+            m.unpad = mode
 
 
 def build_backbone(cfg: ModelConfig) -> nn.Module:

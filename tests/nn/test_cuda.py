@@ -34,3 +34,30 @@ def test_cuda_sdpa_equals_eager_and_bf16_runs(architecture, positions):
     torch.testing.assert_close(fast, slow, atol=1e-4, rtol=0)
     assert torch.isfinite(half).all()
     assert (half.float() - fast).abs().max() < 0.1
+
+
+@pytest.mark.parametrize("positions", ["learned", "rotary"])
+def test_cuda_bf16_batches_run_unpadded_through_the_varlen_kernel(positions, monkeypatch):
+    """auto packs a padded bf16 batch on CUDA (PyTorch's variable-length flash kernel): the same states at real
+    tokens as the padded path, to bf16 rounding, and gradients flow."""
+    from bertkit.nn import attention
+    from bertkit.nn.transformer import set_unpad
+
+    if attention.varlen_attn is None:
+        pytest.skip("this PyTorch has no torch.nn.attention.varlen")
+    calls = []
+    kernel = attention.varlen_attn
+    monkeypatch.setattr(attention, "varlen_attn", lambda *a, **k: calls.append(1) or kernel(*a, **k))
+    model = Model(tiny(positions=positions, n_heads=4, d_model=64, dropout=0.0, attention_dropout=0.0)).cuda()
+    ids = torch.randint(1, 101, (3, 12), device="cuda")
+    mask = torch.ones_like(ids)
+    mask[0, 5:] = 0
+    mask[2, 9:] = 0
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        packed = model(ids, mask).last_hidden_state
+        assert calls, "auto did not take the varlen kernel"
+        packed.float().sum().backward()
+        set_unpad(model, "never")
+        padded = model(ids, mask).last_hidden_state
+    real = mask.bool()
+    assert (packed.float()[real] - padded.float()[real]).abs().max() < 0.05
