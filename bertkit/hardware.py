@@ -149,16 +149,17 @@ class PrecisionChoice:
 
 def resolve_precision(requested: str, device: torch.device | str) -> PrecisionChoice:
     """What `requested` means on `device`: an explicit precision as given; "auto" bf16 where it is native and pays
-    — a CUDA device that supports it; a CPU with AVX512-BF16 or AMX (by its flags) whose bf16 GEMM measures at
+    — a CUDA device of compute capability 8.0 or later (earlier ones emulate it); a CPU with AVX512-BF16 or AMX (by its flags) whose bf16 GEMM measures at
     least 1.5x its fp32 GEMM (the probe is cached per machine, see `peak_flops`) — else fp32. AVX2-only CPUs
     emulate bf16 (~40x slower than fp32), so they never get it by default."""
     device = torch.device(device)
     if requested != "auto":
         return PrecisionChoice(requested, "as configured")
     if device.type == "cuda":
-        if torch.cuda.is_bf16_supported():
-            return PrecisionChoice("bf16", f"auto: {torch.cuda.get_device_name(device)} computes bf16 natively")
-        return PrecisionChoice("fp32", f"auto: {torch.cuda.get_device_name(device)} has no bf16")
+        name = torch.cuda.get_device_name(device)
+        if torch.cuda.get_device_capability(device) >= (8, 0):  # Ampere and later: bf16 tensor cores
+            return PrecisionChoice("bf16", f"auto: {name} computes bf16 natively")
+        return PrecisionChoice("fp32", f"auto: {name} has no native bf16 (compute capability below 8.0)")
     if device.type != "cpu":
         return PrecisionChoice("fp32", f"auto: fp32 on {device.type}")
     native = sorted(_NATIVE_BF16_FLAGS & cpu_flags())

@@ -115,9 +115,3 @@ def test_bf16_embeddings_agree_with_fp32_on_real_weights(minilm_run):
     assert cosine.min() >= 0.999, cosine
     assert not np.array_equal(a, b)  # bf16 really ran
 
-
-def test_auto_precision_resolves_per_device(run, monkeypatch):
-    from bertkit import hardware
-
-    monkeypatch.setattr(hardware, "cpu_flags", lambda: set())  # a CPU that emulates bf16
-    assert SentenceEncoder(run).precision == "fp32"

@@ -75,12 +75,14 @@ def test_an_explicit_precision_is_kept(monkeypatch, precision):
     assert hardware.resolve_precision(precision, "cpu").precision == precision
 
 
-def test_auto_on_a_gpu_follows_its_bf16_support(monkeypatch):
+def test_auto_on_a_gpu_is_bf16_from_ampere_on(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     assert hardware.resolve_precision("auto", "cuda").precision == "bf16"
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
-    assert hardware.resolve_precision("auto", "cuda").precision == "fp32"
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 5))  # emulates bf16
+    choice = hardware.resolve_precision("auto", "cuda")
+    assert choice.precision == "fp32" and "below 8.0" in choice.reason
 
 
 def test_autocast_runs_matrix_products_at_the_chosen_precision():

@@ -208,10 +208,11 @@ def evaluate(model: Annotated[Path, typer.Option("--model", "-m", help="A finetu
              tag_column: Annotated[int | None, typer.Option(help="Override the CoNLL tag column.")] = None,
              out: Annotated[Path | None, typer.Option("--out", "-o", help="Also write the metrics as JSON.")]
              = None,
+             precision: PrecisionOption = "auto",
              overwrite: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False) -> None:
     """Metrics on a labelled file: accuracy / macro-F1 / MCC + confusion matrix, or entity P/R/F1 per type."""
     from bertkit.jobs import evaluate as job
     from bertkit.paths import resolve_data_path
 
     job.run(model, resolve_data_path(data), {"text_column": text_column, "label_column": label_column,
-                                             "tag_column": tag_column}, out, overwrite)
+                                             "tag_column": tag_column}, out, overwrite, precision=precision)

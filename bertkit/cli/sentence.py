@@ -23,12 +23,13 @@ def evaluate_sts(model: Annotated[Path, typer.Option("--model", "-m", help="Any 
                  batch_size: Annotated[int, typer.Option(min=1, help="Sentences per batch.")] = 64,
                  out: Annotated[Path | None, typer.Option("--out", "-o", help="Also write the result as JSON.")]
                  = None,
+                 precision: PrecisionOption = "auto",
                  overwrite: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False) -> None:
     """Spearman / Pearson correlation of cosine similarities with gold scores (STS benchmark style)."""
     from bertkit.jobs import sts as job
 
     job.evaluate_sts(model, data, (sentence1_column, sentence2_column, score_column), max_score, batch_size, out,
-                     overwrite)
+                     overwrite, precision=precision)
 
 
 @app.command()

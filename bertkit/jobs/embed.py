@@ -191,6 +191,8 @@ def run(model: Path, inputs: list[str], out: Path, text_field: str = "text", id_
         raise BertkitError(f"{out}: ids need a .parquet output (an .npy file holds only the matrix)")
     if chunk_size < batch_size:
         raise BertkitError(f"--chunk-size {chunk_size} is smaller than --batch-size {batch_size}")
+    if compile and (layers is not None or tokens):
+        raise BertkitError("--compile applies to pooled embeddings; drop it with --layers / --tokens")
     files = find_files(inputs)
     encoder = SentenceEncoder(model, batch_size=batch_size, precision=precision, compile=compile)
     chosen = parse_layers(layers or "-1", encoder.model.layer_count) if layers is not None or tokens else None

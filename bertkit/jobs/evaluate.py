@@ -43,13 +43,13 @@ def evaluate_examples(task_model: TaskModel, examples: list[LabelledText] | list
 
 
 def run(model: Path, data: Path, overrides: dict | None = None, out: Path | None = None,
-        overwrite: bool = False, console: Console | None = None) -> dict:
+        overwrite: bool = False, console: Console | None = None, precision: str = "auto") -> dict:
     """Evaluate the finetuned run `model` on `data` (columns as at finetuning unless overridden); print a report,
     write it as JSON to `out` when given."""
     console = console or Console()
     if out is not None and Path(out).exists() and not overwrite:
         raise BertkitError(f"{out}: already exists (choose another --out or pass --overwrite)")
-    task_model = TaskModel(model)
+    task_model = TaskModel(model, precision=precision)
     task = dataclasses.replace(task_model.config.task, **{k: v for k, v in (overrides or {}).items()
                                                           if v is not None})
     examples = read_task_file(task, data)

@@ -34,14 +34,14 @@ from bertkit.text.features import TaskEncoder, join_words
 from bertkit.text.tasks import SentencePair, read_task_file
 from bertkit.text.tokenizer import save_tokenizer, special_ids
 from bertkit.train.defaults import finetune_learning_rate, with_learning_rate
-from bertkit.train.loop import already_finished, make_accelerator, plan_text, train_best
+from bertkit.train.loop import already_finished, make_accelerator, plan_text, run_precision, train_best
 from bertkit.train.sentence_objectives import SentenceObjective
 from bertkit.train.task_objectives import ClassifyObjective, TagObjective
 
 HEAD = {"classify": "classifier", "ner": "tagger"}
 # Settings a resumed finetune may change without breaking its exact continuation.
 RESUMABLE_CHANGES = {"max_steps", "max_time", "log_every", "eval_every", "save_every", "keep_checkpoints",
-                     "patience", "epochs"}
+                     "compile", "patience", "epochs"}
 
 
 def label_set(kind: str, examples) -> list[str]:
@@ -245,7 +245,8 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
         if task.kind == "sentence":  # the best weights, through the embedding path `embed` and `evaluate-sts` use
             summary["validation"] = objective.evaluate(model.to(accelerator.device))
         else:
-            summary["validation"] = evaluate_examples(TaskModel(out, device=accelerator.device), validation)
+            summary["validation"] = evaluate_examples(
+                TaskModel(out, device=accelerator.device, precision=run_precision(accelerator)), validation)
         write_json(out / RESULTS_FILE, summary)
         headline = {k: v for k, v in summary["validation"].items() if isinstance(v, float)}
         console.print(f"wrote {out} (best step {summary['best_step']} of {summary['steps']}): validation "

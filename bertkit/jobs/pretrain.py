@@ -38,7 +38,8 @@ HEADS = {"mlm": ("mlm",), "clm": ("lm",), "rtd": ("rtd", "generator")}
 OBJECTIVES = {"mlm": MLMObjective, "clm": CLMObjective, "rtd": RTDObjective}
 WHAT = {"mlm": "masked-LM pretraining", "clm": "causal-LM pretraining", "rtd": "replaced-token detection (ELECTRA)"}
 # Train settings a resumed run may change without breaking its exact continuation.
-RESUMABLE_CHANGES = {"max_steps", "max_time", "log_every", "eval_every", "save_every", "keep_checkpoints"}
+RESUMABLE_CHANGES = {"max_steps", "max_time", "log_every", "eval_every", "save_every", "keep_checkpoints",
+                     "compile"}
 
 
 def _check_output(out: Path, config: Config, resume: bool) -> None:

@@ -26,12 +26,12 @@ from bertkit.run.lock import locked
 from bertkit.text.tasks import read_parallel
 from bertkit.text.tokenizer import check_vocab_matches, train_bpe
 from bertkit.train.defaults import DEFAULT_LEARNING_RATE, with_learning_rate
-from bertkit.train.loop import already_finished, make_accelerator, plan_text, train_best
+from bertkit.train.loop import already_finished, make_accelerator, plan_text, run_precision, train_best
 from bertkit.train.seq2seq_objective import Seq2SeqObjective
 from bertkit.translation import PairTokenizers, Translator
 
 RESUMABLE_CHANGES = {"max_steps", "max_time", "log_every", "eval_every", "save_every", "keep_checkpoints",
-                     "patience", "epochs"}
+                     "compile", "patience", "epochs"}
 
 
 def _tokenizers(config: Config, pairs: list[tuple[str, str]], console: Console) -> PairTokenizers:
@@ -122,7 +122,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     del base
     special = tokenizers.special
     translator = Translator(out, model=model, tokenizers=tokenizers, max_length=max_length,
-                            batch_size=max(64, config.train.batch_size))
+                            batch_size=max(64, config.train.batch_size), precision=run_precision(accelerator))
     world = accelerator.num_processes
     objective = Seq2SeqObjective(source, target, val_source, val_target, [t for _, t in validation], special.cls,
                                  special.pad, task.label_smoothing, config.train, world, task.bleu_examples,

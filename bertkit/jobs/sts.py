@@ -55,7 +55,7 @@ def sts_columns(path: Path) -> tuple[str, str, str]:
 
 def evaluate_sts(model: Path, data: Path, columns: tuple[str | None, str | None, str | None] = (None, None, None),
                  max_score: float = 5.0, batch_size: int = 64, out: Path | None = None, overwrite: bool = False,
-                 console: Console | None = None) -> dict:
+                 console: Console | None = None, precision: str = "auto") -> dict:
     """Embed both sides of every pair, correlate cos(u, v) with the gold scores; print and optionally write JSON."""
     console = console or Console()
     if not max_score > 0:
@@ -68,7 +68,7 @@ def evaluate_sts(model: Path, data: Path, columns: tuple[str | None, str | None,
     detected = sts_columns(data) if None in columns else columns
     first, second, score = (given or auto for given, auto in zip(columns, detected))
     pairs = read_pairs(data, first, second, "score", score, max_score=max_score)
-    encoder = SentenceEncoder(model, batch_size=batch_size)
+    encoder = SentenceEncoder(model, batch_size=batch_size, precision=precision)
     cosine = encoder.similarity([p.text for p in pairs], [p.pair for p in pairs])
     result = correlation_metrics([p.score for p in pairs], cosine)
     result.update({"model": str(model), "data": str(data), "truncated": encoder.truncated,

@@ -46,8 +46,16 @@ class Packed:
         return (owner[:, None] == owner[None, :])[None, None]
 
     def kernel_ready(self, q: torch.Tensor) -> bool:
-        """Whether the variable-length flash kernel can run these queries (CUDA, half precision)."""
-        return varlen_attn is not None and q.is_cuda and q.dtype in (torch.float16, torch.bfloat16)
+        """Whether the variable-length flash kernel can run these queries (see `varlen_ready`; half precision)."""
+        return q.dtype in (torch.float16, torch.bfloat16) and varlen_ready(q.device, q.shape[-1])
+
+
+def varlen_ready(device: torch.device, d_head: int) -> bool:
+    """Whether PyTorch's variable-length flash kernel runs on `device` for heads of `d_head`: this PyTorch has it,
+    a CUDA GPU of compute capability 8.0 or later (flash attention's floor), a head size that is a multiple of 8 up
+    to 256."""
+    return (varlen_attn is not None and device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
+            and d_head % 8 == 0 and d_head <= 256)
 
 
 def build_mask(key_padding: torch.Tensor | None, t_q: int, t_k: int, causal: bool,

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bertkit.config import ModelConfig
-from bertkit.nn.attention import KVCache, Packed, build_mask, varlen_attn
+from bertkit.nn.attention import KVCache, Packed, build_mask, varlen_ready
 from bertkit.nn.block import Block, make_norm
 from bertkit.nn.positions import SinusoidalPositions
 
@@ -87,7 +87,7 @@ class _Stack(nn.Module):
     A padded bidirectional batch may run unpadded (`unpad`, ModernBERT's main inference win): after the embeddings
     the real tokens are packed into one row, every block works on real tokens only, attention stays inside each
     sequence (`attention.Packed`), and the states are put back in place at the end (padding positions zero). "auto"
-    does so where the variable-length flash kernel runs (CUDA, fp16 / bf16); "always" everywhere (on a CPU through
+    does so where the variable-length flash kernel runs (`varlen_ready`: CUDA sm80+, fp16 / bf16); "always" everywhere (on a CPU through
     the block-diagonal reference: for tests), "never" not at all (`set_unpad`).
     """
 
@@ -153,7 +153,7 @@ class _Stack(nn.Module):
         if self.unpad == "auto":
             half = (torch.is_autocast_enabled(x.device.type) and torch.get_autocast_dtype(x.device.type)
                     in (torch.float16, torch.bfloat16)) or x.dtype in (torch.float16, torch.bfloat16)
-            if not (x.is_cuda and half and varlen_attn is not None):
+            if not (half and varlen_ready(x.device, cfg.d_head)):
                 return False
         return not bool(attention_mask.bool().all())  # nothing to drop: the padded path is the same work
 

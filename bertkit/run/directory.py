@@ -153,7 +153,8 @@ def check_run_output(out: Path, config: Config, resume: bool, sections: tuple[st
         old, new = dataclasses.asdict(getattr(existing, section)), dataclasses.asdict(getattr(config, section))
         for key, value in old.items():
             if f"{section}.{key}" not in may_change and not _same_setting(f"{section}.{key}", value, new[key]):
-                raise BertkitError(f"{out}: holds a different run ({section}.{key} = {value!r}, now {new[key]!r}); "
+                pin = f" (pass --set {section}.{key}={value} to keep it)" if key == "precision" else ""
+                raise BertkitError(f"{out}: holds a different run ({section}.{key} = {value!r}, now {new[key]!r}){pin}; "
                                    "resume with the same settings or choose another --out")
 
 
@@ -191,6 +192,10 @@ def record_train(out: str | Path, train) -> None:
     if not (Path(out) / CONFIG_FILE).is_file():
         return
     stored = load_config(out)
+    if stored.train.precision != train.precision and _same_setting("train.precision", stored.train.precision,
+                                                                   train.precision):
+        # "fp32" resumed under an equivalent "auto" stays "fp32": on another machine auto may mean bf16
+        train = dataclasses.replace(train, precision=stored.train.precision)
     if stored.train != train:
         write_config(Path(out), dataclasses.replace(stored, train=train))
 

@@ -20,6 +20,7 @@ from typing import Protocol
 
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -137,9 +138,18 @@ def make_accelerator(precision: str) -> Accelerator:
     precision `precision` resolves to on that device ("auto": `hardware.resolve_precision`)."""
     gpu = torch.cuda.is_available()
     chosen = resolve_precision(precision, "cuda" if gpu else "cpu").precision
+    mixed = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[chosen]
+    # Accelerate keeps one state per process and refuses a second precision (demo, ablate and in-process callers
+    # run several jobs): a single process starts afresh; a distributed launch must keep one precision.
+    held = AcceleratorState._shared_state.get("_mixed_precision")
+    if held is not None and str(held) != mixed:
+        if AcceleratorState().num_processes > 1:
+            raise BertkitError(f"train.precision: this launch already trains at {held}, not {chosen}; give every "
+                               "job of one distributed launch the same precision")
+        AcceleratorState._reset_state(reset_partial_state=True)
     # cpu=True where there is no GPU: Accelerate then runs a torchrun/accelerate launch as a gloo process group
     # (without it, each CPU process would silently train alone).
-    return Accelerator(cpu=not gpu, mixed_precision={"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[chosen])
+    return Accelerator(cpu=not gpu, mixed_precision=mixed)
 
 
 def run_precision(accelerator: Accelerator) -> str:
@@ -301,7 +311,8 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
     precision = run_precision(accelerator)
     if state.precision and state.precision != precision and main:
         console.print(f"[yellow]precision: this part runs at {precision}, the run so far at {state.precision} "
-                      f"(train.precision {cfg.precision} on another machine?)")
+                      f"(train.precision {cfg.precision} on another machine?); to continue exactly, resume with "
+                      f"--set train.precision={state.precision}")
     state.precision = precision
     peak = peak_flops(accelerator.device, precision) if main else None  # what MFU is a fraction of
     if main:

@@ -43,11 +43,17 @@ def test_chunked_streaming_equals_one_pass_and_maps_skipped_rows(tmp_path, base,
 
 def test_compiled_embeddings_equal_eager(tmp_path, base):
     """--compile runs the encoder through torch.compile (dynamic shapes over the sorted batches): same vectors."""
+    from torch._dynamo.utils import counters
+
     corpus = _corpus(tmp_path)
     expected = SentenceEncoder(base).encode([t for t in LINES if t.strip()])
+    counters.clear()
     cli_ok("embed", "--model", base, corpus, "-o", tmp_path / "c.npy", "--compile", "--batch-size", "2",
            "--no-progress")
+    assert counters["stats"]["unique_graphs"] > 0  # dynamo really compiled the encoder
     np.testing.assert_allclose(np.load(tmp_path / "c.npy"), expected, atol=1e-5)
+    assert "--compile applies to pooled" in cli_error("embed", "--model", base, corpus, "-o", tmp_path / "l.npy",
+                                                     "--compile", "--layers", "all")
 
 
 def test_parquet_rows_carry_file_line_and_id(tmp_path, base):

@@ -120,3 +120,22 @@ def test_a_run_stored_before_auto_precision_resumes_where_auto_means_the_same(tm
     bf16 = dataclasses.replace(stored, train=dataclasses.replace(stored.train, precision="bf16"))
     with pytest.raises(BertkitError, match=r"train.precision = 'fp32', now 'bf16'"):
         check_run_output(tmp_path / "run", bf16, True, ("train",), set())
+
+
+def test_a_resume_under_equivalent_auto_keeps_the_stored_precision(tmp_path, monkeypatch):
+    """An fp32 run resumed under "auto" (fp32 here) keeps "fp32" in its config.json: on a bf16 machine later,
+    auto would mean bf16 and the run would silently change precision."""
+    import dataclasses
+
+    from bertkit import hardware
+    from bertkit.run.directory import load_config, record_train
+
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx2"})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cfg = tiny()
+    stored = Config(model=cfg)
+    save_run(tmp_path / "run", Model(cfg), dataclasses.replace(
+        stored, train=dataclasses.replace(stored.train, precision="fp32")))
+    record_train(tmp_path / "run", dataclasses.replace(stored.train, precision="auto", max_steps=99))
+    train = load_config(tmp_path / "run").train
+    assert (train.precision, train.max_steps) == ("fp32", 99)

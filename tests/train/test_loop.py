@@ -233,3 +233,12 @@ def test_auto_compiles_only_where_it_was_measured_to_pay(monkeypatch):
     monkeypatch.setattr(defaults, "COMPILE_BREAK_EVEN_STEPS", {"cpu": 100})
     assert not defaults.use_compile("auto", cpu, 150)[0]  # under twice the break-even
     assert defaults.use_compile("auto", cpu, 250)[0]
+
+
+def test_one_process_may_run_jobs_at_different_precisions():
+    """demo / ablate / the Python API run several jobs in one process: a job at another precision than the one
+    before it gets its own Accelerator (Accelerate alone refuses a second precision)."""
+    from bertkit.train.loop import run_precision
+
+    assert run_precision(make_accelerator("bf16")) == "bf16"
+    assert run_precision(make_accelerator("fp32")) == "fp32"
