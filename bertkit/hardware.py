@@ -149,9 +149,9 @@ class PrecisionChoice:
 
 def resolve_precision(requested: str, device: torch.device | str) -> PrecisionChoice:
     """What `requested` means on `device`: an explicit precision as given; "auto" bf16 where it is native and pays
-    — a CUDA device of compute capability 8.0 or later (earlier ones emulate it); a CPU with AVX512-BF16 or AMX (by its flags) whose bf16 GEMM measures at
-    least 1.5x its fp32 GEMM (the probe is cached per machine, see `peak_flops`) — else fp32. AVX2-only CPUs
-    emulate bf16 (~40x slower than fp32), so they never get it by default."""
+    — a CUDA device of compute capability 8.0 or later (earlier ones emulate it); a CPU with AVX512-BF16 or AMX (by
+    its flags) whose bf16 GEMM measures at least 1.5x its fp32 GEMM (timed once per process, the best rate kept per
+    machine: `peak_flops`) — else fp32. AVX2-only CPUs emulate bf16 (~40x slower than fp32): no probe, fp32."""
     device = torch.device(device)
     if requested != "auto":
         return PrecisionChoice(requested, "as configured")

@@ -87,8 +87,8 @@ class _Stack(nn.Module):
     A padded bidirectional batch may run unpadded (`unpad`, ModernBERT's main inference win): after the embeddings
     the real tokens are packed into one row, every block works on real tokens only, attention stays inside each
     sequence (`attention.Packed`), and the states are put back in place at the end (padding positions zero). "auto"
-    does so where the variable-length flash kernel runs (`varlen_ready`: CUDA sm80+, fp16 / bf16); "always" everywhere (on a CPU through
-    the block-diagonal reference: for tests), "never" not at all (`set_unpad`).
+    does so where the variable-length flash kernel runs (`varlen_ready`: CUDA sm80+, fp16 / bf16); "always"
+    everywhere (on a CPU through the block-diagonal reference: for tests); "never" not at all (`set_unpad`).
     """
 
     causal = False

@@ -154,8 +154,8 @@ def check_run_output(out: Path, config: Config, resume: bool, sections: tuple[st
         for key, value in old.items():
             if f"{section}.{key}" not in may_change and not _same_setting(f"{section}.{key}", value, new[key]):
                 pin = f" (pass --set {section}.{key}={value} to keep it)" if key == "precision" else ""
-                raise BertkitError(f"{out}: holds a different run ({section}.{key} = {value!r}, now {new[key]!r}){pin}; "
-                                   "resume with the same settings or choose another --out")
+                raise BertkitError(f"{out}: holds a different run ({section}.{key} = {value!r}, now {new[key]!r})"
+                                   f"{pin}; resume with the same settings or choose another --out")
 
 
 def _same_setting(key: str, stored, given) -> bool:
