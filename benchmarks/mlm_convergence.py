@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import contextlib
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -27,7 +26,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import torch  # noqa: E402
 from transformers import BertConfig, BertForMaskedLM  # noqa: E402
 
-from bertkit.hardware import describe_device  # noqa: E402
+from bertkit.hardware import autocast, describe_device  # noqa: E402
 from bertkit.config import DataConfig, ModelConfig, TrainConfig  # noqa: E402
 from bertkit.nn.model import Model  # noqa: E402
 from bertkit.text.corpus import load_corpus  # noqa: E402
@@ -70,7 +69,7 @@ def main() -> None:
         models.insert(1, ("bertkit bf16", copy.deepcopy(ours)))  # the same initial weights as the fp32 run
     runs = {}
     for name, model in models:
-        cast = torch.autocast("cpu", dtype=torch.bfloat16) if name.endswith("bf16") else contextlib.nullcontext()
+        cast = autocast("cpu", "bf16" if name.endswith("bf16") else "fp32")
         opt = torch.optim.AdamW(param_groups(model, 0.01), lr=args.lr, betas=(0.9, 0.98), eps=1e-6)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, args.steps, 0.06, "linear"))
         losses = []

@@ -12,13 +12,12 @@ what stands between a step and the peak. The first line names the machine.
 from __future__ import annotations
 
 import argparse
-import contextlib
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from bertkit.config import ModelConfig
-from bertkit.hardware import describe_device
+from bertkit.hardware import autocast, describe_device
 from bertkit.nn.model import Model
 from bertkit.text.collate import IGNORE_INDEX
 from pretrain_throughput import SEQ, VOCAB, masked_batches
@@ -45,7 +44,7 @@ def main() -> None:
                               d_ff=4 * width, max_len=SEQ, positions="rotary", dropout=0.0, attention_dropout=0.0,
                               heads=("mlm",))).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    cast = torch.autocast("cpu", dtype=torch.bfloat16) if args.precision == "bf16" else contextlib.nullcontext()
+    cast = autocast("cpu", args.precision)
     batches = masked_batches(args.steps + 1, args.batch_size)
 
     def step(inputs: torch.Tensor, labels: torch.Tensor) -> None:

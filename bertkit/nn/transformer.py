@@ -122,7 +122,8 @@ class _Stack(nn.Module):
         select = None
         if cross_mask is None and self._packs(attention_mask, x, cache, output_hidden_states or output_attentions):
             select = attention_mask.bool()  # (B, T)
-            x, mask, position_ids, key_positions = _pack(x, select, position_ids)  # (1, N, D), Packed, (N,)
+            x, mask, position_ids = _pack(x, select, position_ids)  # (1, N, D), Packed, (N,)
+            key_positions = position_ids
         hidden = [x] if output_hidden_states else None
         attentions = [] if output_attentions else None
         for i, block in enumerate(self.blocks):
@@ -159,7 +160,7 @@ class _Stack(nn.Module):
 
 
 def _pack(x: torch.Tensor, select: torch.Tensor, position_ids: torch.Tensor | None
-          ) -> tuple[torch.Tensor, Packed, torch.Tensor, torch.Tensor]:
+          ) -> tuple[torch.Tensor, Packed, torch.Tensor]:
     """x (B, T, D) and the real-token mask `select` (B, T) -> the real tokens as one row (1, N, D), the `Packed`
     description of its sequences, and each token's position id (N,) (default: its place in its padded row)."""
     b, t = select.shape
@@ -168,7 +169,7 @@ def _pack(x: torch.Tensor, select: torch.Tensor, position_ids: torch.Tensor | No
     if position_ids is None:
         position_ids = torch.arange(t, device=x.device)
     positions = position_ids.expand(b, t)[select]  # (N,)
-    return x[select][None], Packed(cu_seqlens, int(lengths.max())), positions, positions
+    return x[select][None], Packed(cu_seqlens, int(lengths.max())), positions
 
 
 def _cat_positions(past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:

@@ -163,7 +163,7 @@ def _same_setting(key: str, stored, given) -> bool:
     resolving to the same precision on this machine — a run stored as "fp32" (the default before "auto")
     resumes under "auto" wherever auto picks fp32."""
     if key == "train.precision" and stored != given:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+        device = default_device()
         return resolve_precision(stored, device).precision == resolve_precision(given, device).precision
     return stored == given
 
