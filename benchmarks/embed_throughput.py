@@ -54,7 +54,7 @@ def main() -> None:
     from rich.console import Console
     from sentence_transformers import SentenceTransformer
 
-    from bertkit.interop.hf import import_hf
+    from bertkit.interop import import_hf
     from bertkit.jobs import embed
 
     sentences = real_sentences(args.sentences)

@@ -46,9 +46,9 @@ def reference_spearman() -> dict:
     from sentence_transformers import SentenceTransformer
 
     from bertkit.jobs.sts import sts_columns
+    from bertkit.metrics import correlation_metrics
     from bertkit.paths import resolve_data_path
     from bertkit.text.tasks import read_pairs
-    from bertkit.train.metrics import correlation_metrics
 
     data = resolve_data_path(TEST)
     first, second, score = sts_columns(data)

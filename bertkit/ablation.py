@@ -16,14 +16,19 @@ import hashlib
 import itertools
 import math
 import re
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertkit.config import Config, parse_duration, resolve_key
 from bertkit.errors import BertkitError, ConfigError
+from bertkit.run.metrics import read_metrics
 
 _AMOUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgb]?)\s*(tok|tokens|steps?)\s*$", re.IGNORECASE)
 _SCALE = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9}
+# one row of ablation.csv: a variant-seed
+COLUMNS = ("variant", "changes", "seed", "status", "params", "steps", "tokens", "train_seconds", "tokens_per_s",
+           "val_loss", "val_accuracy", "downstream_metric", "downstream", "message")
 
 
 @dataclass(frozen=True)
@@ -175,3 +180,40 @@ def _first_difference(old, new, prefix: str = "") -> str:
                 return _first_difference(old.get(key), new.get(key), f"{prefix}{key}.")
         return ""
     return f" ({prefix.rstrip('.') or 'value'}: {old!r} there, {new!r} now)"
+
+
+# ------------------------------------------------------------------------------------------- results
+
+def variant_folder(out: Path, variant: Variant, seed: int) -> Path:
+    """Where one variant-seed's runs live: OUT/variants/<slug>/seed-<s>/ (pretrain/, finetune/, result.json)."""
+    return out / "variants" / variant.slug / f"seed-{seed}"
+
+
+def row_variant(row: dict) -> Variant:
+    """The variant a CSV row belongs to (its name and changes; enough to find its directory)."""
+    return Variant(row["variant"], tuple(row["changes"].split()) if row["changes"] else (), None)
+
+
+def eval_curve(run: Path, tokens_per_step_: int) -> list[tuple[float, float]]:
+    """(tokens seen, validation loss) at every evaluation of a pretraining run."""
+    return [(r["step"] * tokens_per_step_, r["val_loss"]) for r in read_metrics(run)
+            if r.get("kind") == "eval" and "val_loss" in r]
+
+
+def summarise(rows: list[dict]) -> list[dict]:
+    """Per variant (plan order): mean and standard deviation over its finished seeds."""
+    by_variant: dict[str, list[dict]] = {}
+    for row in rows:
+        by_variant.setdefault(row["variant"], []).append(row)
+    out = []
+    for name, group in by_variant.items():
+        ok = [r for r in group if r["status"] == "ok"]
+        entry = {"variant": name, "changes": group[0]["changes"], "seeds": len(ok), "status":
+                 "ok" if ok else group[0]["status"], "message": None if ok else group[0]["message"]}
+        for key in ("params", "tokens", "tokens_per_s", "val_loss", "val_accuracy", "downstream"):
+            values = [r[key] for r in ok if r.get(key) is not None]
+            entry[key] = statistics.fmean(values) if values else None
+            entry[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else None
+        entry["downstream_metric"] = next((r["downstream_metric"] for r in ok if r.get("downstream_metric")), None)
+        out.append(entry)
+    return out

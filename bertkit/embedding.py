@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from rich.console import Console
 
 from bertkit.config import Config
 from bertkit.errors import BertkitError
@@ -173,3 +174,10 @@ class SentenceEncoder:
         """Cosine similarity of a[i] and b[i] for every i (one length-sorted pass over both sides). -> (N,)"""
         both = normalize_rows(self.encode(list(a) + list(b)))
         return (both[:len(a)] * both[len(a):]).sum(1)
+
+
+def truncation_warning(console: Console, encoder: SentenceEncoder, what: str = "texts") -> None:
+    """The one warning about texts cut to the model's window."""
+    if encoder.truncated:
+        console.print(f"[yellow]warning: {encoder.truncated:,} {what} are longer than {encoder.max_length} tokens "
+                      "and were truncated (sentence.max_length)")

@@ -15,8 +15,12 @@ import torch
 
 from bertkit.errors import BertkitError
 from bertkit.hardware import autocast, resolve_precision
+from bertkit.metrics import classification_metrics, entity_metrics
 from bertkit.nn.model import TASK_HEADS, Model
-from bertkit.text.features import Encoded, TaskEncoder
+from bertkit.run.directory import LABELS_FILE, load_run, load_run_tokenizer, read_labels
+from bertkit.text.features import Encoded, TaskEncoder, join_words
+from bertkit.text.tasks import LabelledText, TaggedSentence
+from bertkit.text.tokenizer import special_ids
 
 
 def inference_workers(device: torch.device) -> int:
@@ -172,9 +176,6 @@ class TaskModel:
 
     def __init__(self, run: str | Path, batch_size: int = 64, device: str | torch.device | None = None,
                  precision: str = "auto"):
-        from bertkit.run.directory import LABELS_FILE, load_run, load_run_tokenizer, read_labels
-        from bertkit.text.tokenizer import special_ids
-
         run = Path(run)
         self.config, self.model = load_run(run, device)
         heads = [h for h in TASK_HEADS if h in self.config.model.heads]
@@ -211,3 +212,25 @@ class TaskModel:
         logits = batched_logits(self.model, encoded, "tagger", self.pad_id, self.batch_size, self.precision)
         return ([decode_tags(row, e, self.labels, self.constraints) for row, e in zip(logits, encoded)],
                 sum(e.truncated for e in encoded))
+
+    def evaluate(self, examples: list[LabelledText] | list[TaggedSentence]) -> dict:
+        """Metrics on labelled examples, through the same path as `classify` / `tag` (`bertkit predict`):
+        classification metrics, or strict entity P/R/F1. Labels the model never saw count as errors and are
+        listed (`unseen_labels`)."""
+        known = set(self.labels)
+        if self.kind == "classify":
+            pairs = [e.pair or "" for e in examples] if self.config.task.text_pair_column else None
+            predictions, truncated = self.classify([e.text for e in examples], pairs)
+            gold = [e.label for e in examples]
+            result = classification_metrics(gold, [p["label"] for p in predictions], self.labels)
+            unseen = sorted({g for g in gold if g not in known})
+            result["unseen_examples"] = sum(g not in known for g in gold)
+        else:
+            joined = [join_words(e.tokens) for e in examples]
+            tagged, truncated = self.tag([t for t, _ in joined], [s for _, s in joined])
+            result = entity_metrics([list(e.tags) for e in examples], [tags for tags, _ in tagged])
+            unseen = sorted({t for e in examples for t in e.tags if t not in known})
+            result["unseen_tags"] = sum(t not in known for e in examples for t in e.tags)
+        result["unseen_labels"] = unseen
+        result["truncated"] = truncated
+        return result

@@ -19,7 +19,8 @@ from bertkit.errors import BertkitError
 from bertkit.generation import beam_search
 from bertkit.hardware import autocast, resolve_precision
 from bertkit.nn.model import Model
-from bertkit.text.tokenizer import SpecialIds, load_tokenizer, save_tokenizer, special_ids
+from bertkit.run.directory import load_run
+from bertkit.text.tokenizer import SpecialIds, check_vocab_matches, load_tokenizer, save_tokenizer, special_ids
 
 TARGET_TOKENIZER_DIR = "target"  # run/target/tokenizer.json: the target side's own vocabulary (joint_vocab = false)
 
@@ -84,8 +85,6 @@ class Translator:
     def __init__(self, run: str | Path, device: str | torch.device | None = None, batch_size: int = 64,
                  model: Model | None = None, tokenizers: PairTokenizers | None = None, max_length: int | None = None,
                  precision: str = "auto"):
-        from bertkit.run.directory import load_run
-
         self.batch_size = batch_size
         if model is None:
             config, model = load_run(run, device)
@@ -96,8 +95,6 @@ class Translator:
                 raise BertkitError(f"{run}: has no output (lm) head; train it with `bertkit finetune seq2seq`")
         self.model = model.eval()
         if tokenizers is None:
-            from bertkit.text.tokenizer import check_vocab_matches
-
             tokenizers = PairTokenizers.load(run)
             for side in (tokenizers.source, tokenizers.target):
                 check_vocab_matches(side, model.config.vocab_size, run)

@@ -181,7 +181,7 @@ def minilm_dir():
 @pytest.fixture(scope="session")
 def minilm_run(minilm_dir, tmp_path_factory):
     """all-MiniLM-L6-v2 imported once as a bertkit run directory."""
-    from bertkit.interop.hf import import_hf
+    from bertkit.interop import import_hf
 
     out = tmp_path_factory.mktemp("minilm") / "run"
     import_hf(minilm_dir, out)

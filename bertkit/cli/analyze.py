@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from bertkit.cli import ProgressOption, SetOption, app, user_errors
+from bertkit.cli.common import ProgressOption, SetOption, app, user_errors
 
 
 @app.command()

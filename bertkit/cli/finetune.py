@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from bertkit.cli import PrecisionOption, ProgressOption, SetOption, app, user_errors
+from bertkit.cli.common import PrecisionOption, ProgressOption, SetOption, app, user_errors
 
 finetune_app = typer.Typer(help="Finetune a pretrained or imported encoder: text classification, NER, or sentence "
                                 "embeddings (SBERT); or train an encoder-decoder on parallel text (seq2seq).",

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from bertkit.cli import PrecisionOption, app, user_errors
+from bertkit.cli.common import PrecisionOption, app, user_errors
 from bertkit.run.files import to_json
 
 RunArgument = Annotated[Path, typer.Argument(help="A run directory.")]

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from bertkit.cli import SetOption, TextFieldOption, app, user_errors
+from bertkit.cli.common import SetOption, TextFieldOption, app, user_errors
 
 tokenizer_app = typer.Typer(help="Train BPE tokenizers.", no_args_is_help=True)
 app.add_typer(tokenizer_app, name="tokenizer")

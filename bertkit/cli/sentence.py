@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from bertkit.cli import PrecisionOption, ProgressOption, TextFieldOption, app, user_errors
+from bertkit.cli.common import PrecisionOption, ProgressOption, TextFieldOption, app, user_errors
 
 
 @app.command("evaluate-sts")

@@ -1,1 +1,29 @@
-"""Interoperability with the Hugging Face ecosystem."""
+"""Interoperability with the Hugging Face ecosystem: `hf` (BERT folders, both directions), `sentence_transformers`
+(their folders: an HF BERT folder plus pooling and normalisation modules), and `import_hf`, which reads either into
+a bertkit run directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bertkit.config import Config, SentenceConfig
+from bertkit.interop.hf import copy_tokenizer, model_from_hf
+from bertkit.interop.sentence_transformers import read_sentence_config
+from bertkit.run.directory import write_run_files
+from bertkit.run.files import atomic_dir
+
+
+def import_hf(src: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:
+    """Make a bertkit run directory from an HF BERT folder, or a sentence-transformers folder (whose pooling,
+    normalisation and max_seq_length become the run's `[sentence]` settings). Returns a summary (parameters,
+    skipped, tokenizer, sentence)."""
+    src = Path(src)
+    sentence_transformers = read_sentence_config(src)
+    bert_folder, sentence = sentence_transformers or (src, SentenceConfig())
+    model, skipped = model_from_hf(bert_folder)
+    with atomic_dir(out, overwrite=overwrite) as tmp:
+        write_run_files(tmp, model, Config(model=model.config, sentence=sentence))
+        has_tokenizer = copy_tokenizer(bert_folder, tmp) or copy_tokenizer(src, tmp)
+    return {"out": str(out), "parameters": model.parameter_counts()["total"], "skipped": skipped,
+            "tokenizer": has_tokenizer, "sentence": sentence if sentence_transformers else None}

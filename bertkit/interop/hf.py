@@ -17,10 +17,10 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from bertkit.config import Config, ModelConfig, SentenceConfig
+from bertkit.config import Config, ModelConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
-from bertkit.run.directory import TOKENIZER_FILE, load_run, write_run_files
+from bertkit.run.directory import TOKENIZER_FILE, load_run
 from bertkit.run.files import atomic_dir
 from bertkit.text.tokenizer import write_hf_tokenizer_config
 
@@ -182,7 +182,7 @@ def model_from_hf(src: str | Path) -> tuple[Model, list[str]]:
     return model.eval(), skipped
 
 
-def _tokenizer_for(src: Path, dest: Path) -> bool:
+def copy_tokenizer(src: Path, dest: Path) -> bool:
     """Put a tokenizer.json in dest: copied, or built from vocab.txt (WordPiece) when the folder has only that."""
     if (src / TOKENIZER_FILE).is_file():
         shutil.copyfile(src / TOKENIZER_FILE, dest / TOKENIZER_FILE)
@@ -196,23 +196,6 @@ def _tokenizer_for(src: Path, dest: Path) -> bool:
         BertWordPieceTokenizer(str(src / "vocab.txt"), lowercase=lowercase).save(str(dest / TOKENIZER_FILE))
         return True
     return False
-
-
-def import_hf(src: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:
-    """Make a bertkit run directory from an HF BERT folder, or a sentence-transformers folder (whose pooling,
-    normalisation and max_seq_length become the run's `[sentence]` settings). Returns a summary (parameters,
-    skipped, tokenizer, sentence)."""
-    from bertkit.interop.sentence_transformers import read_sentence_config
-
-    src = Path(src)
-    sentence_transformers = read_sentence_config(src)
-    bert_folder, sentence = sentence_transformers or (src, SentenceConfig())
-    model, skipped = model_from_hf(bert_folder)
-    with atomic_dir(out, overwrite=overwrite) as tmp:
-        write_run_files(tmp, model, Config(model=model.config, sentence=sentence))
-        has_tokenizer = _tokenizer_for(bert_folder, tmp) or _tokenizer_for(src, tmp)
-    return {"out": str(out), "parameters": model.parameter_counts()["total"], "skipped": skipped,
-            "tokenizer": has_tokenizer, "sentence": sentence if sentence_transformers else None}
 
 
 def export_hf(run: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:

@@ -17,24 +17,25 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import statistics
 import tomllib
 import traceback
 from pathlib import Path
 
 from rich.console import Console
 
-from bertkit.ablation import Budget, Plan, Variant, build_plan, check_plan_file, parse_vary
-from bertkit.config import Config, load_recipe, resolve_recipe, with_values
+from bertkit.ablation import COLUMNS, Budget, Plan, Variant, build_plan, check_plan_file, parse_vary, variant_folder
+from bertkit.config import Config, apply_overrides, load_recipe, resolve_recipe, with_values
 from bertkit.errors import BertkitError
+from bertkit.jobs import finetune as finetune_job
+from bertkit.jobs import pretrain as pretrain_job
+from bertkit.jobs.ablate_report import write_report
+from bertkit.nn.model import Model
 from bertkit.run.directory import load_config
 from bertkit.run.files import atomic_file
-from bertkit.train.loop import read_metrics
+from bertkit.text.tasks import read_task_file
 
 TASKS = ("pretrain", "classify")
 RESULT_FILE = "result.json"
-COLUMNS = ("variant", "changes", "seed", "status", "params", "steps", "tokens", "train_seconds", "tokens_per_s",
-           "val_loss", "val_accuracy", "downstream_metric", "downstream", "message")
 
 
 @dataclasses.dataclass
@@ -96,7 +97,6 @@ def _finetune_config(spec: AblationSpec) -> Config | None:
     if config.task.train_file is None:
         raise BertkitError(f"--finetune-recipe {spec.finetune_recipe}: no task.train_file (add --finetune-set "
                            "task.train_file=FILE)")
-    from bertkit.text.tasks import read_task_file
 
     read_task_file(config.task, config.task.train_file)  # a bad file or column stops here, before any training
     return config
@@ -104,7 +104,6 @@ def _finetune_config(spec: AblationSpec) -> Config | None:
 
 def run(spec: AblationSpec, progress: bool = True, console: Console | None = None) -> list[dict]:
     """Run every variant × seed not already finished; write the CSV, Markdown table and plot; return the rows."""
-    from bertkit.jobs.ablate_report import write_report
 
     console = console or Console(stderr=True)
     plan, budget = make_plan(spec)
@@ -145,16 +144,6 @@ def run(spec: AblationSpec, progress: bool = True, console: Console | None = Non
     return rows
 
 
-def variant_folder(out: Path, variant: Variant, seed: int) -> Path:
-    """Where one variant-seed's runs live: OUT/variants/<slug>/seed-<s>/ (pretrain/, finetune/, result.json)."""
-    return out / "variants" / variant.slug / f"seed-{seed}"
-
-
-def row_variant(row: dict) -> Variant:
-    """The variant a CSV row belongs to (its name and changes; enough to find its directory)."""
-    return Variant(row["variant"], tuple(row["changes"].split()) if row["changes"] else (), None)
-
-
 def _row(variant: Variant, seed: int, status: str, message: str | None = None, **values) -> dict:
     row = {column: None for column in COLUMNS}
     row.update(variant=variant.name, changes=" ".join(variant.changes), seed=seed, status=status, message=message,
@@ -165,10 +154,6 @@ def _row(variant: Variant, seed: int, status: str, message: str | None = None, *
 def _run_one(variant: Variant, seed: int, budget: Budget, finetune: Config | None, out: Path, index: int,
              total: int, progress: bool, console: Console) -> dict:
     """Train (and finetune) one variant with one seed, or reuse its finished result."""
-    from bertkit.config import apply_overrides
-    from bertkit.jobs import finetune as finetune_job
-    from bertkit.jobs import pretrain as pretrain_job
-
     folder = variant_folder(out, variant, seed)
     result_file = folder / RESULT_FILE
     if result_file.is_file():
@@ -219,32 +204,5 @@ def _write_json(path: Path, data: dict) -> None:
 
 def _backbone_params(run: Path) -> int:
     """Parameters of the backbone (embeddings and blocks; heads excluded: they are not what an ablation varies)."""
-    from bertkit.nn.model import Model
-
     counts = Model(dataclasses.replace(load_config(run).model, heads=())).parameter_counts()
     return counts["total"]
-
-
-def eval_curve(run: Path, tokens_per_step_: int) -> list[tuple[float, float]]:
-    """(tokens seen, validation loss) at every evaluation of a pretraining run."""
-    return [(r["step"] * tokens_per_step_, r["val_loss"]) for r in read_metrics(run)
-            if r.get("kind") == "eval" and "val_loss" in r]
-
-
-def summarise(rows: list[dict]) -> list[dict]:
-    """Per variant (plan order): mean and standard deviation over its finished seeds."""
-    by_variant: dict[str, list[dict]] = {}
-    for row in rows:
-        by_variant.setdefault(row["variant"], []).append(row)
-    out = []
-    for name, group in by_variant.items():
-        ok = [r for r in group if r["status"] == "ok"]
-        entry = {"variant": name, "changes": group[0]["changes"], "seeds": len(ok), "status":
-                 "ok" if ok else group[0]["status"], "message": None if ok else group[0]["message"]}
-        for key in ("params", "tokens", "tokens_per_s", "val_loss", "val_accuracy", "downstream"):
-            values = [r[key] for r in ok if r.get(key) is not None]
-            entry[key] = statistics.fmean(values) if values else None
-            entry[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else None
-        entry["downstream_metric"] = next((r["downstream_metric"] for r in ok if r.get("downstream_metric")), None)
-        out.append(entry)
-    return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from bertkit.jobs.ablate import COLUMNS, eval_curve, row_variant, summarise, variant_folder
+from bertkit.ablation import COLUMNS, eval_curve, row_variant, summarise, variant_folder
 from bertkit.run.files import atomic_file
 
 

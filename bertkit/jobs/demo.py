@@ -30,6 +30,7 @@ from bertkit.jobs import search as search_job
 from bertkit.jobs.predict import predict
 from bertkit.jobs.sts import evaluate_sts, sts_columns
 from bertkit.nn.model import Model
+from bertkit.paths import resolve_data_path
 from bertkit.text.corpus import find_files
 from bertkit.text.tasks import read_pairs
 
@@ -194,8 +195,6 @@ def _sentence(pretrained: Path, out: Path, max_len: int, max_time: str | None, c
 
 def _index_corpus(path: Path) -> Path:
     """A few thousand distinct sentences to index: STS-B dev + test, or the bundled samples without them."""
-    from bertkit.paths import resolve_data_path
-
     files = [f for f in (resolve_data_path(f"stsb/sts-{split}.csv") for split in ("dev", "test")) if f.is_file()]
     sentences: dict[str, None] = {}
     for file in files or [SAMPLES / "sts.tsv"]:

@@ -18,135 +18,20 @@ Memory: the embeddings, texts and row map stream; only duplicate-id detection ke
 
 from __future__ import annotations
 
-import hashlib
 import os
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from bertkit.embedding import SentenceEncoder, parse_layers
+from bertkit.embedding import SentenceEncoder, parse_layers, truncation_warning
 from bertkit.errors import BertkitError
 from bertkit.run.files import disk_errors, fsync_file, replace
-from bertkit.text.corpus import Record, find_files, iter_records
+from bertkit.text.corpus import Record, find_files
+from bertkit.text.records import InputScan, chunks, scan
 
 FORMATS = (".npy", ".parquet")
-
-
-@dataclass
-class InputScan:
-    """What a counting pass over the inputs found."""
-
-    files: list[Path]
-    rows: int = 0  # texts that get an embedding
-    empty: int = 0  # empty texts (skipped unless keep_empty)
-    empty_rows: list[int] = field(default_factory=list)  # their input positions (the first 1,000)
-
-
-def input_records(files: list[Path], text_field: str, id_field: str | None) -> Iterator[tuple[int, Path, Record]]:
-    """(input position, file, record) over every file in order; the position counts empty texts too."""
-    position = 0
-    for path in files:
-        for record in iter_records(path, text_field, id_field=id_field):
-            yield position, path, record
-            position += 1
-
-
-def record_id(path: Path, record: Record) -> str:
-    """A document's id: its id field, else `path:line` (the path as the corpus was given, so files of the same
-    name in different folders stay distinct)."""
-    return record.id if record.id is not None else f"{path}:{record.number}"
-
-
-def id_hash(key: str) -> int:
-    """A 64-bit hash of an id: duplicate detection keeps these, not the ids."""
-    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "little", signed=True)
-
-
-def hash_all(keys: Iterable[str]) -> np.ndarray:
-    """Sorted int64 hashes of `keys`, built in blocks (8 bytes per id)."""
-    blocks, block = [], []
-    for key in keys:
-        block.append(id_hash(key))
-        if len(block) == 65536:
-            blocks.append(np.array(block, dtype=np.int64))
-            block = []
-    blocks.append(np.array(block, dtype=np.int64))
-    return np.sort(np.concatenate(blocks))
-
-
-def kept_records(files: list[Path], text_field: str, id_field: str | None, keep_empty: bool,
-                 ) -> Iterator[tuple[int, Path, Record]]:
-    """The records that get an embedding: every non-empty one (every one with `keep_empty`)."""
-    for item in input_records(files, text_field, id_field):
-        if keep_empty or item[2].text.strip():
-            yield item
-
-
-def scan(files: list[Path], text_field: str, id_field: str | None, keep_empty: bool, check_ids: bool = False,
-         existing: Callable[[], Iterable[str]] | None = None) -> InputScan:
-    """Count what will be embedded. With an id field (or `check_ids`: default `path:line` ids too), refuse a
-    duplicate id, naming it and both places, and an id `existing()` (an index being appended to) already has."""
-    result = InputScan(files)
-    checking = id_field is not None or check_ids
-
-    def counted_ids() -> Iterator[str]:  # the counting pass; yields the ids to check
-        for position, path, record in input_records(files, text_field, id_field):
-            if not record.text.strip():
-                result.empty += 1
-                if len(result.empty_rows) < 1000:
-                    result.empty_rows.append(position)
-                if not keep_empty:
-                    continue
-            result.rows += 1
-            if checking:
-                yield record_id(path, record)
-
-    hashes = hash_all(counted_ids())
-    if not checking:
-        return result
-    repeated = hashes[1:][hashes[1:] == hashes[:-1]]
-    if len(repeated):  # a repeated hash: find the real duplicate (if it is not a 64-bit collision)
-        suspects, first = set(repeated.tolist()), {}
-        for _, path, record in kept_records(files, text_field, id_field, keep_empty):
-            key = record_id(path, record)
-            if id_hash(key) in suspects:
-                if key in first:
-                    raise BertkitError(f"{path}:{record.number}: duplicate id {key!r} (first at {first[key]}); ids "
-                                       "must be unique")
-                first[key] = f"{path}:{record.number}"
-    if existing is not None and len(hashes):
-        clash = set(hashes[np.isin(hashes, hash_all(existing()))].tolist())
-        if clash:
-            old_keys = {key for key in existing() if id_hash(key) in clash}
-            for _, path, record in kept_records(files, text_field, id_field, keep_empty):
-                key = record_id(path, record)
-                if key in old_keys:
-                    raise BertkitError(f"{path}:{record.number}: id {key!r} is already in the index")
-    return result
-
-
-def chunks(files: list[Path], text_field: str, id_field: str | None, keep_empty: bool, size: int,
-           ) -> Iterator[list[tuple[int, Path, Record]]]:
-    """The records to embed, `size` at a time."""
-    chunk = []
-    for item in kept_records(files, text_field, id_field, keep_empty):
-        chunk.append(item)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
-def truncation_warning(console: Console, encoder: SentenceEncoder, what: str = "texts") -> None:
-    """The one warning about texts cut to the model's window."""
-    if encoder.truncated:
-        console.print(f"[yellow]warning: {encoder.truncated:,} {what} are longer than {encoder.max_length} tokens "
-                      "and were truncated (sentence.max_length)")
 
 
 def _staged(out: Path, sidecar: Path) -> tuple[Path, Path]:

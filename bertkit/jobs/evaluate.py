@@ -16,30 +16,7 @@ from rich.table import Table
 from bertkit.errors import BertkitError
 from bertkit.inference import TaskModel
 from bertkit.run.files import atomic_file
-from bertkit.text.features import join_words
-from bertkit.text.tasks import LabelledText, TaggedSentence, read_task_file
-from bertkit.train.metrics import classification_metrics, entity_metrics
-
-
-def evaluate_examples(task_model: TaskModel, examples: list[LabelledText] | list[TaggedSentence]) -> dict:
-    """Metrics of `task_model` on labelled examples (the same inference path as `bertkit predict`)."""
-    known = set(task_model.labels)
-    if task_model.kind == "classify":
-        pairs = [e.pair or "" for e in examples] if task_model.config.task.text_pair_column else None
-        predictions, truncated = task_model.classify([e.text for e in examples], pairs)
-        gold = [e.label for e in examples]
-        result = classification_metrics(gold, [p["label"] for p in predictions], task_model.labels)
-        unseen = sorted({g for g in gold if g not in known})
-        result["unseen_examples"] = sum(g not in known for g in gold)
-    else:
-        joined = [join_words(e.tokens) for e in examples]
-        tagged, truncated = task_model.tag([t for t, _ in joined], [s for _, s in joined])
-        result = entity_metrics([list(e.tags) for e in examples], [tags for tags, _ in tagged])
-        unseen = sorted({t for e in examples for t in e.tags if t not in known})
-        result["unseen_tags"] = sum(t not in known for e in examples for t in e.tags)
-    result["unseen_labels"] = unseen
-    result["truncated"] = truncated
-    return result
+from bertkit.text.tasks import read_task_file
 
 
 def run(model: Path, data: Path, overrides: dict | None = None, out: Path | None = None,
@@ -53,7 +30,7 @@ def run(model: Path, data: Path, overrides: dict | None = None, out: Path | None
     task = dataclasses.replace(task_model.config.task, **{k: v for k, v in (overrides or {}).items()
                                                           if v is not None})
     examples = read_task_file(task, data)
-    result = evaluate_examples(task_model, examples)
+    result = task_model.evaluate(examples)
     report(console, task_model.kind, result, data)
     if out is not None:
         with atomic_file(out, overwrite=overwrite) as tmp:

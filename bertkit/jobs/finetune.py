@@ -17,21 +17,20 @@ import math
 import re
 from pathlib import Path
 
-import numpy as np
 from accelerate.utils import set_seed
 from rich.console import Console
 
 from bertkit.config import Config, TaskConfig
 from bertkit.errors import BertkitError
 from bertkit.inference import TaskModel
-from bertkit.jobs.evaluate import evaluate_examples
 from bertkit.nn.model import Model
-from bertkit.run.directory import (CONFIG_FILE, LABELS_FILE, RESULTS_FILE, check_run_output, load_config, load_run,
-                                   load_run_tokenizer, read_labels, write_config, write_json, write_labels)
+from bertkit.run.directory import (CONFIG_FILE, LABELS_FILE, RESULTS_FILE, RESUMABLE_TRAIN_KEYS, check_run_output,
+                                   load_config, load_run, load_run_tokenizer, read_labels, write_config, write_json,
+                                   write_labels)
 from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked
 from bertkit.text.features import TaskEncoder, join_words
-from bertkit.text.tasks import SentencePair, read_task_file
+from bertkit.text.tasks import SentencePair, hold_out, read_task_file
 from bertkit.text.tokenizer import save_tokenizer, special_ids
 from bertkit.train.defaults import finetune_learning_rate, with_learning_rate
 from bertkit.train.loop import already_finished, make_accelerator, plan_text, run_precision, train_best
@@ -39,9 +38,6 @@ from bertkit.train.sentence_objectives import SentenceObjective
 from bertkit.train.task_objectives import ClassifyObjective, TagObjective
 
 HEAD = {"classify": "classifier", "ner": "tagger"}
-# Settings a resumed finetune may change without breaking its exact continuation.
-RESUMABLE_CHANGES = {"max_steps", "max_time", "log_every", "eval_every", "save_every", "keep_checkpoints",
-                     "compile", "patience", "epochs"}
 
 
 def label_set(kind: str, examples) -> list[str]:
@@ -61,17 +57,6 @@ def label_set(kind: str, examples) -> list[str]:
     if not types:
         raise BertkitError("the training data has no entities (every tag is O)")
     return ["O"] + [f"{p}-{t}" for t in types for p in ("B", "I")]
-
-
-def hold_out(examples: list, fraction: float, seed: int) -> tuple[list, list]:
-    """Hold out a seeded `fraction` of the training examples for validation (at least one, and one left)."""
-    if len(examples) < 2:
-        raise BertkitError("need at least 2 training examples to hold one out for validation (or give a validation "
-                           "file)")
-    order = np.random.default_rng([seed, 17]).permutation(len(examples))
-    held = max(1, round(fraction * len(examples)))
-    keep = sorted(order[held:].tolist())
-    return [examples[i] for i in keep], [examples[i] for i in sorted(order[:held].tolist())]
 
 
 def _sentence_objective(config: Config, train_examples: list[SentencePair], validation: list[SentencePair],
@@ -119,7 +104,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
         raise BertkitError("task.train_file: no training file (pass --train FILE)")
     if resume and (out / CONFIG_FILE).is_file():  # an automatic learning rate is the one the run chose
         config = with_learning_rate(config, load_config(out).train.learning_rate)
-    check_run_output(out, config, resume, ("task", "train"), {f"train.{k}" for k in RESUMABLE_CHANGES})
+    check_run_output(out, config, resume, ("task", "train"), RESUMABLE_TRAIN_KEYS)
     if resume:  # the run's own config and tokenizer; the weights come from its checkpoint
         model_dir, base = out, None
         base_config = load_config(out)
@@ -245,8 +230,8 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
         if task.kind == "sentence":  # the best weights, through the embedding path `embed` and `evaluate-sts` use
             summary["validation"] = objective.evaluate(model.to(accelerator.device))
         else:
-            summary["validation"] = evaluate_examples(
-                TaskModel(out, device=accelerator.device, precision=run_precision(accelerator)), validation)
+            summary["validation"] = TaskModel(out, device=accelerator.device,
+                                              precision=run_precision(accelerator)).evaluate(validation)
         write_json(out / RESULTS_FILE, summary)
         headline = {k: v for k, v in summary["validation"].items() if isinstance(v, float)}
         console.print(f"wrote {out} (best step {summary['best_step']} of {summary['steps']}): validation "

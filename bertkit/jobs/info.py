@@ -10,7 +10,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from bertkit.config import Config, ModelConfig, load_recipe
+from bertkit.config import OBJECTIVE_ARCHITECTURE, Config, ModelConfig, load_recipe
 from bertkit.errors import BertkitError
 from bertkit.nn.flops import train_flops
 from bertkit.nn.model import Model
@@ -106,10 +106,9 @@ def step_flops(config: Config) -> dict[str, Any] | None:
     """Model FLOPs per trained token for the config's pretraining objective on full rows of `data.block_size`
     tokens (an MLM's head runs on its masked share only), or None for a stack the objective does not fit."""
     cfg, objective, t = config.model, config.train.objective, min(config.data.block_size, config.model.max_len)
-    fits = {"mlm": "encoder", "rtd": "encoder", "clm": "decoder"}
     if cfg.architecture == "encoder-decoder":
         objective = "seq2seq"
-    elif fits.get(objective) != cfg.architecture:
+    elif OBJECTIVE_ARCHITECTURE.get(objective) != cfg.architecture:
         return None
     masked = round(config.data.mlm_probability * t) if objective in ("mlm", "rtd") else 0
     total = train_flops(cfg, objective, 1, t, masked=masked, source=t if objective == "seq2seq" else None)

@@ -16,36 +16,33 @@ from pathlib import Path
 from accelerate.utils import set_seed
 from rich.console import Console
 
-from bertkit.config import Config
+from bertkit.config import OBJECTIVE_ARCHITECTURE, Config
 from bertkit.errors import BertkitError
-from bertkit.jobs.tokenizer import train_on_corpus
 from bertkit.nn.model import Model
 from bertkit.paths import cache_root
-from bertkit.run.directory import (BASELINE_FILE, CONFIG_FILE, RESULTS_FILE, TOKENIZER_FILE, WEIGHTS_FILE,
-                                   check_run_output, load_config, read_json, write_config, write_json, write_weights)
+from bertkit.run.directory import (BASELINE_FILE, CONFIG_FILE, RESULTS_FILE, RESUMABLE_TRAIN_KEYS, TOKENIZER_FILE,
+                                   WEIGHTS_FILE, check_run_output, load_config, read_json, write_config, write_json,
+                                   write_weights)
 from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked
 from bertkit.text.corpus import corpus_fingerprint, find_files, load_corpus
 from bertkit.text.packing import pack_corpus
-from bertkit.text.tokenizer import check_vocab_matches, load_tokenizer, save_tokenizer, special_ids, vocab_span
+from bertkit.text.tokenizer import (check_vocab_matches, load_tokenizer, save_tokenizer, special_ids, train_on_corpus,
+                                    vocab_span)
 from bertkit.train.defaults import DEFAULT_LEARNING_RATE, with_learning_rate
 from bertkit.train.loop import already_finished, make_accelerator, train
 from bertkit.train.objectives import CLMObjective, MLMObjective
 from bertkit.train.rtd_objective import RTDObjective
 
-ARCHITECTURE = {"mlm": "encoder", "clm": "decoder", "rtd": "encoder"}  # the stack each objective trains
 HEADS = {"mlm": ("mlm",), "clm": ("lm",), "rtd": ("rtd", "generator")}
 OBJECTIVES = {"mlm": MLMObjective, "clm": CLMObjective, "rtd": RTDObjective}
 WHAT = {"mlm": "masked-LM pretraining", "clm": "causal-LM pretraining", "rtd": "replaced-token detection (ELECTRA)"}
-# Train settings a resumed run may change without breaking its exact continuation.
-RESUMABLE_CHANGES = {"max_steps", "max_time", "log_every", "eval_every", "save_every", "keep_checkpoints",
-                     "compile"}
 
 
 def _check_output(out: Path, config: Config, resume: bool) -> None:
     # model.vocab_size and model.heads are set by pretraining itself (from the tokenizer; the MLM head)
     check_run_output(out, config, resume, ("model", "tokenizer", "data", "train"),
-                     {f"train.{k}" for k in RESUMABLE_CHANGES} | {"model.vocab_size", "model.heads"})
+                     RESUMABLE_TRAIN_KEYS | {"model.vocab_size", "model.heads"})
 
 
 def run(config: Config, out: Path, tokenizer_path: Path | None = None, resume: bool = False,
@@ -58,7 +55,7 @@ def run(config: Config, out: Path, tokenizer_path: Path | None = None, resume: b
         raise BertkitError(f"data.block_size: {config.data.block_size} is longer than model.max_len="
                            f"{config.model.max_len}")
     objective = config.train.objective
-    wanted = ARCHITECTURE[objective]
+    wanted = OBJECTIVE_ARCHITECTURE[objective]
     if config.model.architecture != wanted:
         raise BertkitError(f"model.architecture: {WHAT[objective]} (--objective {objective}) needs "
                            f"{'an' if wanted == 'encoder' else 'a'} {wanted}, the recipe has "

@@ -15,11 +15,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bertkit.errors import BertkitError
-from bertkit.jobs.finetune import hold_out
 from bertkit.paths import resolve_data_path
 from bertkit.probing import TASKS, LinearProbe, control_labels, kept_items, score, word_features
+from bertkit.run.directory import load_run, load_run_tokenizer
 from bertkit.run.files import atomic_dir
-from bertkit.text.tasks import read_conll
+from bertkit.text.features import TaskEncoder
+from bertkit.text.tasks import hold_out, read_conll
+from bertkit.text.tokenizer import special_ids
 
 COLUMNS = ("model", "task", "layer", "metric", "score", "accuracy", "control_accuracy", "selectivity",
            "train_words", "eval_words")
@@ -66,10 +68,6 @@ def _read(spec: ProbeSpec) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]
 
 def run(spec: ProbeSpec, progress: bool = True, console: Console | None = None) -> list[dict]:
     """Probe every layer of every model for every task; write OUT/probe.csv and OUT/probe.png; return the rows."""
-    from bertkit.run.directory import load_run, load_run_tokenizer
-    from bertkit.text.features import TaskEncoder
-    from bertkit.text.tokenizer import special_ids
-
     console = console or Console(stderr=True)
     for task in spec.tasks:
         if task not in TASKS:

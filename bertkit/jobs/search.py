@@ -8,21 +8,20 @@ from another embedding space.
 from __future__ import annotations
 
 import contextlib
-
 import math
 from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from bertkit.embedding import SentenceEncoder, embed_encoded, normalize_rows
+from bertkit.embedding import SentenceEncoder, embed_encoded, normalize_rows, truncation_warning
 from bertkit.errors import BertkitError
 from bertkit.index import (BACKENDS, FORMAT, INDEX_FILE, VERSION, Hit, ShardWriter, VectorIndex, add_to_faiss,
                            build_faiss, index_lock, ivf_params, next_number, read_meta, remove_leftovers,
                            resolve_backend, shard_vectors, write_faiss, write_meta)
-from bertkit.jobs.embed import chunks, record_id, scan, truncation_warning
 from bertkit.run.files import atomic_dir, disk_errors, fsync_dir
 from bertkit.text.corpus import find_files
+from bertkit.text.records import chunks, record_id, scan
 
 
 def _fill(writer: ShardWriter, encoder: SentenceEncoder, files: list[Path], text_field: str, id_field: str | None,

@@ -18,20 +18,17 @@ from rich.console import Console
 
 from bertkit.config import Config
 from bertkit.errors import BertkitError
-from bertkit.jobs.finetune import hold_out
 from bertkit.nn.model import Model
-from bertkit.run.directory import RESULTS_FILE, check_run_output, load_config, load_run, write_config, write_json
+from bertkit.run.directory import (RESULTS_FILE, RESUMABLE_TRAIN_KEYS, check_run_output, load_config, load_run,
+                                   write_config, write_json)
 from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked
-from bertkit.text.tasks import read_parallel
+from bertkit.text.tasks import hold_out, read_parallel
 from bertkit.text.tokenizer import check_vocab_matches, train_bpe
 from bertkit.train.defaults import DEFAULT_LEARNING_RATE, with_learning_rate
 from bertkit.train.loop import already_finished, make_accelerator, plan_text, run_precision, train_best
 from bertkit.train.seq2seq_objective import Seq2SeqObjective
 from bertkit.translation import PairTokenizers, Translator
-
-RESUMABLE_CHANGES = {"max_steps", "max_time", "log_every", "eval_every", "save_every", "keep_checkpoints",
-                     "compile", "patience", "epochs"}
 
 
 def _tokenizers(config: Config, pairs: list[tuple[str, str]], console: Console) -> PairTokenizers:
@@ -67,7 +64,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     if (task.validation_source is None) != (task.validation_target is None):
         raise BertkitError("task.validation_source / task.validation_target: give both sides or neither")
     config = with_learning_rate(config, DEFAULT_LEARNING_RATE)
-    check_run_output(out, config, resume, ("task", "train"), {f"train.{k}" for k in RESUMABLE_CHANGES})
+    check_run_output(out, config, resume, ("task", "train"), RESUMABLE_TRAIN_KEYS)
     base = None
     if resume:
         stored = load_config(out)

@@ -14,14 +14,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from bertkit.embedding import SentenceEncoder
+from bertkit.embedding import SentenceEncoder, truncation_warning
 from bertkit.errors import BertkitError
-from bertkit.jobs.embed import truncation_warning
+from bertkit.metrics import correlation_metrics
 from bertkit.paths import resolve_data_path
 from bertkit.run.files import atomic_file
 from bertkit.text.corpus import allow_long_fields, csv_dialect, csv_error
 from bertkit.text.tasks import read_pairs
-from bertkit.train.metrics import correlation_metrics
 
 NAMED = ("sentence1", "sentence2", "score")
 STS_BENCHMARK = ("5", "6", "4")  # stsbenchmark's sts-*.csv: genre, file, year, id, score, sentence1, sentence2

@@ -9,9 +9,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from bertkit.errors import BertkitError
+from bertkit.metrics import translation_metrics
 from bertkit.run.files import atomic_file
 from bertkit.text.tasks import read_parallel
-from bertkit.train.metrics import translation_metrics
 from bertkit.translation import Translator
 
 

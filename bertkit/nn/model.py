@@ -15,7 +15,6 @@ from bertkit.nn.heads import DensePooler, LMHead, MLMHead, PairClassifier, Seque
 from bertkit.nn.heads import pool as pool_states
 from bertkit.nn.transformer import StackOutput, build_backbone
 
-
 HEAD_TYPES = {"pooler": DensePooler, "mlm": MLMHead, "lm": LMHead, "classifier": SequenceClassifier,
               "tagger": TokenClassifier, "pair_classifier": PairClassifier, "rtd": ReplacedTokenHead,
               "generator": Generator}

@@ -31,6 +31,7 @@ from bertkit.errors import BertkitError
 from bertkit.hardware import resolve_precision
 from bertkit.nn.model import Model
 from bertkit.run.files import atomic_dir, atomic_file, copy_atomic, to_json, write_atomic
+from bertkit.text.tokenizer import check_vocab_matches, load_tokenizer
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -135,6 +136,13 @@ def load_config(run: str | Path) -> Config:
     return Config.from_dict(data, source=str(path))
 
 
+# Train settings a resumed run may change without breaking its exact continuation (limits, logging, checkpoint
+# cadence, compilation, early stopping); every other stored setting must match.
+RESUMABLE_TRAIN_KEYS = frozenset(f"train.{key}" for key in (
+    "max_steps", "max_time", "log_every", "eval_every", "save_every", "keep_checkpoints", "compile", "patience",
+    "epochs"))
+
+
 def check_run_output(out: Path, config: Config, resume: bool, sections: tuple[str, ...],
                      may_change: set[str]) -> None:
     """Refuse to touch an existing different run, or to resume what is not there. On resume, every key of
@@ -236,8 +244,6 @@ def load_run(run: str | Path, device: str | torch.device | None = "cpu") -> tupl
 def load_run_tokenizer(run: str | Path, config: Config, folder: str | Path | None = None):
     """The run's tokenizer (or the one in `folder` of it), checked against the model's embedding table: a
     tokenizer whose ids the model cannot embed is a user error, not an IndexError mid-batch."""
-    from bertkit.text.tokenizer import check_vocab_matches, load_tokenizer
-
     tokenizer = load_tokenizer(Path(folder) if folder is not None else Path(run))
     check_vocab_matches(tokenizer, config.model.vocab_size, run)
     return tokenizer

@@ -13,6 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from bertkit.config import TaskConfig
 from bertkit.errors import BertkitError
 from bertkit.paths import resolve_data_path
@@ -324,3 +326,14 @@ def read_task_file(task: TaskConfig, path: str | Path) -> list[LabelledText] | l
         return read_pairs(path, task.text_column, task.text_pair_column, SENTENCE_TARGET[task.loss],
                           task.label_column, task.negative_column if task.loss == "mnrl" else None, task.max_score)
     return read_conll(path, task.tag_column)
+
+
+def hold_out(examples: list, fraction: float, seed: int) -> tuple[list, list]:
+    """Hold out a seeded `fraction` of the training examples for validation (at least one, and one left)."""
+    if len(examples) < 2:
+        raise BertkitError("need at least 2 training examples to hold one out for validation (or give a validation "
+                           "file)")
+    order = np.random.default_rng([seed, 17]).permutation(len(examples))
+    held = max(1, round(fraction * len(examples)))
+    keep = sorted(order[held:].tolist())
+    return [examples[i] for i in keep], [examples[i] for i in sorted(order[:held].tolist())]

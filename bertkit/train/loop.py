@@ -39,7 +39,10 @@ _CALIBRATION_STEPS = 10  # steps timed before a --max-time budget fixes the numb
 
 
 class Objective(Protocol):
-    """What a task gives the loop."""
+    """What a task gives the loop: everything the loop reads from it."""
+
+    global_batch: int  # rows of one optimiser step over all processes and micro-steps
+    eval_cost_steps: float  # one `evaluate` call, in training-step units (for --max-time planning)
 
     def batch(self, step: int) -> dict[str, torch.Tensor]:
         """The whole global batch of optimiser step `step` (CPU tensors, rows first)."""
@@ -58,6 +61,15 @@ class Objective(Protocol):
 
     def flops(self, config: ModelConfig, micro: dict[str, torch.Tensor]) -> int:
         """Model FLOPs of a training step on a micro-batch (`bertkit.nn.flops`: for achieved TFLOP/s and MFU)."""
+
+
+class SupervisedObjective(Objective, Protocol):
+    """A finetuning objective (a labelled training set read in epochs), what `train_best` and the finetuning jobs
+    read besides the loop's part."""
+
+    steps_per_epoch: float
+    default_metric: str  # the validation metric that picks the best checkpoint unless train.metric says
+    metric_names: tuple[str, ...]  # every metric `evaluate` returns that may pick it
 
 
 @dataclass
@@ -459,7 +471,7 @@ def _track_best(metric: str, evaluation: dict, state: TrainState, cfg: TrainConf
     return state.stopped_early
 
 
-def train_best(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, accelerator: Accelerator,
+def train_best(model: Model, objective: SupervisedObjective, cfg: TrainConfig, run_dir: Path, accelerator: Accelerator,
                metric: str, resume: bool = False, console: Console | None = None, progress: bool = True) -> dict:
     """`train` with a validation `metric` (finetuning), then the best checkpoint's weights loaded into `model` and
     written as RUN/model.safetensors (main process). Returns the summary a finetuning run's results.json starts
@@ -505,7 +517,7 @@ def _fit_budget(cfg: TrainConfig, state: TrainState, step_time: float, objective
     """Fix the number of steps so training plus evaluations fill the rest of the budget (schedule included)."""
     per_step = state.elapsed / max(1, state.step)  # includes warm-up costs: errs on the short side
     per_step = max(per_step, step_time)
-    eval_cost = getattr(objective, "eval_cost_steps", 0.0) * per_step  # an evaluation, in train-step units
+    eval_cost = objective.eval_cost_steps * per_step  # an evaluation, in train-step units
     remaining = cfg.max_seconds - state.elapsed
     extra = max(0, int(remaining / (per_step + eval_cost / cfg.eval_every)))
     state.total_steps = max(state.step, min(cfg.max_steps, state.step + extra))
@@ -523,7 +535,7 @@ def _refit_budget(cfg: TrainConfig, state: TrainState, objective: Objective) -> 
     per_step = (state.step_seconds - seconds0) / steps
     overhead = ((state.elapsed - elapsed0) - (state.step_seconds - seconds0)) / steps
     if state.evaluations == evals0:  # no evaluation measured yet: add the estimate of the ones to come
-        overhead += getattr(objective, "eval_cost_steps", 0.0) * per_step / cfg.eval_every
+        overhead += objective.eval_cost_steps * per_step / cfg.eval_every
     extra = max(0, int((cfg.max_seconds - state.elapsed) / (per_step + overhead)))
     state.total_steps = max(state.step + 1, min(cfg.max_steps, state.step + extra))
 

@@ -22,11 +22,11 @@ from bertkit.config import ModelConfig, TrainConfig
 from bertkit.embedding import embed_encoded, normalize_rows
 from bertkit.errors import BertkitError
 from bertkit.inference import log_softmax
+from bertkit.metrics import classification_metrics, correlation_metrics
 from bertkit.nn.flops import stack_flops, training
 from bertkit.nn.model import Model
 from bertkit.text.collate import EpochSampler, pad_sequences
 from bertkit.text.features import Encoded
-from bertkit.train.metrics import classification_metrics, correlation_metrics
 
 METRICS = {"cosine": ("val_loss", "spearman", "pearson"), "mnrl": ("val_loss", "accuracy", "mrr"),
            "softmax": ("val_loss", "accuracy")}

@@ -10,10 +10,10 @@ import torch.nn.functional as F
 
 from bertkit.config import ModelConfig, TrainConfig
 from bertkit.errors import BertkitError
+from bertkit.metrics import translation_metrics
 from bertkit.nn.flops import train_flops
 from bertkit.nn.model import Model
 from bertkit.text.collate import IGNORE_INDEX, EpochSampler, pad_sequences
-from bertkit.train.metrics import translation_metrics
 
 
 class Seq2SeqObjective:

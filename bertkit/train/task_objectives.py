@@ -14,11 +14,11 @@ import torch.nn.functional as F
 from bertkit.config import ModelConfig, TrainConfig
 from bertkit.errors import BertkitError
 from bertkit.inference import batched_logits, decode_tags, iob2_constraints, log_softmax
+from bertkit.metrics import classification_metrics, entity_metrics
 from bertkit.nn.flops import stack_flops, training
 from bertkit.nn.model import Model
 from bertkit.text.collate import IGNORE_INDEX, EpochSampler, pad_sequences
 from bertkit.text.features import Encoded, token_labels
-from bertkit.train.metrics import classification_metrics, entity_metrics
 
 
 class _TaskObjective:

@@ -12,7 +12,8 @@ from transformers import BertConfig, BertForMaskedLM, BertModel  # noqa: E402
 
 from bertkit.config import Config  # noqa: E402
 from bertkit.errors import BertkitError  # noqa: E402
-from bertkit.interop.hf import export_hf, import_hf, model_from_hf  # noqa: E402
+from bertkit.interop import import_hf  # noqa: E402
+from bertkit.interop.hf import export_hf, model_from_hf  # noqa: E402
 from bertkit.nn.model import Model  # noqa: E402
 from bertkit.run.directory import save_run  # noqa: E402
 from conftest import tiny  # noqa: E402

@@ -9,14 +9,15 @@ import pytest
 
 st = pytest.importorskip("sentence_transformers")
 
+from conftest import cli_ok  # noqa: E402
+
 from bertkit.embedding import SentenceEncoder  # noqa: E402
 from bertkit.errors import BertkitError  # noqa: E402
-from bertkit.interop.hf import import_hf  # noqa: E402
+from bertkit.interop import import_hf  # noqa: E402
 from bertkit.interop.sentence_transformers import export_sentence_transformers  # noqa: E402
 from bertkit.jobs.sts import evaluate_sts  # noqa: E402
+from bertkit.metrics import correlation_metrics  # noqa: E402
 from bertkit.paths import find_dataset  # noqa: E402
-from bertkit.train.metrics import correlation_metrics  # noqa: E402
-from conftest import cli_ok  # noqa: E402
 
 FALLBACK = ["A man is playing a guitar.", "A woman is slicing an onion.", "Hi", "The cat sat on the mat.",
             "Stocks fell sharply on Monday after the announcement.", "Two dogs run through a field of snow."]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from bertkit.train.metrics import classification_metrics, entity_metrics
+from bertkit.metrics import classification_metrics, entity_metrics
 
 
 def test_classification_metrics_and_confusion_matrix():

@@ -1,0 +1,66 @@
+"""The Typer app every command registers on, the options several commands share, and the one user-error handler
+(a BertkitError or a full disk → `error: …` on stderr, exit 2)."""
+
+from __future__ import annotations
+
+import functools
+import signal
+from typing import Annotated, Literal
+
+import typer
+
+import bertkit
+from bertkit.errors import BertkitError
+from bertkit.run.files import is_disk_full
+
+app = typer.Typer(
+    name="bertkit",
+    help="BERT-style pretrain-and-finetune toolkit: a from-scratch transformer, recipes, and Hugging Face interop.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+SetOption = Annotated[list[str] | None, typer.Option(
+    "--set", metavar="KEY=VALUE", help="Override a recipe value, e.g. --set d_model=64 --set model.positions=rotary.")]
+TextFieldOption = Annotated[str | None, typer.Option(help="JSONL field / CSV, TSV or Parquet column with the text.")]
+ProgressOption = Annotated[bool, typer.Option(help="Show a progress bar.")]
+PrecisionOption = Annotated[Literal["auto", "fp32", "bf16"], typer.Option(
+    help="Inference precision. auto: bf16 where the device computes it natively (a GPU with bf16; a CPU with "
+         "AVX512-BF16 or AMX whose bf16 matrix products measure faster), else fp32.")]
+
+
+def user_errors(fn):
+    """Report a BertkitError (or a full disk) as `error: …` on stderr and exit 2; anything else is a bug and keeps
+    its traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except BertkitError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        except Exception as exc:  # a full disk met outside a disk_errors block
+            if not is_disk_full(exc):
+                raise
+            where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+            typer.echo(f"error: {where}no space left on the device; nothing was committed, free some space and run "
+                       "again", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"bertkit {bertkit.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                               help="Print the version and exit.")] = False) -> None:
+    """BERT-style pretrain-and-finetune toolkit."""
+    if hasattr(signal, "SIGXFSZ"):  # over a file-size limit, writes fail with EFBIG (one error line), not a kill
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
