@@ -33,7 +33,7 @@ from bertkit.text.corpus import load_corpus  # noqa: E402
 from bertkit.text.packing import pack_corpus  # noqa: E402
 from bertkit.text.tokenizer import load_tokenizer, special_ids  # noqa: E402
 from bertkit.train.loop import lr_factor, param_groups  # noqa: E402
-from bertkit.train.objectives import MLMObjective  # noqa: E402
+from bertkit.tasks.mlm import MLMObjective  # noqa: E402
 
 
 def main() -> None:

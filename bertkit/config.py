@@ -25,7 +25,6 @@ NormPosition = Literal["post", "pre"]
 Activation = Literal["relu", "gelu", "swiglu"]
 Positions = Literal["learned", "sinusoidal", "relative", "rotary", "none"]
 Objective = Literal["mlm", "clm", "rtd"]  # masked LM (encoder) | causal LM (decoder) | ELECTRA (encoder)
-OBJECTIVE_ARCHITECTURE = {"mlm": "encoder", "clm": "decoder", "rtd": "encoder"}  # the stack each one trains
 Schedule = Literal["linear", "cosine", "constant", "wsd"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 Compile = Literal["auto", "on", "off"]

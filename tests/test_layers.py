@@ -27,7 +27,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("run directories", ("bertkit.run",)),
     ("library", ("bertkit.inference", "bertkit.embedding", "bertkit.generation", "bertkit.translation",
                  "bertkit.probing", "bertkit.index", "bertkit.ablation", "bertkit.interop")),
-    ("training", ("bertkit.train",)),
+    ("training", ("bertkit.tasks", "bertkit.train")),
     ("jobs", ("bertkit.jobs",)),
     ("cli", ("bertkit.cli", "bertkit.__main__")),
 ]

@@ -32,7 +32,7 @@ from bertkit.jobs.ablate_report import write_report
 from bertkit.nn.model import Model
 from bertkit.run.directory import load_config
 from bertkit.run.files import atomic_file
-from bertkit.text.tasks import read_task_file
+from bertkit.tasks.registry import finetune_task
 
 TASKS = ("pretrain", "classify")
 RESULT_FILE = "result.json"
@@ -98,7 +98,8 @@ def _finetune_config(spec: AblationSpec) -> Config | None:
         raise BertkitError(f"--finetune-recipe {spec.finetune_recipe}: no task.train_file (add --finetune-set "
                            "task.train_file=FILE)")
 
-    read_task_file(config.task, config.task.train_file)  # a bad file or column stops here, before any training
+    # a bad file or column stops here, before any training
+    finetune_task(config.task.kind).read(config.task, config.task.train_file)
     return config
 
 

@@ -16,7 +16,7 @@ from rich.table import Table
 from bertkit.errors import BertkitError
 from bertkit.inference import TaskModel
 from bertkit.run.files import atomic_file
-from bertkit.text.tasks import read_task_file
+from bertkit.tasks.registry import finetune_task
 
 
 def run(model: Path, data: Path, overrides: dict | None = None, out: Path | None = None,
@@ -29,7 +29,7 @@ def run(model: Path, data: Path, overrides: dict | None = None, out: Path | None
     task_model = TaskModel(model, precision=precision)
     task = dataclasses.replace(task_model.config.task, **{k: v for k, v in (overrides or {}).items()
                                                           if v is not None})
-    examples = read_task_file(task, data)
+    examples = finetune_task(task.kind).read(task, data)
     result = task_model.evaluate(examples)
     report(console, task_model.kind, result, data)
     if out is not None:

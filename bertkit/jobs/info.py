@@ -10,12 +10,13 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from bertkit.config import OBJECTIVE_ARCHITECTURE, Config, ModelConfig, load_recipe
+from bertkit.config import Config, ModelConfig, load_recipe
 from bertkit.errors import BertkitError
 from bertkit.nn.flops import train_flops
 from bertkit.nn.model import Model
 from bertkit.run.directory import RESULTS_FILE, is_run_dir, load_config, read_json
 from bertkit.run.metrics import read_metrics
+from bertkit.tasks.registry import PRETRAINING
 
 
 def load_target(target: str, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Config, str]:
@@ -108,7 +109,7 @@ def step_flops(config: Config) -> dict[str, Any] | None:
     cfg, objective, t = config.model, config.train.objective, min(config.data.block_size, config.model.max_len)
     if cfg.architecture == "encoder-decoder":
         objective = "seq2seq"
-    elif OBJECTIVE_ARCHITECTURE.get(objective) != cfg.architecture:
+    elif objective not in PRETRAINING or PRETRAINING[objective].architecture != cfg.architecture:
         return None
     masked = round(config.data.mlm_probability * t) if objective in ("mlm", "rtd") else 0
     total = train_flops(cfg, objective, 1, t, masked=masked, source=t if objective == "seq2seq" else None)

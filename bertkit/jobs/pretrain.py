@@ -16,7 +16,7 @@ from pathlib import Path
 from accelerate.utils import set_seed
 from rich.console import Console
 
-from bertkit.config import OBJECTIVE_ARCHITECTURE, Config
+from bertkit.config import Config
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
 from bertkit.paths import cache_root
@@ -25,18 +25,13 @@ from bertkit.run.directory import (BASELINE_FILE, CONFIG_FILE, RESULTS_FILE, RES
                                    write_weights)
 from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked
+from bertkit.tasks.registry import PRETRAINING
 from bertkit.text.corpus import corpus_fingerprint, find_files, load_corpus
 from bertkit.text.packing import pack_corpus
 from bertkit.text.tokenizer import (check_vocab_matches, load_tokenizer, save_tokenizer, special_ids, train_on_corpus,
                                     vocab_span)
 from bertkit.train.defaults import DEFAULT_LEARNING_RATE, with_learning_rate
 from bertkit.train.loop import already_finished, make_accelerator, train
-from bertkit.train.objectives import CLMObjective, MLMObjective
-from bertkit.train.rtd_objective import RTDObjective
-
-HEADS = {"mlm": ("mlm",), "clm": ("lm",), "rtd": ("rtd", "generator")}
-OBJECTIVES = {"mlm": MLMObjective, "clm": CLMObjective, "rtd": RTDObjective}
-WHAT = {"mlm": "masked-LM pretraining", "clm": "causal-LM pretraining", "rtd": "replaced-token detection (ELECTRA)"}
 
 
 def _check_output(out: Path, config: Config, resume: bool) -> None:
@@ -55,9 +50,9 @@ def run(config: Config, out: Path, tokenizer_path: Path | None = None, resume: b
         raise BertkitError(f"data.block_size: {config.data.block_size} is longer than model.max_len="
                            f"{config.model.max_len}")
     objective = config.train.objective
-    wanted = OBJECTIVE_ARCHITECTURE[objective]
+    wanted = PRETRAINING[objective].architecture
     if config.model.architecture != wanted:
-        raise BertkitError(f"model.architecture: {WHAT[objective]} (--objective {objective}) needs "
+        raise BertkitError(f"model.architecture: {PRETRAINING[objective].description} (--objective {objective}) needs "
                            f"{'an' if wanted == 'encoder' else 'a'} {wanted}, the recipe has "
                            f"{config.model.architecture!r} (use --objective "
                            f"{'clm' if config.model.architecture == 'decoder' else 'mlm or rtd'}, or another recipe)")
@@ -100,10 +95,10 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
     elif vocab != config.model.vocab_size and main:
         console.print(f"model.vocab_size follows the tokenizer: {vocab:,} (the recipe said "
                       f"{config.model.vocab_size:,})")
-    heads = tuple(dict.fromkeys(HEADS[config.train.objective] + config.model.heads))
+    heads = tuple(dict.fromkeys(PRETRAINING[config.train.objective].heads + config.model.heads))
     config = dataclasses.replace(config, model=dataclasses.replace(config.model, vocab_size=vocab, heads=heads))
     special = special_ids(tokenizer)
-    objective = OBJECTIVES[config.train.objective](packed, special, vocab, config.data, config.train,
+    objective = PRETRAINING[config.train.objective].objective(packed, special, vocab, config.data, config.train,
                                                    accelerator.num_processes)
 
     if main:

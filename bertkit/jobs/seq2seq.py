@@ -23,11 +23,11 @@ from bertkit.run.directory import (RESULTS_FILE, RESUMABLE_TRAIN_KEYS, check_run
                                    write_config, write_json)
 from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked
+from bertkit.tasks.seq2seq import Seq2SeqObjective
 from bertkit.text.tasks import hold_out, read_parallel
 from bertkit.text.tokenizer import check_vocab_matches, train_bpe
 from bertkit.train.defaults import DEFAULT_LEARNING_RATE, with_learning_rate
 from bertkit.train.loop import already_finished, make_accelerator, plan_text, run_precision, train_best
-from bertkit.train.seq2seq_objective import Seq2SeqObjective
 from bertkit.translation import PairTokenizers, Translator
 
 

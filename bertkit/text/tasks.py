@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.config import TaskConfig
 from bertkit.errors import BertkitError
 from bertkit.paths import resolve_data_path
 from bertkit.text.corpus import allow_long_fields, csv_dialect, csv_error
@@ -311,21 +310,6 @@ def read_parallel(source: str | Path, target: str | Path) -> tuple[list[tuple[st
 
 
 SENTENCE_TARGET = {"cosine": "score", "softmax": "label", "mnrl": None}
-
-
-def read_task_file(task: TaskConfig, path: str | Path) -> list[LabelledText] | list[TaggedSentence] | \
-        list[SentencePair]:
-    """The examples of one task file (a data-root-relative path is fine), read with the task's columns."""
-    path = resolve_data_path(path)
-    if task.kind == "classify":
-        return read_labelled(path, task.text_column, task.label_column, task.text_pair_column)
-    if task.kind == "sentence":
-        if task.text_pair_column is None:
-            raise BertkitError("task.text_pair_column: sentence training reads pairs; name the second sentence's "
-                               "column (--text-pair-column)")
-        return read_pairs(path, task.text_column, task.text_pair_column, SENTENCE_TARGET[task.loss],
-                          task.label_column, task.negative_column if task.loss == "mnrl" else None, task.max_score)
-    return read_conll(path, task.tag_column)
 
 
 def hold_out(examples: list, fraction: float, seed: int) -> tuple[list, list]:

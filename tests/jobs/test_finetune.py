@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from bertkit.cli import app
 from bertkit.hardware import resolve_precision
-from bertkit.train.task_objectives import ClassifyObjective
+from bertkit.tasks.classify import ClassifyObjective
 from conftest import cli_error, cli_invoke, cli_ok
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -40,7 +40,7 @@ def test_clm_pretraining_learns_and_reports_perplexity(lm):
 
 
 def test_the_clm_loss_is_next_token_cross_entropy(lm):
-    from bertkit.train.objectives import CLMObjective
+    from bertkit.tasks.clm import CLMObjective
 
     model, _ = load_lm(lm)
     ids = torch.randint(5, 400, (3, 12))

@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 from bertkit.paths import find_dataset
 from bertkit.text.tasks import read_pairs
-from bertkit.train.sentence_objectives import SentenceObjective
+from bertkit.tasks.sentence import SentenceObjective
 from conftest import cli_error, cli_invoke, cli_ok
 
 TOPICS = {"animals": ["cat", "dog", "horse", "bird"], "weather": ["rain", "snow", "wind", "storm"],

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertkit.train.seq2seq_objective import Seq2SeqObjective
+from bertkit.tasks.seq2seq import Seq2SeqObjective
 from conftest import cli_error, cli_ok
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
 from bertkit.text.tokenizer import special_ids
 from bertkit.train.loop import lr_factor, make_accelerator, param_groups, train
-from bertkit.train.objectives import MLMObjective
+from bertkit.tasks.mlm import MLMObjective
 from conftest import tiny
 
 

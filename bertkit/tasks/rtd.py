@@ -17,10 +17,11 @@ import torch.nn.functional as F
 
 from bertkit.config import DataConfig, TrainConfig
 from bertkit.nn.model import Model
+from bertkit.tasks.base import PretrainTask
+from bertkit.tasks.mlm import MLMObjective
 from bertkit.text.collate import IGNORE_INDEX, step_generator
 from bertkit.text.packing import Packed
 from bertkit.text.tokenizer import SpecialIds
-from bertkit.train.objectives import MLMObjective
 
 _SAMPLE_STREAM = 2  # the generator's sampling seeds, apart from the masking streams
 _EVAL_SEED = 7919  # validation samples use fixed seeds: the discriminator's accuracy is comparable across steps
@@ -120,3 +121,6 @@ class RTDObjective(MLMObjective):
         loss, correct, masked, disc, detected, tokens = totals
         return {"val_loss": loss / max(1, masked), "val_accuracy": correct / max(1, masked),
                 "val_rtd_loss": disc / max(1, tokens), "val_rtd_accuracy": detected / max(1, tokens)}
+
+
+TASK = PretrainTask("rtd", "encoder", ("rtd", "generator"), "replaced-token detection (ELECTRA)", RTDObjective)

@@ -14,7 +14,7 @@ from bertkit.config import ConfigError, ModelConfig
 from bertkit.nn.electra import generator_config, sample_tokens
 from bertkit.nn.model import Model
 from bertkit.text.collate import IGNORE_INDEX
-from bertkit.train.rtd_objective import rtd_loss
+from bertkit.tasks.rtd import rtd_loss
 from conftest import cli_process, repeated_corpus, tiny
 
 TINY = ["--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set", "batch_size=4",

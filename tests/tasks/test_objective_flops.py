@@ -14,11 +14,13 @@ from bertkit.nn.model import Model
 from bertkit.text.features import TaskEncoder
 from bertkit.text.tokenizer import special_ids
 from bertkit.train.loop import TrainState, _log_record, make_accelerator, train
-from bertkit.train.objectives import CLMObjective, MLMObjective
-from bertkit.train.rtd_objective import RTDObjective
-from bertkit.train.sentence_objectives import SentenceObjective
-from bertkit.train.seq2seq_objective import Seq2SeqObjective
-from bertkit.train.task_objectives import ClassifyObjective, TagObjective
+from bertkit.tasks.classify import ClassifyObjective
+from bertkit.tasks.clm import CLMObjective
+from bertkit.tasks.mlm import MLMObjective
+from bertkit.tasks.ner import TagObjective
+from bertkit.tasks.rtd import RTDObjective
+from bertkit.tasks.sentence import SentenceObjective
+from bertkit.tasks.seq2seq import Seq2SeqObjective
 from conftest import tiny
 
 TEXTS = ["the cat sat", "a dog ran far away", "birds", "the river is wide and slow", "a cat was sitting",

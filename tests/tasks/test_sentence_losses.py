@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from bertkit.config import TrainConfig
 from bertkit.nn.model import Model
 from bertkit.text.features import TaskEncoder
-from bertkit.train.sentence_objectives import SentenceObjective, ranking_scores
+from bertkit.tasks.sentence import SentenceObjective
+from bertkit.tasks.sentence_losses import ranking_scores
 from conftest import tiny
 
 A = ["the cat sat", "a dog ran far away", "birds", "the river is wide and slow"]

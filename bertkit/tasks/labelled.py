@@ -1,0 +1,72 @@
+"""What the labelled finetuning objectives (classify, ner) share: each step's global batch drawn from an
+`EpochSampler` (a pure function of the step: exact resume, same batches on 1 or N processes), padded to its longest
+example; evaluation goes through `bertkit.inference`, the code path `bertkit predict` and `bertkit evaluate` use."""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from bertkit.config import ModelConfig, TrainConfig
+from bertkit.errors import BertkitError
+from bertkit.nn.flops import stack_flops, training
+from bertkit.text.collate import EpochSampler, pad_sequences
+from bertkit.text.features import Encoded
+
+
+def sorted_labels(names: set[str]) -> list[str]:
+    """Label names in head order: sorted, numerically when every one is an integer; two or more."""
+    ordered = sorted(names)
+    if all(re.fullmatch(r"-?[0-9]+", n) for n in ordered):
+        ordered.sort(key=int)
+    if len(ordered) < 2:
+        raise BertkitError(f"the training data has only one label ({ordered[0]!r}): a classifier needs two or more")
+    return ordered
+
+
+class LabelledObjective:
+    """Shared batching: rows of encoded examples → padded (B, T) ids, token types, attention mask, labels."""
+
+    head = ""
+    default_metric = ""
+
+    def __init__(self, examples: list[Encoded], targets: list, pad_id: int, train: TrainConfig, world: int,
+                 n_validation: int):
+        self.examples, self.targets, self.pad_id = examples, targets, pad_id
+        self.global_batch = train.batch_size * train.accumulation_steps * world
+        if len(examples) < 1:
+            raise BertkitError("no training examples")
+        self.sampler = EpochSampler(len(examples), self.global_batch, train.seed)
+        self.eval_batch = max(train.batch_size, 32)
+        # an evaluation, in training-step units (forward only, about a third of a training step per example)
+        self.eval_cost_steps = n_validation / self.global_batch * 0.35
+
+    @property
+    def steps_per_epoch(self) -> float:
+        return len(self.examples) / self.global_batch
+
+    def _inputs(self, rows: list[int]) -> dict[str, torch.Tensor]:
+        ids = pad_sequences([self.examples[r].input_ids for r in rows], self.pad_id)  # (B, T)
+        lengths = torch.tensor([len(self.examples[r].input_ids) for r in rows])
+        return {"input_ids": ids, "token_type_ids": pad_sequences([self.examples[r].type_ids for r in rows], 0),
+                "attention_mask": (torch.arange(ids.shape[1])[None, :] < lengths[:, None]).long()}
+
+    @staticmethod
+    def tokens(batch: dict[str, torch.Tensor]) -> int:
+        return int(batch["attention_mask"].sum())
+
+    def flops(self, config: ModelConfig, micro: dict[str, torch.Tensor]) -> int:
+        """Model FLOPs of a training step on `micro` (padded: what the kernels multiply): the encoder and the
+        task head (nn/flops.py)."""
+        rows, t = micro["input_ids"].shape
+        return training(stack_flops(config, rows, t) + self.head_flops(config, rows, t))
+
+    @staticmethod
+    def head_flops(config: ModelConfig, rows: int, t: int) -> int:
+        """The task head's forward FLOPs on a (rows, t) batch."""
+        raise NotImplementedError
+
+    def _logits(self, model: torch.nn.Module, micro: dict[str, torch.Tensor]) -> torch.Tensor:
+        return model(micro["input_ids"], attention_mask=micro["attention_mask"],
+                     token_type_ids=micro["token_type_ids"], head=self.head).logits

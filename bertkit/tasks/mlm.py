@@ -1,0 +1,104 @@
+"""BERT's masked-LM pretraining (`train.objective = "mlm"`, an encoder): the objective the loop trains and the task
+entry the registry lists."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bertkit.config import DataConfig, ModelConfig, TrainConfig
+from bertkit.nn.flops import train_flops
+from bertkit.nn.model import Model
+from bertkit.tasks.base import PretrainTask
+from bertkit.tasks.packed import EVAL_STREAM, training_blocks, unigram_counts, validation_totals
+from bertkit.text.collate import IGNORE_INDEX, EpochSampler, mlm_mask, step_generator
+from bertkit.text.packing import Packed
+from bertkit.text.tokenizer import SpecialIds
+
+
+class MLMObjective:
+    """BERT's masked LM on packed blocks: the MLM head runs on masked positions only; loss and accuracy are per
+    masked token of the whole global batch."""
+
+    def __init__(self, packed: Packed, special: SpecialIds, vocab_size: int, data: DataConfig, train: TrainConfig,
+                 world: int = 1):
+        self.global_batch = train.batch_size * train.accumulation_steps * world
+        self.blocks = training_blocks(packed, ["input_ids", "word_start"], self.global_batch)
+        self.n = len(self.blocks)
+        self.special, self.vocab_size, self.data, self.seed = special, vocab_size, data, train.seed
+        self.eval_batch = train.batch_size
+        self.sampler = EpochSampler(self.n, self.global_batch, train.seed)
+        self.validation = self._validation_batches(packed)
+        # an evaluation costs about a third of a training step per batch (forward only), in train-step units
+        self.eval_cost_steps = len(self.validation) * 0.35 / max(1, train.accumulation_steps)
+
+    def _mask(self, ids: np.ndarray, word_start: np.ndarray, generator: torch.Generator):
+        return mlm_mask(torch.from_numpy(ids.astype(np.int64)), self.special.all, self.special.mask,
+                        self.vocab_size, self.data.mlm_probability, generator,
+                        torch.from_numpy(word_start) if self.data.whole_word_mask else None)
+
+    def _validation_batches(self, packed: Packed) -> list[dict[str, torch.Tensor]]:
+        val = packed.validation.with_format("numpy", columns=["input_ids", "word_start"])
+        if len(val) == 0:
+            return []
+        rows = val[:]
+        inputs, labels = self._mask(rows["input_ids"], rows["word_start"], step_generator(self.seed, 0, EVAL_STREAM))
+        return [{"input_ids": inputs[i:i + self.eval_batch], "labels": labels[i:i + self.eval_batch]}
+                for i in range(0, len(inputs), self.eval_batch)]
+
+    def rows(self, step: int) -> np.ndarray:
+        """Block indices of step `step`'s global batch."""
+        return self.sampler.rows(step)
+
+    def batch(self, step: int) -> dict[str, torch.Tensor]:
+        data = self.blocks[self.rows(step).tolist()]
+        inputs, labels = self._mask(data["input_ids"], data["word_start"], step_generator(self.seed, step))
+        return {"input_ids": inputs, "labels": labels}
+
+    @staticmethod
+    def normalizer(batch: dict[str, torch.Tensor]) -> float:
+        return float(max(1, int((batch["labels"] != IGNORE_INDEX).sum())))
+
+    @staticmethod
+    def tokens(batch: dict[str, torch.Tensor]) -> int:
+        return batch["input_ids"].numel()
+
+    kind = "mlm"  # the FLOP count's objective (nn/flops.py)
+
+    def flops(self, config: ModelConfig, micro: dict[str, torch.Tensor]) -> int:
+        """Model FLOPs of a training step on `micro`: the encoder, and the MLM head on its masked positions."""
+        rows, t = micro["input_ids"].shape
+        return train_flops(config, self.kind, rows, t, masked=int((micro["labels"] != IGNORE_INDEX).sum()))
+
+    @staticmethod
+    def loss(model: torch.nn.Module, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        selected = micro["labels"] != IGNORE_INDEX  # (B, L)
+        logits = model(micro["input_ids"], mlm_select=selected).logits  # (N, V)
+        targets = micro["labels"][selected]  # (N,)
+        loss_sum = F.cross_entropy(logits.float(), targets, reduction="sum")
+        correct = (logits.argmax(-1) == targets).sum()
+        return loss_sum, {"accuracy": correct}
+
+    def unigram_baseline(self) -> dict[str, float]:
+        """What a model that ignores context scores on the validation masks: the training set's unigram
+        distribution gives the loss, its most frequent token the accuracy."""
+        if not self.validation:
+            return {}
+        counts = unigram_counts(self.blocks, self.n, self.vocab_size, first=0)
+        counts[list(self.special.all)] = 0  # never a target
+        log_p = np.log((counts + 1) / (counts + 1).sum())  # add-one smoothing: unseen targets stay finite
+        targets = torch.cat([b["labels"][b["labels"] != IGNORE_INDEX] for b in self.validation]).numpy()
+        return {"val_loss": float(-log_p[targets].mean()),
+                "val_accuracy": float((targets == counts.argmax()).mean())}
+
+    @torch.no_grad()
+    def evaluate(self, model: Model) -> dict[str, float]:
+        """Validation MLM loss and masked-token accuracy on fixed masks (comparable across steps and runs)."""
+        if not self.validation:
+            return {}
+        loss, correct, count = validation_totals(self, model, lambda b: int((b["labels"] != IGNORE_INDEX).sum()))
+        return {"val_loss": loss / max(1, count), "val_accuracy": correct / max(1, count)}
+
+
+TASK = PretrainTask("mlm", "encoder", ("mlm",), "masked-LM pretraining", MLMObjective)

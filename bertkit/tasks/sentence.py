@@ -1,0 +1,197 @@
+"""SentenceBERT training (`finetune sentence`): a siamese bi-encoder trained on sentence pairs.
+
+Every side of a pair batch (anchor, positive[, hard negative]) runs through the *same* encoder in one forward pass;
+pooling (`sentence.pooling`) turns token states into embeddings and the loss (`sentence_losses.py`: cosine, mnrl,
+softmax) takes the embeddings.
+
+Batches are a pure function of the step (`EpochSampler`), as for every objective: exact resume, and the same rows
+on 1 or N processes. In-batch negatives are those of each process's micro-batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from bertkit.config import Config, ModelConfig, TaskConfig, TrainConfig
+from bertkit.embedding import embed_encoded
+from bertkit.errors import BertkitError
+from bertkit.nn.flops import stack_flops, training
+from bertkit.nn.model import Model
+from bertkit.paths import resolve_data_path
+from bertkit.tasks.base import FinetuneTask
+from bertkit.tasks.labelled import sorted_labels
+from bertkit.tasks.sentence_losses import LOSSES
+from bertkit.text.collate import EpochSampler, pad_sequences
+from bertkit.text.features import Encoded, TaskEncoder
+from bertkit.text.tasks import SENTENCE_TARGET, SentencePair, read_pairs
+
+class SentenceObjective:
+    """Pairs of tokenised sentences (+ optional hard negatives) and their targets → SBERT losses and metrics.
+
+    `targets`: scores already divided by max_score (cosine), label ids (softmax), or None (mnrl).
+    `validation` holds the same three lists for held-out rows, with gold scores / label names.
+    """
+
+    def __init__(self, loss: str, sides: list[list[Encoded]], targets: list | None,
+                 validation_sides: list[list[Encoded]], validation_targets: list | None, pooling: str,
+                 scale: float, pad_id: int, train: TrainConfig, world: int = 1, label_names: list[str] | None = None):
+        if loss not in LOSSES:
+            raise ValueError(f"unknown sentence loss {loss!r}")
+        if not sides or not sides[0]:
+            raise BertkitError("no training pairs")
+        self.criterion = LOSSES[loss](scale, label_names)
+        self.sides, self.targets = sides, targets
+        self.validation_sides, self.validation_targets = validation_sides, validation_targets
+        self.pooling, self.pad_id = pooling, pad_id
+        self.head = self.criterion.head
+        self.metric_names = self.criterion.metric_names
+        self.default_metric = self.criterion.default_metric
+        self.global_batch = train.batch_size * train.accumulation_steps * world
+        self.sampler = EpochSampler(len(sides[0]), self.global_batch, train.seed)
+        self.eval_batch = max(train.batch_size, 64)
+        n_validation = sum(len(side) for side in validation_sides)
+        # an evaluation, in training-step units: forward only (about a third of a training step per sentence)
+        self.eval_cost_steps = n_validation / (self.global_batch * len(sides)) * 0.35
+
+    @property
+    def steps_per_epoch(self) -> float:
+        return len(self.sides[0]) / self.global_batch
+
+    # ------------------------------------------------------------------------------------------------ training
+
+    def batch(self, step: int) -> dict[str, torch.Tensor]:
+        """The global batch: per side s, ids_s (B, T_s) and len_s (B,); and the targets (B,)."""
+        rows = self.sampler.rows(step).tolist()
+        out: dict[str, torch.Tensor] = {}
+        for s, side in enumerate(self.sides):
+            out[f"ids_{s}"] = pad_sequences([side[r].input_ids for r in rows], self.pad_id)
+            out[f"len_{s}"] = torch.tensor([len(side[r].input_ids) for r in rows])
+        if self.criterion.target_dtype is not None:
+            out["target"] = torch.tensor([self.targets[r] for r in rows], dtype=self.criterion.target_dtype)
+        return out
+
+    @staticmethod
+    def normalizer(batch: dict[str, torch.Tensor]) -> float:
+        return float(batch["len_0"].shape[0])
+
+    @staticmethod
+    def tokens(batch: dict[str, torch.Tensor]) -> int:
+        return int(sum(v.sum() for k, v in batch.items() if k.startswith("len_")))
+
+    def flops(self, config: ModelConfig, micro: dict[str, torch.Tensor]) -> int:
+        """Model FLOPs of a training step on `micro`: every side through the encoder at the common padded width,
+        then the loss's own products (MNRL's similarity matrix, the softmax objective's classifier)."""
+        sides = len(self.sides)
+        b, width = micro["len_0"].shape[0], max(micro[f"ids_{s}"].shape[1] for s in range(sides))
+        loss = self.criterion.flops(config.d_model, config.num_labels, b, sides)
+        return training(stack_flops(config, sides * b, width) + loss)
+
+    def _embed(self, model: torch.nn.Module, micro: dict[str, torch.Tensor]):
+        """Every side of the micro-batch in one forward pass: (k * B, T) → pooled (k * B, D)."""
+        n_sides = len(self.sides)
+        width = max(micro[f"ids_{s}"].shape[1] for s in range(n_sides))
+        ids = torch.cat([F.pad(micro[f"ids_{s}"], (0, width - micro[f"ids_{s}"].shape[1]), value=self.pad_id)
+                         for s in range(n_sides)])  # (k * B, T)
+        lengths = torch.cat([micro[f"len_{s}"] for s in range(n_sides)])  # (k * B,)
+        mask = (torch.arange(width, device=ids.device)[None, :] < lengths[:, None]).long()  # (k * B, T)
+        return model(ids, attention_mask=mask, pool=self.pooling, head=self.head)
+
+    def loss(self, model: torch.nn.Module, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        return self.criterion.loss(self._embed(model, micro), micro.get("target"), micro["len_0"].shape[0])
+
+    # ---------------------------------------------------------------------------------------------- evaluation
+
+    def evaluate(self, model: Model) -> dict[str, float]:
+        if not self.validation_sides or not self.validation_sides[0]:
+            return {}
+        embedded = [embed_encoded(model, side, self.pad_id, self.eval_batch, self.pooling, self.criterion.normalize)
+                    for side in self.validation_sides]  # each (N, D)
+        return self.criterion.evaluate(model, embedded, self.validation_targets)
+
+
+class SentenceTask(FinetuneTask):
+    """`task.kind = "sentence"`: SBERT training of the encoder's pooled embeddings; no task head unless the softmax
+    loss has labels. The run stores its `[sentence]` settings (pooling, normalisation, length) for `embed`."""
+
+    kind = "sentence"
+    examples_name = "sentences"
+    length_key = "sentence.max_length"
+
+    def settings(self, config: Config, base: Config, model_dir: Path | None, out: Path, resume: bool) -> Config:
+        # the embedding length: what training saw (task.max_length) unless set, or the base model's
+        sentence = config.sentence
+        sentence = dataclasses.replace(sentence, max_length=sentence.max_length or config.task.max_length
+                                       or base.sentence.max_length)
+        if config.task.pooling != TaskConfig().pooling:
+            raise BertkitError("task.pooling is the classifier head's; sentence training pools with "
+                               "sentence.pooling (--pooling, or --set sentence.pooling=...)")
+        if resume and sentence != base.sentence:
+            raise BertkitError(f"{out}: holds a different run ([sentence] {dataclasses.asdict(base.sentence)}, "
+                               f"now {dataclasses.asdict(sentence)}); resume with the same settings")
+        return dataclasses.replace(config, sentence=sentence)
+
+    def read(self, task: TaskConfig, path: str | Path) -> list[SentencePair]:
+        if task.text_pair_column is None:
+            raise BertkitError("task.text_pair_column: sentence training reads pairs; name the second sentence's "
+                               "column (--text-pair-column)")
+        return read_pairs(resolve_data_path(path), task.text_column, task.text_pair_column, SENTENCE_TARGET[task.loss],
+                          task.label_column, task.negative_column if task.loss == "mnrl" else None, task.max_score)
+
+    def max_length(self, config: Config, base: Config) -> int:
+        return config.sentence.max_length or base.model.max_len
+
+    def label_set(self, examples: list) -> list[str]:
+        """Pairs with labels (the softmax loss): their names in head order; pairs with scores (or none): none."""
+        if not any(e.label is not None for e in examples):
+            return []
+        return sorted_labels({e.label for e in examples})
+
+    def heads(self, labels: list[str]) -> tuple[str, ...]:
+        return ("pair_classifier",) if labels else ()
+
+    def objective(self, config: Config, train: list, validation: list, labels: list[str], encoder: TaskEncoder,
+                  pad_id: int, world: int):
+        """Each side of the pairs tokenised once (a hard-negative side when every row has one)."""
+        task = config.task
+        negatives = task.loss == "mnrl" and all(e.negative for e in train)
+        if task.loss == "mnrl" and task.negative_column and not negatives:
+            missing = sum(not e.negative for e in train)
+            raise BertkitError(f"task.negative_column: {missing:,} training rows have no hard negative in "
+                               f"'{task.negative_column}' (give one per row, or leave the column out)")
+
+        def sides(examples: list, with_negatives: bool):
+            texts = [[e.text for e in examples], [e.pair for e in examples]]
+            if with_negatives:
+                texts.append([e.negative or "" for e in examples])
+            return [encoder.texts(t) for t in texts]
+
+        def targets(examples: list, gold: bool):
+            if task.loss == "cosine":
+                return [e.score / task.max_score for e in examples]
+            if task.loss == "softmax":
+                index = {name: i for i, name in enumerate(labels)}
+                return [e.label for e in examples] if gold else [index[e.label] for e in examples]
+            return None
+
+        train_sides = sides(train, negatives)
+        validation_negatives = negatives and all(e.negative for e in validation)
+        objective = SentenceObjective(task.loss, train_sides, targets(train, False),
+                                      sides(validation, validation_negatives), targets(validation, True),
+                                      config.sentence.pooling, task.scale, pad_id, config.train, world, labels)
+        return objective, [e for side in train_sides for e in side]
+
+    def summary(self, config: Config, labels: list[str]) -> str:
+        return (f"loss {config.task.loss}" + (f", {len(labels)} labels" if labels else "")
+                + f", {config.sentence.pooling} pooling")
+
+    def final_validation(self, out: Path, model: Model, objective, validation: list, device: torch.device,
+                         precision: str) -> dict:
+        # the best weights, through the embedding path `embed` and `evaluate-sts` use
+        return objective.evaluate(model.to(device))
+
+
+TASK = SentenceTask()

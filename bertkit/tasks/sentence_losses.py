@@ -1,0 +1,144 @@
+"""The SBERT losses, one class each (sentence-transformers' split: the model embeds, a loss scores embeddings). A
+loss says what its targets are, which head it needs, its training loss on one micro-batch's pooled output, its
+extra FLOPs, and its validation metrics on embedded validation sides.
+
+- cosine   (Reimers & Gurevych 2019, regression): mean squared error of cos(u, v) against score / max_score;
+- mnrl     (multiple negatives ranking, Henderson et al. 2017): cross-entropy of scale * cos(a_i, c_j) over every
+           positive (and hard negative) c_j of the micro-batch, the i-th positive being the right answer;
+- softmax  (SBERT's NLI objective): cross-entropy of a linear classifier over (u, v, |u - v|).
+
+Adding a loss: a class here with the same members, one entry in `LOSSES`, its name in `config.SentenceLoss` and in
+`text.tasks.SENTENCE_TARGET` (which column its target comes from).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bertkit.embedding import normalize_rows
+from bertkit.inference import log_softmax
+from bertkit.metrics import classification_metrics, correlation_metrics
+from bertkit.nn.model import Model
+
+
+class SentenceLoss:
+    """The members every SBERT loss has."""
+
+    name = ""
+    metric_names: tuple[str, ...] = ()
+    default_metric = ""
+    head: str | None = None  # a task head the loss trains (nn/model.py HEAD_TYPES), or None
+    target_dtype: torch.dtype | None = None  # per-pair targets in the batch, or None (none needed)
+    normalize = True  # validation embeddings normalised (cosine geometry)
+
+    def __init__(self, scale: float = 20.0, label_names: list[str] | None = None):
+        self.scale, self.label_names = scale, label_names or []
+
+    def flops(self, d_model: int, num_labels: int, rows: int, sides: int) -> int:
+        """Forward FLOPs of the loss's own products on a micro-batch of `rows` pairs with `sides` sides."""
+        return 0
+
+    def loss(self, out, target: torch.Tensor | None, rows: int) -> tuple[torch.Tensor, dict]:
+        """Summed loss over the micro-batch's `rows` pairs and summed statistics; `out` is the model's output on
+        every side at once (sides stacked: `out.pooled` (k * B, D), `out.logits` for a head)."""
+        raise NotImplementedError
+
+    def evaluate(self, model: Model, embedded: list[np.ndarray], gold: list | None) -> dict[str, float]:
+        """Validation metrics from each side's embeddings ((N, D) each) and the gold targets."""
+        raise NotImplementedError
+
+
+class CosineLoss(SentenceLoss):
+    """Regression of cos(u, v) onto a similarity score scaled to 0..1."""
+
+    name = "cosine"
+    metric_names = ("val_loss", "spearman", "pearson")
+    default_metric = "spearman"
+    target_dtype = torch.float32
+
+    def loss(self, out, target, rows):
+        emb = F.normalize(out.pooled.float(), dim=-1)  # (k * B, D)
+        cos = (emb[:rows] * emb[rows:2 * rows]).sum(-1)  # (B,)
+        return ((cos - target) ** 2).sum(), {}
+
+    def evaluate(self, model, embedded, gold):
+        return pair_scores(embedded[0], embedded[1], np.asarray(gold))
+
+
+class MNRLoss(SentenceLoss):
+    """In-batch ranking: every other positive (and every hard negative) of the micro-batch is a negative."""
+
+    name = "mnrl"
+    metric_names = ("val_loss", "accuracy", "mrr")
+    default_metric = "accuracy"
+
+    def flops(self, d_model, num_labels, rows, sides):
+        return 2 * rows * (sides - 1) * rows * d_model  # the (B, (k - 1) * B) similarity matrix
+
+    def loss(self, out, target, rows):
+        emb = F.normalize(out.pooled.float(), dim=-1)  # (k * B, D)
+        scores = self.scale * emb[:rows] @ emb[rows:].T  # (B, (k - 1) * B): every positive and negative a candidate
+        gold = torch.arange(rows, device=scores.device)
+        return F.cross_entropy(scores, gold, reduction="sum"), {"accuracy": (scores.argmax(-1) == gold).sum()}
+
+    def evaluate(self, model, embedded, gold):
+        return ranking_scores(embedded[0], np.concatenate(embedded[1:]), self.scale)
+
+
+class SoftmaxLoss(SentenceLoss):
+    """A linear classifier over (u, v, |u − v|) (the `pair_classifier` head), cross-entropy on the pair's label."""
+
+    name = "softmax"
+    metric_names = ("val_loss", "accuracy")
+    default_metric = "accuracy"
+    head = "pair_classifier"
+    target_dtype = torch.long
+    normalize = False
+
+    def flops(self, d_model, num_labels, rows, sides):
+        return 2 * rows * 3 * d_model * num_labels
+
+    def loss(self, out, target, rows):
+        logits = out.logits.float()  # (B, C)
+        return F.cross_entropy(logits, target, reduction="sum"), {"accuracy": (logits.argmax(-1) == target).sum()}
+
+    def evaluate(self, model, embedded, gold):
+        with torch.inference_mode():
+            pooled = torch.from_numpy(np.concatenate([embedded[0], embedded[1]])).to(model.device)
+            logits = model.heads["pair_classifier"](pooled).float().cpu().numpy()  # (N, C)
+        log_p = log_softmax(logits)
+        index = {name: i for i, name in enumerate(self.label_names)}
+        known = [i for i, g in enumerate(gold) if g in index]
+        val_loss = float(-np.mean([log_p[i, index[gold[i]]] for i in known])) if known else float("nan")
+        predicted = [self.label_names[i] for i in logits.argmax(-1)]
+        return {"val_loss": val_loss, "accuracy": classification_metrics(gold, predicted, self.label_names)["accuracy"]}
+
+
+LOSSES: dict[str, type[SentenceLoss]] = {loss.name: loss for loss in (CosineLoss, MNRLoss, SoftmaxLoss)}
+
+
+def pair_scores(u: np.ndarray, v: np.ndarray, gold: np.ndarray) -> dict[str, float]:
+    """Cosine regression metrics of normalised pairs: MSE against gold (already scaled to 0..1), Spearman, Pearson."""
+    cos = (normalize_rows(u) * normalize_rows(v)).sum(1)
+    result = correlation_metrics(gold, cos)
+    return {"val_loss": float(np.mean((cos - gold) ** 2)), "spearman": result["spearman"],
+            "pearson": result["pearson"]}
+
+
+def ranking_scores(anchors: np.ndarray, candidates: np.ndarray, scale: float, chunk: int = 1024) -> dict[str, float]:
+    """Retrieval of each anchor's own positive (row i of `candidates`) among every candidate: the MNRL loss over
+    the whole validation set, accuracy@1 and mean reciprocal rank. anchors (N, D), candidates (M >= N, D)."""
+    losses, hits, reciprocal = [], 0, 0.0
+    for start in range(0, len(anchors), chunk):
+        scores = scale * anchors[start:start + chunk] @ candidates.T  # (n, M)
+        rows = np.arange(len(scores))
+        own = scores[rows, start + rows]  # (n,)
+        log_p = log_softmax(scores)
+        losses.append(-log_p[rows, start + rows])
+        rank = (scores > own[:, None]).sum(1)  # 0 = best
+        hits += int((rank == 0).sum())
+        reciprocal += float((1.0 / (rank + 1)).sum())
+    return {"val_loss": float(np.concatenate(losses).mean()), "accuracy": hits / len(anchors),
+            "mrr": reciprocal / len(anchors)}
