@@ -31,7 +31,7 @@ from pathlib import Path
 
 from common import bertkit_env, load_results, save_results, sh, table_parser
 
-from bertkit.config import load_recipe
+from bertkit.recipes import load_recipe
 
 # task: (finetune kind, recipe, scored file, scoring command, metric, goal in points: pretrained minus random)
 TASKS = {

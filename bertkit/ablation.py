@@ -20,8 +20,9 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bertkit.config import Config, parse_duration, resolve_key
+from bertkit.config import Config, parse_duration
 from bertkit.errors import BertkitError, ConfigError
+from bertkit.recipes import resolve_key
 from bertkit.run.metrics import read_metrics
 
 _AMOUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgb]?)\s*(tok|tokens|steps?)\s*$", re.IGNORECASE)

@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from bertkit.config import Config, ModelConfig, TrainConfig, apply_overrides, list_recipes, load_recipe
+from bertkit.config import Config, ModelConfig, TrainConfig
 from bertkit.errors import ConfigError
 from bertkit.nn.model import Model
+from bertkit.recipes import apply_overrides, list_recipes, load_recipe
 
 EXPECTED = {"tiny", "mini", "small", "base", "decoder-mini", "encoder-decoder-small"}
 

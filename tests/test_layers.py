@@ -20,8 +20,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "bertkit"
 
 # Lowest floor first. A module's floor is the one of its longest matching prefix.
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
-    ("base: errors, paths, config, durable files", (
-        "bertkit", "bertkit.errors", "bertkit.paths", "bertkit.config", "bertkit.run.files", "bertkit.run.faults",
+    ("base: errors, paths, config, recipes, durable files", (
+        "bertkit", "bertkit.errors", "bertkit.paths", "bertkit.config", "bertkit.recipes", "bertkit.run.files", "bertkit.run.faults",
         "bertkit.run.lock")),
     ("modules, text, measures", ("bertkit.nn", "bertkit.text", "bertkit.hardware", "bertkit.metrics")),
     ("run directories", ("bertkit.run",)),

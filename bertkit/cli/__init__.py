@@ -16,6 +16,7 @@ import typer
 
 from bertkit.cli.common import SetOption, app, user_errors
 
+
 @app.command()
 @user_errors
 def info(target: Annotated[str, typer.Argument(help="A recipe name (tiny, mini, …), a recipe .toml, or a run "
@@ -32,7 +33,7 @@ def info(target: Annotated[str, typer.Argument(help="A recipe name (tiny, mini, 
 @user_errors
 def recipes() -> None:
     """List the bundled recipes with their one-line descriptions."""
-    from bertkit.config import list_recipes
+    from bertkit.recipes import list_recipes
 
     for name, path in list_recipes().items():
         first = path.read_text(encoding="utf-8").splitlines()[0].lstrip("# ") if path.stat().st_size else ""

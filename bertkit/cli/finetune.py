@@ -35,7 +35,7 @@ def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: boo
               max_train_examples: int | None, epochs: float | None, max_steps: int | None, max_time: str | None,
               values: dict) -> None:
     """Every finetune command: the options they share, plus each command's own `values` (config keys)."""
-    from bertkit.config import load_recipe, with_values
+    from bertkit.recipes import load_recipe, with_values
 
     if kind == "seq2seq":
         from bertkit.jobs import seq2seq as job

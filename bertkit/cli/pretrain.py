@@ -63,7 +63,7 @@ def pretrain(recipe: Annotated[str | None, typer.Option(
     """Pretrain on your corpus: a BERT with masked LM (or ELECTRA's replaced-token detection, --objective rtd), or a
     GPT-style decoder with causal LM (--objective clm).
     Runs on the CPU, one GPU, or many (`accelerate launch -m bertkit pretrain`)."""
-    from bertkit.config import load_recipe, with_values
+    from bertkit.recipes import load_recipe, with_values
     from bertkit.jobs import pretrain as job
 
     config = load_recipe(recipe or ("decoder-mini" if objective == "clm" else "mini"), set_ or [])

@@ -24,12 +24,13 @@ from pathlib import Path
 from rich.console import Console
 
 from bertkit.ablation import COLUMNS, Budget, Plan, Variant, build_plan, check_plan_file, parse_vary, variant_folder
-from bertkit.config import Config, apply_overrides, load_recipe, resolve_recipe, with_values
+from bertkit.config import Config
 from bertkit.errors import BertkitError
 from bertkit.jobs import finetune as finetune_job
 from bertkit.jobs import pretrain as pretrain_job
 from bertkit.jobs.ablate_report import write_report
 from bertkit.nn.model import Model
+from bertkit.recipes import apply_overrides, load_recipe, resolve_recipe, with_values
 from bertkit.run.directory import load_config
 from bertkit.run.files import atomic_file
 from bertkit.tasks.registry import finetune_task

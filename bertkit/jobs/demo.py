@@ -21,7 +21,6 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from bertkit.config import load_recipe, model_recipes, with_values
 from bertkit.errors import BertkitError
 from bertkit.inference import TaskModel
 from bertkit.jobs import evaluate as evaluate_job
@@ -31,6 +30,7 @@ from bertkit.jobs.predict import predict
 from bertkit.jobs.sts import evaluate_sts, sts_columns
 from bertkit.nn.model import Model
 from bertkit.paths import resolve_data_path
+from bertkit.recipes import load_recipe, model_recipes, with_values
 from bertkit.text.corpus import find_files
 from bertkit.text.tasks import read_pairs
 

@@ -10,10 +10,11 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from bertkit.config import Config, ModelConfig, load_recipe
+from bertkit.config import Config, ModelConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.flops import train_flops
 from bertkit.nn.model import Model
+from bertkit.recipes import load_recipe
 from bertkit.run.directory import RESULTS_FILE, is_run_dir, load_config, read_json
 from bertkit.run.metrics import read_metrics
 from bertkit.tasks.registry import PRETRAINING

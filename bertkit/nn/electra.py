@@ -18,6 +18,7 @@ from torch import nn
 from bertkit.config import ModelConfig
 from bertkit.nn.attention import build_mask
 from bertkit.nn.block import Block, make_norm
+from bertkit.nn.heads import HeadInput
 
 
 def generator_config(cfg: ModelConfig) -> ModelConfig:
@@ -43,17 +44,17 @@ class Generator(nn.Module):
         self.norm = make_norm(cfg)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
 
-    def forward(self, embedded: torch.Tensor, select: torch.Tensor, embedding_weight: torch.Tensor,
-                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        t = embedded.shape[1]
-        mask, _ = build_mask(attention_mask, t, t, causal=False, device=embedded.device)
-        x = self.project(embedded)  # (B, T, G)
+    def forward(self, x: HeadInput) -> torch.Tensor:
+        """x.hidden: the embeddings output (B, T, D); x.select (B, T) bool; x.mask; x.embedding (V, D)."""
+        t = x.hidden.shape[1]
+        mask, _ = build_mask(x.mask, t, t, causal=False, device=x.hidden.device)
+        h = self.project(x.hidden)  # (B, T, G)
         for block in self.blocks:
-            x, _ = block(x, mask=mask)
+            h, _ = block(h, mask=mask)
         if self.final_norm is not None:
-            x = self.final_norm(x)
-        h = self.norm(F.gelu(self.dense(x[select])))  # (N, D)
-        return F.linear(h, embedding_weight, self.bias)  # (N, V)
+            h = self.final_norm(h)
+        h = self.norm(F.gelu(self.dense(h[x.select])))  # (N, D)
+        return F.linear(h, x.embedding, self.bias)  # (N, V)
 
 
 class ReplacedTokenHead(nn.Module):
@@ -64,8 +65,8 @@ class ReplacedTokenHead(nn.Module):
         self.dense = nn.Linear(cfg.d_model, cfg.d_model)
         self.out = nn.Linear(cfg.d_model, 1)
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.out(F.gelu(self.dense(hidden))).squeeze(-1)  # (B, T)
+    def forward(self, x: HeadInput) -> torch.Tensor:
+        return self.out(F.gelu(self.dense(x.hidden))).squeeze(-1)  # (B, T)
 
 
 def sample_tokens(logits: torch.Tensor, seed: int) -> torch.Tensor:

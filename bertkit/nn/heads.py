@@ -1,4 +1,6 @@
-"""Heads composed on top of a backbone's hidden states.
+"""Heads composed on top of a backbone's hidden states. Every head has one signature, `head(HeadInput) -> Tensor`:
+the model hands each the same bundle (states, mask, pooled vectors, selected positions, the tied embedding) and a
+head reads what it needs.
 
 BERT's [CLS] pooler (kept so Hugging Face checkpoints round-trip), the tied MLM head, the tied next-token (LM)
 head of decoders, sequence pooling
@@ -8,12 +10,28 @@ classifier (the softmax objective over two sentence embeddings).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from bertkit.config import ModelConfig
 from bertkit.nn.block import make_norm
+
+
+@dataclass
+class HeadInput:
+    """What a head may read. `hidden`: the stack's last states (B, T, D) — or rows already selected (N, D) for the
+    MLM head; ELECTRA's generator reads the embeddings output here. `mask` (B, T): 1 at real tokens. `pooled`
+    (B, D): pooled sentence vectors (`forward(pool=...)`). `select` (B, T) bool: the positions a vocabulary head
+    scores. `embedding` (V, D): the token embedding that tied heads project onto."""
+
+    hidden: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+    pooled: torch.Tensor | None = None
+    select: torch.Tensor | None = None
+    embedding: torch.Tensor | None = None
 
 
 class DensePooler(nn.Module):
@@ -23,15 +41,15 @@ class DensePooler(nn.Module):
         super().__init__()
         self.dense = nn.Linear(cfg.d_model, cfg.d_model)
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(hidden[:, 0]))
+    def forward(self, x: HeadInput) -> torch.Tensor:
+        return torch.tanh(self.dense(x.hidden[:, 0]))
 
 
 class MLMHead(nn.Module):
     """BERT's MLM head: dense → GELU → norm → decoder tied to the token embeddings (+ its own bias).
 
-    Called on the hidden states of the masked positions only, (N, D) -> (N, V): the vocabulary projection is the
-    most expensive matrix in a small BERT, and 85% of the positions carry no label.
+    Runs on the masked positions only (`select`, or rows already selected), (N, D) -> (N, V): the vocabulary
+    projection is the most expensive matrix in a small BERT, and 85% of the positions carry no label.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -40,9 +58,10 @@ class MLMHead(nn.Module):
         self.norm = make_norm(cfg)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
 
-    def forward(self, hidden: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
-        h = self.norm(F.gelu(self.dense(hidden)))  # (N, D)
-        return F.linear(h, embedding_weight, self.bias)  # (N, V)
+    def forward(self, x: HeadInput) -> torch.Tensor:
+        rows = x.hidden if x.select is None else x.hidden[x.select]  # (N, D)
+        h = self.norm(F.gelu(self.dense(rows)))  # (N, D)
+        return F.linear(h, x.embedding, self.bias)  # (N, V)
 
 
 class LMHead(nn.Module):
@@ -55,8 +74,8 @@ class LMHead(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
 
-    def forward(self, hidden: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, embedding_weight)  # (…, V)
+    def forward(self, x: HeadInput) -> torch.Tensor:
+        return F.linear(x.hidden, x.embedding)  # (…, V)
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None, mode: str) -> torch.Tensor:
@@ -102,9 +121,9 @@ class SequenceClassifier(nn.Module):
         self.dense = nn.Linear(cfg.d_model, cfg.d_model)
         self.out = nn.Linear(cfg.d_model, cfg.num_labels)
 
-    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = self.dropout(self.pool(hidden, attention_mask))  # (B, D)
-        return self.out(self.dropout(torch.tanh(self.dense(x))))  # (B, C)
+    def forward(self, x: HeadInput) -> torch.Tensor:
+        pooled = self.dropout(self.pool(x.hidden, x.mask))  # (B, D)
+        return self.out(self.dropout(torch.tanh(self.dense(pooled))))  # (B, C)
 
 
 class PairClassifier(nn.Module):
@@ -115,8 +134,10 @@ class PairClassifier(nn.Module):
         super().__init__()
         self.out = nn.Linear(3 * cfg.d_model, cfg.num_labels)
 
-    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
-        u, v = pooled.chunk(2)  # (N, D) each
+    def forward(self, x: HeadInput) -> torch.Tensor:
+        if x.pooled is None:
+            raise ValueError("the pair classifier reads pooled embeddings: pass pool=")
+        u, v = x.pooled.chunk(2)  # (N, D) each
         return self.out(torch.cat([u, v, (u - v).abs()], dim=-1))  # (N, C)
 
 
@@ -128,5 +149,5 @@ class TokenClassifier(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
         self.out = nn.Linear(cfg.d_model, cfg.num_labels)
 
-    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        return self.out(self.dropout(hidden))
+    def forward(self, x: HeadInput) -> torch.Tensor:
+        return self.out(self.dropout(x.hidden))

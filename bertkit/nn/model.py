@@ -6,20 +6,42 @@ backbone of any run and put its own head on it.
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from bertkit.config import ModelConfig
 from bertkit.nn.electra import Generator, ReplacedTokenHead, sample_tokens
-from bertkit.nn.heads import DensePooler, LMHead, MLMHead, PairClassifier, SequenceClassifier, TokenClassifier
+from bertkit.nn.heads import (DensePooler, HeadInput, LMHead, MLMHead, PairClassifier, SequenceClassifier,
+                               TokenClassifier)
 from bertkit.nn.heads import pool as pool_states
 from bertkit.nn.transformer import StackOutput, build_backbone
 
-HEAD_TYPES = {"pooler": DensePooler, "mlm": MLMHead, "lm": LMHead, "classifier": SequenceClassifier,
-              "tagger": TokenClassifier, "pair_classifier": PairClassifier, "rtd": ReplacedTokenHead,
-              "generator": Generator}
-TASK_HEADS = ("classifier", "tagger")  # heads of finetuned task models (predict / evaluate)
-LOGIT_HEADS = TASK_HEADS + ("pair_classifier", "lm")  # heads whose output `forward(head=...)` returns as `.logits`
+
+
+@dataclass(frozen=True)
+class HeadSpec:
+    """One entry of the head registry: the module, and what the rest of the package may do with it."""
+
+    module: type  # built as module(ModelConfig); called as module(HeadInput) -> Tensor
+    task: bool = False  # the head of a finetuned task model (`predict`, `evaluate`)
+    logits: bool = False  # `Model.forward(head=name)` runs it and puts its output on `.logits`
+
+
+# Every head a model can carry, by the name `model.heads` lists (config.HEADS holds the same names, for validation).
+HEADS: dict[str, HeadSpec] = {
+    "pooler": HeadSpec(DensePooler),  # BERT's [CLS] pooler (HF checkpoints round-trip)
+    "mlm": HeadSpec(MLMHead),  # forward(mlm_select=...)
+    "lm": HeadSpec(LMHead, logits=True),
+    "classifier": HeadSpec(SequenceClassifier, task=True, logits=True),
+    "tagger": HeadSpec(TokenClassifier, task=True, logits=True),
+    "pair_classifier": HeadSpec(PairClassifier, logits=True),
+    "rtd": HeadSpec(ReplacedTokenHead),  # forward(rtd_labels=...)
+    "generator": HeadSpec(Generator),
+}
+TASK_HEADS = tuple(name for name, spec in HEADS.items() if spec.task)
 
 
 class Model(nn.Module):
@@ -31,7 +53,10 @@ class Model(nn.Module):
         self.backbone = build_backbone(cfg)
         self.heads = nn.ModuleDict()
         for name in cfg.heads:
-            self.heads[name] = HEAD_TYPES[name](cfg)
+            self.heads[name] = HEADS[name].module(cfg)
+        # the heads read the states of the stack's output side, so its padding mask: found by name or position
+        self._mask_name = "decoder_attention_mask" if cfg.architecture == "encoder-decoder" else "attention_mask"
+        self._mask_position = list(inspect.signature(self.backbone.forward).parameters).index(self._mask_name)
         self.apply(self._init_weights)
         if cfg.scale_embeddings:
             # Vaswani et al. scale token embeddings by sqrt(d_model) because they are initialised with std
@@ -53,32 +78,28 @@ class Model(nn.Module):
 
     def forward(self, *args, mlm_select: torch.Tensor | None = None, head: str | None = None,
                 pool: str | None = None, rtd_labels: torch.Tensor | None = None, rtd_seed: int = 0, **kwargs):
-        """Runs the backbone (see Encoder / Decoder / EncoderDecoder.forward). With `mlm_select` (B, T) bool, the
-        MLM head also runs on the selected positions and `.logits` holds their (N, V) scores; with
-        `head="classifier"` `.logits` is (B, C), with `head="tagger"` (B, T, C), with `head="lm"` (a decoder's
-        next-token scores) (B, T, V). With `pool` (cls | mean | max)
-        `.pooled` holds one (B, D) vector per sequence (not normalised); `head="pair_classifier"` reads those as
-        [u; v] and gives (B/2, C). Heads run inside forward so that they stay under DistributedDataParallel's
-        gradient hooks. With `rtd_labels` it is ELECTRA's pass (`replaced_token_detection`)."""
+        """Runs the backbone with `args` / `kwargs` exactly as its own forward takes them (Encoder, Decoder:
+        input_ids, attention_mask, …; EncoderDecoder: input_ids, decoder_input_ids, attention_mask, …). With
+        `mlm_select` (B, T) bool, the MLM head also runs on the selected positions and `.logits` holds their (N, V)
+        scores. With `pool` (cls | mean | max) `.pooled` holds one (B, D) vector per sequence (not normalised).
+        With `head` (a registered head with `logits=True`) `.logits` is that head's output: classifier (B, C),
+        tagger (B, T, C), lm (B, T, V), pair_classifier (B/2, C) from the pooled [u; v]. Heads run inside forward
+        so that they stay under DistributedDataParallel's gradient hooks. With `rtd_labels` it is ELECTRA's pass
+        (`replaced_token_detection`)."""
         if rtd_labels is not None:
             return self.replaced_token_detection(*args, labels=rtd_labels, seed=rtd_seed, **kwargs)
         out = self.backbone(*args, **kwargs)
-        mask = kwargs.get("attention_mask", args[1] if len(args) > 1 else None)
+        mask = kwargs.get(self._mask_name, args[self._mask_position] if len(args) > self._mask_position else None)
         if mlm_select is not None:
             out.logits = self.mlm_logits(out.last_hidden_state[mlm_select])
         if pool is not None:
             out.pooled = pool_states(out.last_hidden_state, mask, pool)  # (B, D)
         if head is not None:
-            if head not in LOGIT_HEADS or head not in self.heads:
-                raise ValueError(f"this model has no {head!r} head (heads: {', '.join(self.heads) or 'none'})")
-            if head == "lm":
-                out.logits = self.lm_logits(out.last_hidden_state)  # (B, T, V)
-            elif head == "pair_classifier":
-                if out.pooled is None:
-                    raise ValueError("the pair classifier reads pooled embeddings: pass pool=")
-                out.logits = self.heads[head](out.pooled)
-            else:
-                out.logits = self.heads[head](out.last_hidden_state, mask)
+            if head not in self.heads or not HEADS[head].logits:
+                raise ValueError(f"this model has no {head!r} head with logits (heads: "
+                                 f"{', '.join(self.heads) or 'none'})")
+            out.logits = self.heads[head](HeadInput(out.last_hidden_state, mask, out.pooled,
+                                                    embedding=self.token_embedding.weight))
         return out
 
     def replaced_token_detection(self, input_ids: torch.Tensor, labels: torch.Tensor, seed: int,
@@ -92,14 +113,15 @@ class Model(nn.Module):
             raise ValueError("this model has no replaced-token-detection heads")
         select = labels >= 0  # (B, T)
         embedded = self.backbone.embeddings(input_ids)  # (B, T, D): the shared embeddings of the masked input
-        gen_logits = self.heads["generator"](embedded, select, self.token_embedding.weight, attention_mask)
+        gen_logits = self.heads["generator"](HeadInput(embedded, attention_mask, select=select,
+                                                       embedding=self.token_embedding.weight))
         sampled = sample_tokens(gen_logits, seed)  # (N,)
         original = torch.where(select, labels, input_ids)  # (B, T)
         corrupted = original.clone()
         corrupted[select] = sampled
         out = self.backbone(corrupted, attention_mask=attention_mask)
         out.logits, out.sampled = gen_logits, sampled
-        out.rtd_logits = self.heads["rtd"](out.last_hidden_state)  # (B, T)
+        out.rtd_logits = self.heads["rtd"](HeadInput(out.last_hidden_state))  # (B, T)
         out.replaced = corrupted != original
         return out
 
@@ -110,7 +132,8 @@ class Model(nn.Module):
         if "generator" not in self.heads:
             raise ValueError("this model has no generator")
         embedded = self.backbone.embeddings(input_ids)
-        return self.heads["generator"](embedded, select, self.token_embedding.weight, attention_mask)
+        return self.heads["generator"](HeadInput(embedded, attention_mask, select=select,
+                                                 embedding=self.token_embedding.weight))
 
     def layer_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                      token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -137,13 +160,13 @@ class Model(nn.Module):
         """Vocabulary logits for selected positions: (N, D) -> (N, V) through the tied MLM head."""
         if "mlm" not in self.heads:
             raise ValueError("this model has no MLM head")
-        return self.heads["mlm"](hidden, self.token_embedding.weight)
+        return self.heads["mlm"](HeadInput(hidden, embedding=self.token_embedding.weight))
 
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Next-token logits: (…, D) -> (…, V) through the tied LM head."""
         if "lm" not in self.heads:
             raise ValueError("this model has no LM head")
-        return self.heads["lm"](hidden, self.token_embedding.weight)
+        return self.heads["lm"](HeadInput(hidden, embedding=self.token_embedding.weight))
 
     def parameter_counts(self) -> dict[str, int]:
         """Parameters by part: embeddings / blocks (incl. final norm) / heads / total; tied weights counted once."""

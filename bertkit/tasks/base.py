@@ -26,7 +26,7 @@ class PretrainTask:
 
     name: str  # train.objective
     architecture: str  # the stack it trains: "encoder" | "decoder"
-    heads: tuple[str, ...]  # heads it adds to the model (nn/model.py HEAD_TYPES)
+    heads: tuple[str, ...]  # heads it adds to the model (nn/model.py HEADS)
     description: str  # for messages: "masked-LM pretraining"
     objective: type  # (packed, special ids, vocab size, DataConfig, TrainConfig, world) -> Objective
 

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from bertkit.embedding import normalize_rows
 from bertkit.inference import log_softmax
 from bertkit.metrics import classification_metrics, correlation_metrics
+from bertkit.nn.heads import HeadInput
 from bertkit.nn.model import Model
 
 
@@ -29,7 +30,7 @@ class SentenceLoss:
     name = ""
     metric_names: tuple[str, ...] = ()
     default_metric = ""
-    head: str | None = None  # a task head the loss trains (nn/model.py HEAD_TYPES), or None
+    head: str | None = None  # a task head the loss trains (nn/model.py HEADS), or None
     target_dtype: torch.dtype | None = None  # per-pair targets in the batch, or None (none needed)
     normalize = True  # validation embeddings normalised (cosine geometry)
 
@@ -107,7 +108,7 @@ class SoftmaxLoss(SentenceLoss):
     def evaluate(self, model, embedded, gold):
         with torch.inference_mode():
             pooled = torch.from_numpy(np.concatenate([embedded[0], embedded[1]])).to(model.device)
-            logits = model.heads["pair_classifier"](pooled).float().cpu().numpy()  # (N, C)
+            logits = model.heads["pair_classifier"](HeadInput(pooled=pooled)).float().cpu().numpy()  # (N, C)
         log_p = log_softmax(logits)
         index = {name: i for i, name in enumerate(self.label_names)}
         known = [i for i, g in enumerate(gold) if g in index]

@@ -14,6 +14,7 @@ from bertkit.config import Config  # noqa: E402
 from bertkit.errors import BertkitError  # noqa: E402
 from bertkit.interop import import_hf  # noqa: E402
 from bertkit.interop.hf import export_hf, model_from_hf  # noqa: E402
+from bertkit.nn.heads import HeadInput  # noqa: E402
 from bertkit.nn.model import Model  # noqa: E402
 from bertkit.run.directory import save_run  # noqa: E402
 from conftest import tiny  # noqa: E402
@@ -66,7 +67,7 @@ def test_random_bert_gives_the_same_hidden_states(tmp_path, shape):
     with torch.no_grad():
         expected = hf(input_ids=ids, attention_mask=mask, token_type_ids=types)
         got = ours(ids, mask, token_type_ids=types).last_hidden_state
-        pooled = ours.heads["pooler"](got)
+        pooled = ours.heads["pooler"](HeadInput(got))
     assert _max_diff_on_real_tokens(got, expected.last_hidden_state, mask) <= ATOL
     assert (pooled - expected.pooler_output).abs().max().item() <= ATOL
 

@@ -10,8 +10,8 @@ import pytest
 from conftest import cli_error, cli_ok, repeated_corpus
 
 from bertkit.ablation import Budget, build_plan, parse_vary
-from bertkit.config import load_recipe
 from bertkit.errors import BertkitError
+from bertkit.recipes import load_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--recipe", "tiny", "--set", "vocab_size=300", "--set", "block_size=32", "--set", "batch_size=4",

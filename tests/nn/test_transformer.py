@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from bertkit.nn.attention import set_attention_impl
+from bertkit.nn.heads import HeadInput
 from bertkit.nn.model import Model
 from conftest import POSITIONS, tiny
 
@@ -106,7 +107,7 @@ def test_every_parameter_gets_a_gradient(overrides):
     # Project with fixed random weights: a plain sum of LayerNorm outputs has zero input gradient.
     loss = (out * torch.randn_like(out)).sum()
     if "pooler" in model.heads:
-        loss = loss + (model.heads["pooler"](out) * torch.randn(2, 32)).sum()
+        loss = loss + (model.heads["pooler"](HeadInput(out)) * torch.randn(2, 32)).sum()
     if "mlm" in model.heads:
         logits = model.mlm_logits(out[:, 1:4].reshape(-1, 32))  # (6, V)
         loss = loss + torch.nn.functional.cross_entropy(logits, torch.randint(0, 101, (6,)))

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from bertkit.config import ConfigError, ModelConfig
 from bertkit.nn.electra import generator_config, sample_tokens
+from bertkit.nn.heads import HeadInput
 from bertkit.nn.model import Model
 from bertkit.text.collate import IGNORE_INDEX
 from bertkit.tasks.rtd import rtd_loss
@@ -51,7 +52,7 @@ def test_loss_is_electras_objective_written_out():
     corrupted = original.clone()
     corrupted[select] = sampled
     states = model.backbone(corrupted).last_hidden_state
-    disc_logits = model.heads["rtd"](states)  # (B, T)
+    disc_logits = model.heads["rtd"](HeadInput(states))  # (B, T)
     replaced = (corrupted != original).float()
     n_masked = int(select.sum())
     gen_mean = F.cross_entropy(gen_logits, targets)

@@ -4,7 +4,8 @@ import dataclasses
 
 import pytest
 
-from bertkit.config import Config, ModelConfig, TrainConfig, load_recipe
+from bertkit.config import Config, ModelConfig, TrainConfig
+from bertkit.recipes import load_recipe
 from bertkit.train.defaults import DEFAULT_LEARNING_RATE, finetune_learning_rate, with_learning_rate
 from bertkit.train.loop import plan_text
 

@@ -1,0 +1,59 @@
+"""The head registry and the one head signature: every head the config can name is registered, each is called as
+head(HeadInput), and the padding mask a head reads is the output stack's, whether given by keyword or position."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny
+
+from bertkit.config import HEADS as CONFIG_HEADS
+from bertkit.nn.heads import HeadInput
+from bertkit.nn.model import HEADS, TASK_HEADS, Model
+
+
+def test_the_registry_is_the_configs_list():
+    assert set(HEADS) == set(CONFIG_HEADS)
+    assert TASK_HEADS == ("classifier", "tagger")
+
+
+def test_every_encoder_head_reads_one_bundle():
+    model = Model(tiny(heads=("pooler", "mlm", "classifier", "tagger", "rtd"), num_labels=3)).eval()
+    ids = torch.randint(5, 101, (2, 7))
+    states = model.backbone(ids).last_hidden_state  # (2, 7, 32)
+    select = torch.zeros(2, 7, dtype=torch.bool)
+    select[0, 2] = select[1, 4] = True
+    x = HeadInput(states, torch.ones(2, 7), select=select, embedding=model.token_embedding.weight)
+    shapes = {name: tuple(model.heads[name](x).shape) for name in model.heads}
+    assert shapes == {"pooler": (2, 32), "mlm": (2, 101), "classifier": (2, 3), "tagger": (2, 7, 3), "rtd": (2, 7)}
+    # the MLM head on selected positions == on the rows selected beforehand
+    torch.testing.assert_close(model.heads["mlm"](x), model.mlm_logits(states[select]))
+
+
+def test_forward_reads_the_mask_by_keyword_or_position():
+    model = Model(tiny(heads=("classifier",), num_labels=2)).eval()
+    ids, mask = torch.randint(5, 101, (2, 6)), torch.tensor([[1] * 6, [1, 1, 1, 0, 0, 0]])
+    by_name = model(ids, attention_mask=mask, pool="mean", head="classifier")
+    by_position = model(ids, mask, pool="mean", head="classifier")
+    torch.testing.assert_close(by_position.pooled, by_name.pooled)
+    torch.testing.assert_close(by_position.logits, by_name.logits)
+    assert not torch.allclose(model(ids, pool="mean").pooled[1], by_name.pooled[1])  # the mask mattered
+
+
+def test_an_encoder_decoder_pools_with_its_decoder_mask():
+    """Heads read the decoder's states, so its mask; the third positional argument is the encoder's mask, not it
+    (the old rule took args[1], which for an encoder-decoder is decoder_input_ids)."""
+    model = Model(tiny(architecture="encoder-decoder", heads=("lm",))).eval()
+    src, tgt = torch.randint(5, 101, (2, 5)), torch.randint(5, 101, (2, 4))
+    decoder_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    by_name = model(src, tgt, decoder_attention_mask=decoder_mask, pool="mean").pooled
+    by_position = model(src, tgt, None, decoder_mask, pool="mean").pooled
+    torch.testing.assert_close(by_position, by_name)
+    unmasked = model(src, tgt, torch.ones(2, 5), pool="mean").pooled  # an encoder mask only: no decoder padding
+    assert not torch.allclose(unmasked[1], by_name[1])
+
+
+def test_a_head_without_logits_is_refused_by_name():
+    model = Model(tiny(heads=("mlm",)))
+    with pytest.raises(ValueError, match="no 'mlm' head with logits"):
+        model(torch.randint(5, 101, (1, 4)), head="mlm")
