@@ -7,6 +7,7 @@ are the numbers its predictions give.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -19,8 +20,10 @@ from bertkit.metrics import classification_metrics, entity_metrics
 from bertkit.nn.model import TASK_HEADS, Model
 from bertkit.run.directory import LABELS_FILE, load_run, load_run_tokenizer, read_labels
 from bertkit.text.features import Encoded, TaskEncoder, join_words
-from bertkit.text.tasks import LabelledText, TaggedSentence
 from bertkit.text.tokenizer import special_ids
+
+if TYPE_CHECKING:  # types only: text.tasks reads files through datasets, which inference does not need
+    from bertkit.text.tasks import LabelledText, TaggedSentence
 
 
 def inference_workers(device: torch.device) -> int:

@@ -4,7 +4,12 @@
 - module-level imports form no cycle;
 - outside the CLI no function imports a bertkit module (a lazy import is how a cycle gets dodged; the CLI imports
   its jobs lazily so that `bertkit --help` starts fast);
-- a job calls another job only from `demo` and `ablate` (shared library code lives below the jobs).
+- a job calls another job only from `demo` and `ablate` (shared library code lives below the jobs);
+- `tasks/` and `train/` share a floor and import nothing from each other (the loop reads objectives through its
+  Protocols).
+
+Importing `bertkit.a.b` runs `bertkit/a/__init__.py` first, so an import also counts as one of every package above
+its target (other than the importer's own packages).
 
 The checker is tested on small made-up packages first, so a green run means the rules were applied.
 """
@@ -18,11 +23,12 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "bertkit"
 
-# Lowest floor first. A module's floor is the one of its longest matching prefix.
+# Lowest floor first. A module's floor is the one of its longest matching prefix; "=name" matches only that module
+# (a package's __init__: the run package's is on the base floor, so the durable-file primitives below it stay light).
 FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("base: errors, paths, config, recipes, durable files", (
-        "bertkit", "bertkit.errors", "bertkit.paths", "bertkit.config", "bertkit.recipes", "bertkit.run.files", "bertkit.run.faults",
-        "bertkit.run.lock")),
+        "=bertkit", "bertkit.errors", "bertkit.paths", "bertkit.config", "bertkit.recipes", "=bertkit.run",
+        "bertkit.run.files", "bertkit.run.faults", "bertkit.run.lock")),
     ("modules, text, measures", ("bertkit.nn", "bertkit.text", "bertkit.hardware", "bertkit.metrics")),
     ("run directories", ("bertkit.run",)),
     ("library", ("bertkit.inference", "bertkit.embedding", "bertkit.generation", "bertkit.translation",
@@ -33,6 +39,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
 ]
 LAZY_IMPORTS_ALLOWED = ("bertkit.cli",)
 JOBS_THAT_CALL_JOBS = ("bertkit.jobs.demo", "bertkit.jobs.ablate")
+APART = (("bertkit.tasks", "bertkit.train"),)  # same floor, no imports either way
 
 
 def module_sources(root: Path) -> dict[str, tuple[str, bool]]:
@@ -55,18 +62,18 @@ def imports(name: str, source: str, package: bool, known: set[str]) -> list[tupl
         def __init__(self):
             self.depth, self.found = 0, []
 
-        def visit_FunctionDef(self, node):  # noqa: N802 (ast's naming)
+        def visit_FunctionDef(self, node):
             self.depth += 1
             self.generic_visit(node)
             self.depth -= 1
 
-        visit_AsyncFunctionDef = visit_FunctionDef  # noqa: N815
+        visit_AsyncFunctionDef = visit_FunctionDef
 
-        def visit_Import(self, node):  # noqa: N802
+        def visit_Import(self, node):
             for alias in node.names:
                 self.found.append((alias.name, self.depth > 0, node.lineno))
 
-        def visit_ImportFrom(self, node):  # noqa: N802
+        def visit_ImportFrom(self, node):
             if node.level:  # relative: from the module's package
                 base = name.split(".") if package else name.split(".")[:-1]
                 base = base[:len(base) - (node.level - 1)]
@@ -79,8 +86,17 @@ def imports(name: str, source: str, package: bool, known: set[str]) -> list[tupl
 
     visitor = Visitor()
     visitor.visit(ast.parse(source))
-    return [(target, inner, line) for target, inner, line in visitor.found
-            if target == "bertkit" or target.startswith("bertkit.")]
+    found = []
+    for target, inner, line in visitor.found:
+        if not target.startswith("bertkit."):
+            continue
+        found.append((target, inner, line))
+        parts = target.split(".")
+        for end in range(2, len(parts)):  # the packages above the target run first
+            package = ".".join(parts[:end])
+            if package in known and not (name == package or name.startswith(package + ".")):
+                found.append((package, inner, line))
+    return found
 
 
 def floor_of(module: str) -> int | None:
@@ -88,9 +104,11 @@ def floor_of(module: str) -> int | None:
     best, best_len = None, -1
     for index, (_, prefixes) in enumerate(FLOORS):
         for prefix in prefixes:
-            inside = module.startswith(prefix + ".") and prefix != "bertkit"  # the root names only itself
-            if (module == prefix or inside) and len(prefix) > best_len:
-                best, best_len = index, len(prefix)
+            exact = prefix.startswith("=")
+            prefix = prefix.lstrip("=")
+            inside = module.startswith(prefix + ".") and not exact
+            if (module == prefix or inside) and len(prefix) + exact > best_len:
+                best, best_len = index, len(prefix) + exact
     return best
 
 
@@ -110,9 +128,14 @@ def violations(sources: dict[str, tuple[str, bool]]) -> list[str]:
                 problems.append(f"{name}:{line}: imports {target} from a higher floor ({FLOORS[target_floor][0]})")
             if inner and not name.startswith(LAZY_IMPORTS_ALLOWED):
                 problems.append(f"{name}:{line}: imports {target} inside a function")
-            if (name.startswith("bertkit.jobs.") and target.startswith("bertkit.jobs.")
+            if (name.startswith("bertkit.jobs.") and (target == "bertkit.jobs" or target.startswith("bertkit.jobs."))
                     and name not in JOBS_THAT_CALL_JOBS and target != name):
                 problems.append(f"{name}:{line}: a job imports another job ({target}); move shared code down")
+            for a, b in APART:
+                for source_pkg, target_pkg in ((a, b), (b, a)):
+                    into = target == target_pkg or target.startswith(target_pkg + ".")
+                    if name.startswith(source_pkg + ".") and into:
+                        problems.append(f"{name}:{line}: imports {target}; {a} and {b} stay apart")
             if not inner and target in known and target != name:
                 graph[name].add(target)
     problems += [f"import cycle: {' -> '.join(cycle)}" for cycle in cycles(graph)]
@@ -195,6 +218,28 @@ def test_the_checker_finds_a_job_calling_a_job_and_a_module_on_no_floor():
                              bertkit__elsewhere=""))
     assert found == ["bertkit.jobs.probe:1: a job imports another job (bertkit.jobs.finetune); move shared code down",
                      "bertkit.elsewhere: on no floor (add it to FLOORS in tests/test_layers.py and to the docs)"]
+
+
+def test_the_checker_counts_the_packages_above_a_target():
+    """`from bertkit.interop.hf import …` runs `bertkit/interop/__init__.py` first: a higher floor imported there is
+    found on the package's own line, and every import through the package counts the package too."""
+    sources = {"bertkit.interop": ("import bertkit.jobs.embed\n", True), "bertkit.interop.hf": ("", False),
+               "bertkit.jobs": ("", True), "bertkit.jobs.embed": ("", False),
+               "bertkit.inference": ("from bertkit.interop.hf import copy_tokenizer\n", False),
+               "bertkit.run": ("", True), "bertkit.run.files": ("", False),
+               "bertkit.text.cache": ("from bertkit.run.files import atomic_dir\n", False), "bertkit.text": ("", True)}
+    found = violations(sources)
+    assert found == ["bertkit.interop:1: imports bertkit.jobs.embed from a higher floor (jobs)",
+                     "bertkit.interop:1: imports bertkit.jobs from a higher floor (jobs)"]
+    # text may use run.files: the run package's __init__ (docstring only) sits on the base floor
+    assert imports("bertkit.inference", *sources["bertkit.inference"], set(sources))[-1] == (
+        "bertkit.interop", False, 1)
+
+
+def test_the_checker_keeps_tasks_and_train_apart():
+    found = violations(_fake(bertkit__train__loop="from bertkit.tasks.mlm import MLMObjective\n",
+                             bertkit__tasks__mlm=""))
+    assert found == ["bertkit.train.loop:1: imports bertkit.tasks.mlm; bertkit.tasks and bertkit.train stay apart"]
 
 
 def test_relative_imports_resolve_from_the_package():

@@ -26,10 +26,10 @@ from bertkit.run.directory import (BASELINE_FILE, CONFIG_FILE, RESULTS_FILE, RES
 from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked
 from bertkit.tasks.registry import PRETRAINING
+from bertkit.text.bpe import train_on_corpus
 from bertkit.text.corpus import corpus_fingerprint, find_files, load_corpus
 from bertkit.text.packing import pack_corpus
-from bertkit.text.tokenizer import (check_vocab_matches, load_tokenizer, save_tokenizer, special_ids, train_on_corpus,
-                                    vocab_span)
+from bertkit.text.tokenizer import check_vocab_matches, load_tokenizer, save_tokenizer, special_ids, vocab_span
 from bertkit.train.defaults import DEFAULT_LEARNING_RATE, with_learning_rate
 from bertkit.train.loop import already_finished, make_accelerator, train
 

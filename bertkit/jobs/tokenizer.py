@@ -9,7 +9,8 @@ from rich.console import Console
 from bertkit.config import TokenizerConfig
 from bertkit.errors import BertkitError
 from bertkit.run.files import atomic_dir
-from bertkit.text.tokenizer import save_tokenizer, train_on_corpus
+from bertkit.text.bpe import train_on_corpus
+from bertkit.text.tokenizer import save_tokenizer
 
 
 def run(corpus: list[str], vocab_size: int, out: Path, cfg: TokenizerConfig, text_field: str = "text",

@@ -72,7 +72,7 @@ class ClassifyTask(FinetuneTask):
 
     def settings(self, config: Config, base: Config, model_dir: Path | None, out: Path, resume: bool) -> Config:
         if config.task.text_pair_column and base.model.type_vocab_size < 2:
-            raise BertkitError(f"task.text_pair_column: {model_dir or out} has no segment embeddings for a second "
+            raise BertkitError(f"task.text_pair_column: {model_dir} has no segment embeddings for a second "
                                f"text (model.type_vocab_size = {base.model.type_vocab_size})")
         return super().settings(config, base, model_dir, out, resume)
 

@@ -27,7 +27,8 @@ from bertkit.tasks.labelled import sorted_labels
 from bertkit.tasks.sentence_losses import LOSSES
 from bertkit.text.collate import EpochSampler, pad_sequences
 from bertkit.text.features import Encoded, TaskEncoder
-from bertkit.text.tasks import SENTENCE_TARGET, SentencePair, read_pairs
+from bertkit.text.tasks import SentencePair, read_pairs
+
 
 class SentenceObjective:
     """Pairs of tokenised sentences (+ optional hard negatives) and their targets → SBERT losses and metrics.
@@ -138,8 +139,9 @@ class SentenceTask(FinetuneTask):
         if task.text_pair_column is None:
             raise BertkitError("task.text_pair_column: sentence training reads pairs; name the second sentence's "
                                "column (--text-pair-column)")
-        return read_pairs(resolve_data_path(path), task.text_column, task.text_pair_column, SENTENCE_TARGET[task.loss],
-                          task.label_column, task.negative_column if task.loss == "mnrl" else None, task.max_score)
+        loss = LOSSES[task.loss]
+        return read_pairs(resolve_data_path(path), task.text_column, task.text_pair_column, loss.target_column,
+                          task.label_column, task.negative_column if loss.negatives else None, task.max_score)
 
     def max_length(self, config: Config, base: Config) -> int:
         return config.sentence.max_length or base.model.max_len
@@ -157,8 +159,9 @@ class SentenceTask(FinetuneTask):
                   pad_id: int, world: int):
         """Each side of the pairs tokenised once (a hard-negative side when every row has one)."""
         task = config.task
-        negatives = task.loss == "mnrl" and all(e.negative for e in train)
-        if task.loss == "mnrl" and task.negative_column and not negatives:
+        criterion = LOSSES[task.loss](task.scale, labels)
+        negatives = criterion.negatives and all(e.negative for e in train)
+        if criterion.negatives and task.negative_column and not negatives:
             missing = sum(not e.negative for e in train)
             raise BertkitError(f"task.negative_column: {missing:,} training rows have no hard negative in "
                                f"'{task.negative_column}' (give one per row, or leave the column out)")
@@ -169,18 +172,11 @@ class SentenceTask(FinetuneTask):
                 texts.append([e.negative or "" for e in examples])
             return [encoder.texts(t) for t in texts]
 
-        def targets(examples: list, gold: bool):
-            if task.loss == "cosine":
-                return [e.score / task.max_score for e in examples]
-            if task.loss == "softmax":
-                index = {name: i for i, name in enumerate(labels)}
-                return [e.label for e in examples] if gold else [index[e.label] for e in examples]
-            return None
-
         train_sides = sides(train, negatives)
         validation_negatives = negatives and all(e.negative for e in validation)
-        objective = SentenceObjective(task.loss, train_sides, targets(train, False),
-                                      sides(validation, validation_negatives), targets(validation, True),
+        objective = SentenceObjective(task.loss, train_sides, criterion.targets(train, task.max_score, False),
+                                      sides(validation, validation_negatives),
+                                      criterion.targets(validation, task.max_score, True),
                                       config.sentence.pooling, task.scale, pad_id, config.train, world, labels)
         return objective, [e for side in train_sides for e in side]
 

@@ -7,8 +7,7 @@ extra FLOPs, and its validation metrics on embedded validation sides.
            positive (and hard negative) c_j of the micro-batch, the i-th positive being the right answer;
 - softmax  (SBERT's NLI objective): cross-entropy of a linear classifier over (u, v, |u - v|).
 
-Adding a loss: a class here with the same members, one entry in `LOSSES`, its name in `config.SentenceLoss` and in
-`text.tasks.SENTENCE_TARGET` (which column its target comes from).
+Adding a loss: a class here with the same members, one entry in `LOSSES`, and its name in `config.SentenceLoss`.
 """
 
 from __future__ import annotations
@@ -32,10 +31,16 @@ class SentenceLoss:
     default_metric = ""
     head: str | None = None  # a task head the loss trains (nn/model.py HEADS), or None
     target_dtype: torch.dtype | None = None  # per-pair targets in the batch, or None (none needed)
+    target_column: str | None = None  # what `text.tasks.read_pairs` reads per pair: "score", "label" or nothing
+    negatives = False  # reads a hard-negative column (task.negative_column)
     normalize = True  # validation embeddings normalised (cosine geometry)
 
     def __init__(self, scale: float = 20.0, label_names: list[str] | None = None):
         self.scale, self.label_names = scale, label_names or []
+
+    def targets(self, examples: list, max_score: float, gold: bool) -> list | None:
+        """Per-pair training targets (`gold`: the validation form the metrics compare against), or None."""
+        return None
 
     def flops(self, d_model: int, num_labels: int, rows: int, sides: int) -> int:
         """Forward FLOPs of the loss's own products on a micro-batch of `rows` pairs with `sides` sides."""
@@ -58,6 +63,10 @@ class CosineLoss(SentenceLoss):
     metric_names = ("val_loss", "spearman", "pearson")
     default_metric = "spearman"
     target_dtype = torch.float32
+    target_column = "score"
+
+    def targets(self, examples, max_score, gold):
+        return [e.score / max_score for e in examples]  # 0..1, as cosines of similar sentences are
 
     def loss(self, out, target, rows):
         emb = F.normalize(out.pooled.float(), dim=-1)  # (k * B, D)
@@ -74,6 +83,7 @@ class MNRLoss(SentenceLoss):
     name = "mnrl"
     metric_names = ("val_loss", "accuracy", "mrr")
     default_metric = "accuracy"
+    negatives = True
 
     def flops(self, d_model, num_labels, rows, sides):
         return 2 * rows * (sides - 1) * rows * d_model  # the (B, (k - 1) * B) similarity matrix
@@ -96,7 +106,14 @@ class SoftmaxLoss(SentenceLoss):
     default_metric = "accuracy"
     head = "pair_classifier"
     target_dtype = torch.long
+    target_column = "label"
     normalize = False
+
+    def targets(self, examples, max_score, gold):
+        if gold:  # label names: unseen ones count as errors
+            return [e.label for e in examples]
+        index = {name: i for i, name in enumerate(self.label_names)}
+        return [index[e.label] for e in examples]
 
     def flops(self, d_model, num_labels, rows, sides):
         return 2 * rows * 3 * d_model * num_labels
@@ -108,7 +125,7 @@ class SoftmaxLoss(SentenceLoss):
     def evaluate(self, model, embedded, gold):
         with torch.inference_mode():
             pooled = torch.from_numpy(np.concatenate([embedded[0], embedded[1]])).to(model.device)
-            logits = model.heads["pair_classifier"](HeadInput(pooled=pooled)).float().cpu().numpy()  # (N, C)
+            logits = model.heads[self.head](HeadInput(pooled=pooled)).float().cpu().numpy()  # (N, C)
         log_p = log_softmax(logits)
         index = {name: i for i, name in enumerate(self.label_names)}
         known = [i for i, g in enumerate(gold) if g in index]

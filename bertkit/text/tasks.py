@@ -309,8 +309,6 @@ def read_parallel(source: str | Path, target: str | Path) -> tuple[list[tuple[st
     return kept, len(pairs) - len(kept)
 
 
-SENTENCE_TARGET = {"cosine": "score", "softmax": "label", "mnrl": None}
-
 
 def hold_out(examples: list, fraction: float, seed: int) -> tuple[list, list]:
     """Hold out a seeded `fraction` of the training examples for validation (at least one, and one left)."""

@@ -32,7 +32,7 @@ from bertkit.run.checkpoints import (best_weights, clean_stale, drop_newer_best,
                                      read_state, rng_state, save_best, save_checkpoint, set_rng_state)
 from bertkit.run.directory import (RESULTS_FILE, WEIGHTS_FILE, copy_weights, load_weights, read_json, record_train,
                                    write_weights)
-from bertkit.run.metrics import METRICS_FILE, MetricsLog, read_metrics, truncate_metrics  # noqa: F401 (re-export)
+from bertkit.run.metrics import MetricsLog, truncate_metrics
 from bertkit.train.defaults import DEFAULT_LEARNING_RATE, use_compile
 
 _CALIBRATION_STEPS = 10  # steps timed before a --max-time budget fixes the number of steps
