@@ -112,9 +112,7 @@ class Model(nn.Module):
         if "rtd" not in self.heads or "generator" not in self.heads:
             raise ValueError("this model has no replaced-token-detection heads")
         select = labels >= 0  # (B, T)
-        embedded = self.backbone.embeddings(input_ids)  # (B, T, D): the shared embeddings of the masked input
-        gen_logits = self.heads["generator"](HeadInput(embedded, attention_mask, select=select,
-                                                       embedding=self.token_embedding.weight))
+        gen_logits = self.generator_logits(input_ids, select, attention_mask)  # (N, V)
         sampled = sample_tokens(gen_logits, seed)  # (N,)
         original = torch.where(select, labels, input_ids)  # (B, T)
         corrupted = original.clone()

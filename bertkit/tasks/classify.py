@@ -11,12 +11,12 @@ import torch.nn.functional as F
 
 from bertkit.config import Config, ModelConfig, TaskConfig, TrainConfig
 from bertkit.errors import BertkitError
-from bertkit.inference import TaskModel, batched_logits, log_softmax
+from bertkit.inference import batched_logits, log_softmax
 from bertkit.metrics import classification_metrics
 from bertkit.nn.model import Model
 from bertkit.paths import resolve_data_path
-from bertkit.tasks.base import FinetuneTask, encode_texts
-from bertkit.tasks.labelled import LabelledObjective, sorted_labels
+from bertkit.tasks.base import encode_texts
+from bertkit.tasks.labelled import LabelledObjective, LabelledTask, sorted_labels
 from bertkit.text.features import Encoded, TaskEncoder
 from bertkit.text.tasks import LabelledText, read_labelled
 
@@ -65,7 +65,7 @@ class ClassifyObjective(LabelledObjective):
                 "mcc": metrics["mcc"]}
 
 
-class ClassifyTask(FinetuneTask):
+class ClassifyTask(LabelledTask):
     """`task.kind = "classify"`."""
 
     kind = "classify"
@@ -92,11 +92,6 @@ class ClassifyTask(FinetuneTask):
         index = {name: i for i, name in enumerate(labels)}
         return ClassifyObjective(encoded, [index[e.label] for e in train], encode_texts(encoder, validation, pairs),
                                  [e.label for e in validation], labels, pad_id, config.train, world), encoded
-
-    def final_validation(self, out: Path, model: Model, objective, validation: list, device: torch.device,
-                         precision: str) -> dict:
-        # through the run directory, as `bertkit evaluate` reads it
-        return TaskModel(out, device=device, precision=precision).evaluate(validation)
 
 
 TASK = ClassifyTask()

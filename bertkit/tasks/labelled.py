@@ -8,11 +8,25 @@ import re
 
 import torch
 
+from pathlib import Path
+
 from bertkit.config import ModelConfig, TrainConfig
 from bertkit.errors import BertkitError
+from bertkit.inference import TaskModel
 from bertkit.nn.flops import stack_flops, training
+from bertkit.nn.model import Model
+from bertkit.tasks.base import FinetuneTask
 from bertkit.text.collate import EpochSampler, pad_sequences
 from bertkit.text.features import Encoded
+
+
+class LabelledTask(FinetuneTask):
+    """What classify and ner share as tasks: the final metrics come through the run directory, as `bertkit
+    evaluate` reads it (`inference.TaskModel`)."""
+
+    def final_validation(self, out: Path, model: Model, objective, validation: list, device: torch.device,
+                         precision: str) -> dict:
+        return TaskModel(out, device=device, precision=precision).evaluate(validation)
 
 
 def sorted_labels(names: set[str]) -> list[str]:

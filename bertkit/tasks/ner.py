@@ -10,12 +10,11 @@ import torch.nn.functional as F
 
 from bertkit.config import Config, ModelConfig, TaskConfig, TrainConfig
 from bertkit.errors import BertkitError
-from bertkit.inference import TaskModel, batched_logits, decode_tags, iob2_constraints, log_softmax
+from bertkit.inference import batched_logits, decode_tags, iob2_constraints, log_softmax
 from bertkit.metrics import entity_metrics
 from bertkit.nn.model import Model
 from bertkit.paths import resolve_data_path
-from bertkit.tasks.base import FinetuneTask
-from bertkit.tasks.labelled import LabelledObjective
+from bertkit.tasks.labelled import LabelledObjective, LabelledTask
 from bertkit.text.collate import IGNORE_INDEX, pad_sequences
 from bertkit.text.features import Encoded, TaskEncoder, join_words, token_labels
 from bertkit.text.tasks import TaggedSentence, read_conll
@@ -77,7 +76,7 @@ class TagObjective(LabelledObjective):
                 "f1": metrics["f1"]}
 
 
-class NerTask(FinetuneTask):
+class NerTask(LabelledTask):
     """`task.kind = "ner"`."""
 
     kind = "ner"
@@ -109,10 +108,6 @@ class NerTask(FinetuneTask):
         index = {name: i for i, name in enumerate(labels)}
         return TagObjective(encoded, [[index[t] for t in e.tags] for e in train], encode(validation),
                             [list(e.tags) for e in validation], labels, pad_id, config.train, world), encoded
-
-    def final_validation(self, out: Path, model: Model, objective, validation: list, device: torch.device,
-                         precision: str) -> dict:
-        return TaskModel(out, device=device, precision=precision).evaluate(validation)
 
 
 TASK = NerTask()
