@@ -69,7 +69,8 @@ def main() -> None:
     def run_bertkit(index: int) -> float:
         out = work / f"out-{index}.npy"
         start = time.perf_counter()
-        embed.run(work / "minilm", [str(corpus)], out, batch_size=args.batch_size, progress=False, console=quiet)
+        embed.run(embed.EmbedJob(work / "minilm", (str(corpus),), out, batch_size=args.batch_size, progress=False),
+                  console=quiet)
         return time.perf_counter() - start
 
     def run_st() -> tuple[float, np.ndarray]:

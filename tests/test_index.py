@@ -55,7 +55,7 @@ def test_build_search_append_and_refuse_other_models(tmp_path, base, sample_toke
     idx = tmp_path / "idx"
     result = cli_ok("index", "build", "--model", base, corpus, "-o", idx, "--no-progress")
     assert "skipped 1 empty lines" in result.output
-    hits = job.search(idx, [SENTENCES[3], SENTENCES[7]], k=3)
+    hits = job.search(job.SearchJob(idx, (SENTENCES[3], SENTENCES[7]), k=3)).hits
     assert [h[0].text for h in hits] == [SENTENCES[3], SENTENCES[7]]  # a document is its own nearest neighbour
     assert hits[0][0].id == f"{corpus}:4" and hits[0][0].score == pytest.approx(1.0, abs=1e-5)
     out = cli_ok("search", idx, SENTENCES[5], "-k", "2", "--json").output
@@ -64,7 +64,7 @@ def test_build_search_append_and_refuse_other_models(tmp_path, base, sample_toke
     more = _corpus(tmp_path, "b.txt", SENTENCES[12:])
     cli_ok("index", "add", idx, more, "--no-progress")
     assert VectorIndex(idx).count == len(SENTENCES)
-    assert job.search(idx, [SENTENCES[20]], k=1)[0][0].id == f"{more}:9"
+    assert job.search(job.SearchJob(idx, (SENTENCES[20],), k=1)).hits[0][0].id == f"{more}:9"
     assert "already in the index" in cli_error("index", "add", idx, more)
 
     # another model (same architecture, other weights) may not add to or query this index
@@ -90,8 +90,8 @@ def test_auto_backend_switches_to_faiss_and_appends_keep_it(tmp_path, base, monk
     index = VectorIndex(idx)
     assert index.backend == "faiss" and index.faiss_index().ntotal == len(SENTENCES)
     nlist = index.meta["faiss"]["nlist"]
-    exact = job.search(idx, SENTENCES[:4], k=5, exact=True)
-    probed = job.search(idx, SENTENCES[:4], k=5, nprobe=nlist)
+    exact = job.search(job.SearchJob(idx, tuple(SENTENCES[:4]), k=5, exact=True)).hits
+    probed = job.search(job.SearchJob(idx, tuple(SENTENCES[:4]), k=5, nprobe=nlist)).hits
     assert [[h.row for h in q] for q in probed] == [[h.row for h in q] for q in exact]
     first = index.meta["faiss"]["file"]
     cli_ok("index", "add", idx, _corpus(tmp_path, "c.txt", ["one more sentence"]), "--no-progress")
@@ -110,7 +110,7 @@ def test_a_failed_append_leaves_the_index_whole(tmp_path, base, monkeypatch):
     monkeypatch.setattr(index_module, "write_meta", fail)
     monkeypatch.setattr(job, "write_meta", fail)
     with pytest.raises(OSError):
-        job.add(idx, [str(_corpus(tmp_path, "b.txt", SENTENCES[6:]))], progress=False)
+        job.add(job.IndexAddJob(idx, (str(_corpus(tmp_path, "b.txt", SENTENCES[6:])),), progress=False))
     assert {p.name: p.read_bytes() for p in idx.iterdir() if p.name != ".lock"} == before
     assert VectorIndex(idx).count == 6
 
@@ -143,7 +143,7 @@ def test_queries_longer_than_the_model_and_empty_ones(tmp_path, base):
     cli_ok("index", "build", "--model", base, _corpus(tmp_path, "a.txt", SENTENCES), "-o", idx, "--no-progress")
     line = cli_error("search", idx, "word " * 100)
     assert "longer than the model's 64" in line and "--truncate" in line
-    assert len(job.search(idx, ["word " * 100], k=2, truncate=True)[0]) == 2
+    assert len(job.search(job.SearchJob(idx, ("word " * 100,), k=2, truncate=True)).hits[0]) == 2
     assert "an empty query" in cli_error("search", idx, "  ")
     assert "-k: must be >= 1" in cli_error("search", idx, "films", "-k", "0")
 

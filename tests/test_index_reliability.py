@@ -146,7 +146,7 @@ def test_every_index_write_is_fsynced_before_its_rename_and_the_directory_after(
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
-    job.add(idx, [str(_corpus(tmp_path, "b.txt", SENTENCES[12:]))], progress=False)
+    job.add(job.IndexAddJob(idx, (str(_corpus(tmp_path, "b.txt", SENTENCES[12:])),), progress=False))
     renames = [(i, e) for i, e in enumerate(events) if e[0] == "rename"]
     assert sorted(os.path.basename(e[2]) for _, e in renames) == [
         "index.json", "ivf-00001.faiss", "shard-00001.f32", "shard-00001.jsonl", "shard-00001.offsets"]
@@ -176,7 +176,7 @@ def test_an_interrupted_append_is_cleaned_by_the_next_one(tmp_path, base):
     names = {p.name for p in idx.iterdir()}
     assert names == {".lock", "index.json", "NOTES.txt"} | {f"shard-0000{n}.{s}" for n in (0, 1)
                                                            for s in ("f32", "jsonl", "offsets")}
-    assert job.search(idx, [SENTENCES[20]], k=1)[0][0].text == SENTENCES[20]
+    assert job.search(job.SearchJob(idx, (SENTENCES[20],), k=1)).hits[0][0].text == SENTENCES[20]
 
 
 
@@ -202,4 +202,4 @@ def test_a_full_disk_during_index_add_is_one_line_and_keeps_the_index(tmp_path, 
     assert {k: v for k, v in _tree(idx).items() if k.name != ".lock"} == before
     assert not [p for p in idx.iterdir() if ".tmp" in p.name]
     assert VectorIndex(idx).count == len(lines)
-    assert job.search(idx, [lines[7]], k=1)[0][0].text == lines[7]
+    assert job.search(job.SearchJob(idx, (lines[7],), k=1)).hits[0][0].text == lines[7]

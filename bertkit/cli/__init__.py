@@ -26,7 +26,7 @@ def info(target: Annotated[str, typer.Argument(help="A recipe name (tiny, mini, 
     for a run directory also its measured tokens/s, TFLOP/s and MFU."""
     from bertkit.jobs import info as job
 
-    job.run(target, set_ or [])
+    job.run(job.InfoJob(target, tuple(set_ or ())))
 
 
 @app.command()
@@ -56,7 +56,7 @@ def demo(out: Annotated[Path, typer.Option("--out", "-o", help="Where the demo's
     sentences → two searches."""
     from bertkit.jobs import demo as job
 
-    job.run(out, max_time=max_time)
+    job.run(job.DemoJob(out, max_time=max_time))
 
 
 @app.command("import-hf")

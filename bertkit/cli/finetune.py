@@ -38,9 +38,9 @@ def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: boo
     from bertkit.recipes import load_recipe, with_values
 
     if kind == "seq2seq":
-        from bertkit.jobs import seq2seq as job
+        from bertkit.jobs.seq2seq import Seq2SeqJob as Job, run
     else:
-        from bertkit.jobs import finetune as job
+        from bertkit.jobs.finetune import FinetuneJob as Job, run
 
     values = {"task.kind": kind, "task.train_file": train, "task.validation_file": validation, "task.init": init,
               "task.max_train_examples": max_train_examples, "train.epochs": epochs, "train.max_steps": max_steps,
@@ -54,7 +54,7 @@ def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: boo
 
         config = keep_run_limits(config, out, {"max_steps": max_steps, "max_time": max_time, "epochs": epochs},
                                  set_ or [])
-    job.run(config, model, out, resume=resume, progress=progress)
+    run(Job(config, model, out, resume=resume, progress=progress))
 
 
 def _clear_epochs(config):
@@ -195,8 +195,8 @@ def predict(model: Annotated[Path, typer.Option("--model", "-m", help="A finetun
     """Label texts (classify) or find entities with character offsets (NER); one JSON line per input, in order."""
     from bertkit.jobs import predict as job
 
-    job.run(model, source, out, text_column=text_column, batch_size=batch_size, overwrite=overwrite,
-            precision=precision)
+    job.run(job.PredictJob(model, source, out, text_column=text_column, batch_size=batch_size, overwrite=overwrite,
+                           precision=precision))
 
 
 @app.command()
@@ -214,5 +214,6 @@ def evaluate(model: Annotated[Path, typer.Option("--model", "-m", help="A finetu
     from bertkit.jobs import evaluate as job
     from bertkit.paths import resolve_data_path
 
-    job.run(model, resolve_data_path(data), {"text_column": text_column, "label_column": label_column,
-                                             "tag_column": tag_column}, out, overwrite, precision=precision)
+    columns = {"text_column": text_column, "label_column": label_column, "tag_column": tag_column}
+    job.run(job.EvaluateJob(model, resolve_data_path(data), {k: v for k, v in columns.items() if v is not None},
+                            out, overwrite, precision=precision))

@@ -63,10 +63,10 @@ def generate(run: Annotated[Path, typer.Argument(help="A decoder run (bertkit pr
         sampling = Sampling(greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p)
     except ValueError as exc:
         raise BertkitError(str(exc)) from None
-    results = job.run(run, _texts(prompts, input_file, "prompt"), max_new_tokens, sampling, seed, cache,
-                      batch_size, precision=precision)
-    for r in results:
-        typer.echo(to_json(r, indent=None) if json_out else r["prompt"] + r["continuation"])
+    result = job.run(job.GenerateJob(run, tuple(_texts(prompts, input_file, "prompt")), max_new_tokens, sampling,
+                                     seed, cache, batch_size, precision=precision))
+    for c in result.continuations:
+        typer.echo(to_json(c, indent=None) if json_out else c.prompt + c.continuation)
 
 
 @app.command()
@@ -88,14 +88,14 @@ def perplexity(run: Annotated[Path, typer.Argument(help="A decoder run.")],
     from bertkit.jobs import generate as job
     from bertkit.paths import resolve_data_path
 
-    result = job.perplexity(run, resolve_data_path(file), window, stride, batch_size)
+    result = job.perplexity(job.PerplexityJob(run, resolve_data_path(file), window, stride, batch_size))
     if json_out:
         typer.echo(to_json(result, indent=None))
         return
-    typer.echo(f"{result['file']}: {result['tokens']:,} tokens, {result['words']:,} words (window {result['window']}, "
-               f"stride {result['stride']})")
-    typer.echo(f"  token perplexity {result['token_ppl']:.2f}   word perplexity {result['word_ppl']:.2f}   "
-               f"bits per byte {result['bits_per_byte']:.3f}")
+    typer.echo(f"{result.file}: {result.tokens:,} tokens, {result.words:,} words (window {result.window}, "
+               f"stride {result.stride})")
+    typer.echo(f"  token perplexity {result.token_ppl:.2f}   word perplexity {result.word_ppl:.2f}   "
+               f"bits per byte {result.bits_per_byte:.3f}")
 
 
 BeamOption = Annotated[int, typer.Option(min=1, help="Beam size (1: greedy decoding).")]
@@ -124,10 +124,11 @@ def translate(run: Annotated[Path, typer.Argument(help="An encoder-decoder run (
     """
     from bertkit.jobs import translate as job
 
-    lines = job.translate(run, _texts(sentences, input_file, "sentence"), beam, length_penalty, max_new_tokens,
-                          batch_size, out, overwrite, precision=precision)
+    result = job.translate(job.TranslateJob(run, tuple(_texts(sentences, input_file, "sentence")), beam,
+                                            length_penalty, max_new_tokens, batch_size, out, overwrite,
+                                            precision=precision))
     if out is None:
-        for line in lines:
+        for line in result.lines:
             typer.echo(line)
 
 
@@ -151,14 +152,14 @@ def evaluate_seq2seq(run: Annotated[Path, typer.Argument(help="An encoder-decode
     """
     from bertkit.jobs import translate as job
 
-    result = job.evaluate(run, source, target, beam, length_penalty, max_new_tokens, batch_size, hypotheses,
-                          overwrite)
+    result = job.evaluate(job.EvaluateSeq2SeqJob(run, source, target, beam, length_penalty, max_new_tokens,
+                                                 batch_size, hypotheses, overwrite))
     if json_out:
         typer.echo(to_json(result, indent=None))
         return
-    typer.echo(f"{result['sentences']:,} sentences, beam {beam}: BLEU {result['bleu']:.2f}  chrF "
-               f"{result['chrf']:.2f}  ({result['seconds']:.1f} s)")
-    typer.echo(f"  {result['bleu_signature']}")
+    typer.echo(f"{result.sentences:,} sentences, beam {beam}: BLEU {result.bleu:.2f}  chrF "
+               f"{result.chrf:.2f}  ({result.seconds:.1f} s)")
+    typer.echo(f"  {result.bleu_signature}")
 
 
 @app.command()
@@ -183,5 +184,5 @@ def attention(run: RunArgument,
     """
     from bertkit.jobs import attention as job
 
-    written = job.run(run, text, out, layer, head, target, overwrite)
+    written = job.run(job.AttentionJob(run, text, out, layer, head, target, overwrite)).files
     typer.echo(f"wrote {len(written)} image(s) to {out}" + (f", e.g. {written[0].name}" if written else ""))

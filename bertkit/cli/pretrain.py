@@ -35,8 +35,9 @@ def tokenizer_train(corpus: Annotated[list[str], typer.Argument(help="Corpus fil
     from bertkit.config import TokenizerConfig
     from bertkit.jobs import tokenizer as job
 
-    cfg = TokenizerConfig(byte_level=byte_level, lowercase=lowercase, nfkc=nfkc, min_frequency=min_frequency)
-    job.run(corpus, vocab_size, out, cfg, text_field or "text", skip_bad_lines, overwrite)
+    settings = TokenizerConfig(byte_level=byte_level, lowercase=lowercase, nfkc=nfkc, min_frequency=min_frequency)
+    job.run(job.TokenizerJob(tuple(corpus), vocab_size, out, settings, text_field or "text", skip_bad_lines,
+                             overwrite))
 
 
 @app.command()
@@ -75,7 +76,7 @@ def pretrain(recipe: Annotated[str | None, typer.Option(
         from bertkit.run.directory import keep_run_limits
 
         config = keep_run_limits(config, out, {"max_steps": max_steps, "max_time": max_time}, set_ or [])
-    job.run(config, out, tokenizer_path=tokenizer, resume=resume, progress=progress)
+    job.run(job.PretrainJob(config, out, tokenizer=tokenizer, resume=resume, progress=progress))
 
 
 @app.command("fill-mask")
@@ -89,14 +90,14 @@ def fill_mask(model: Annotated[Path, typer.Argument(help="A run directory with a
     from bertkit.jobs import fill_mask as job
     from bertkit.run.files import to_json
 
-    results = job.run(model, text, top_k)
+    result = job.run(job.FillMaskJob(model, text, top_k))
     if json_out:
-        typer.echo(to_json(results, indent=None))
+        typer.echo(to_json(result.masks, indent=None))
         return
-    for index, options in enumerate(results, start=1):
+    for index, options in enumerate(result.masks, start=1):
         typer.echo(f"[MASK] #{index}:")
         for option in options:
-            typer.echo(f"  {option['score']:.3f}  {option['token']!r:16}  {option['sequence']}")
+            typer.echo(f"  {option.score:.3f}  {option.token!r:16}  {option.sequence}")
 
 
 @app.command()
@@ -107,4 +108,4 @@ def plot(run: Annotated[Path, typer.Argument(help="A run directory with metrics.
     """Plot a run's loss and accuracy curves (train, validation, unigram baseline) to a PNG."""
     from bertkit.jobs import plot as job
 
-    typer.echo(f"wrote {job.run(run, out)}")
+    typer.echo(f"wrote {job.run(job.PlotJob(run, out)).path}")

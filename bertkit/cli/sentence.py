@@ -28,8 +28,8 @@ def evaluate_sts(model: Annotated[Path, typer.Option("--model", "-m", help="Any 
     """Spearman / Pearson correlation of cosine similarities with gold scores (STS benchmark style)."""
     from bertkit.jobs import sts as job
 
-    job.evaluate_sts(model, data, (sentence1_column, sentence2_column, score_column), max_score, batch_size, out,
-                     overwrite, precision=precision)
+    job.run(job.StsJob(model, data, sentence1_column, sentence2_column, score_column, max_score, batch_size, out,
+                       overwrite, precision=precision))
 
 
 @app.command()
@@ -65,8 +65,9 @@ def embed(model: Annotated[Path, typer.Option("--model", "-m", help="Any encoder
     --layers / --tokens, per-layer or per-token representations for your own analyses."""
     from bertkit.jobs import embed as job
 
-    job.run(model, inputs, out, text_field or "text", id_field, batch_size, chunk_size, keep_empty, overwrite,
-            progress, layers=layers, tokens=tokens, precision=precision, compile=compile)
+    job.run(job.EmbedJob(model, tuple(inputs), out, text_field or "text", id_field, batch_size, chunk_size, keep_empty,
+                         overwrite, layers=layers, tokens=tokens, precision=precision, compile=compile,
+                         progress=progress))
 
 
 @app.command()
@@ -77,7 +78,7 @@ def similarity(model: Annotated[Path, typer.Argument(help="Any encoder run direc
     """Cosine similarity of two sentences' embeddings."""
     from bertkit.jobs import search as job
 
-    typer.echo(f"{job.similarity(model, a, b):.4f}")
+    typer.echo(f"{job.similarity(job.SimilarityJob(model, a, b)).cosine:.4f}")
 
 
 index_app = typer.Typer(help="Build, extend and inspect sentence-embedding indexes for `bertkit search`.",
@@ -108,8 +109,8 @@ def index_build(model: Annotated[Path, typer.Option("--model", "-m", help="The e
     """Embed a corpus into a new index (written atomically)."""
     from bertkit.jobs import search as job
 
-    job.build(model, corpus, out, text_field or "text", id_field, backend, nlist, nprobe, batch_size,
-              overwrite=overwrite, progress=progress, precision=precision)
+    job.build(job.IndexBuildJob(model, tuple(corpus), out, text_field or "text", id_field, backend, nlist, nprobe,
+                                batch_size, overwrite=overwrite, precision=precision, progress=progress))
 
 
 @index_app.command("add")
@@ -124,7 +125,7 @@ def index_add(index: Annotated[Path, typer.Argument(help="An index directory.")]
     """Append texts to an index (ids must be new; the index is replaced in one rename)."""
     from bertkit.jobs import search as job
 
-    job.add(index, corpus, model, text_field or "text", id_field, progress=progress)
+    job.add(job.IndexAddJob(index, tuple(corpus), model, text_field or "text", id_field, progress=progress))
 
 
 @index_app.command("info")
@@ -134,7 +135,9 @@ def index_info(index: Annotated[Path, typer.Argument(help="An index directory.")
     from bertkit.jobs import search as job
     from bertkit.run.files import to_json
 
-    typer.echo(to_json(job.info(index)))
+    result = job.info(job.IndexInfoJob(index))
+    # the report names FAISS settings only for a FAISS index (no "faiss": null for an exact one), as it always has
+    typer.echo(to_json({name: value for name, value in vars(result).items() if name != "faiss" or value is not None}))
 
 
 @app.command()
@@ -156,8 +159,8 @@ def search(index: Annotated[Path, typer.Argument(help="An index directory from `
     from bertkit.jobs import search as job
     from bertkit.run.files import to_json
 
-    results = job.search(index, queries, k, model, exact, nprobe, truncate, precision)
-    for query, hits in zip(queries, results):
+    result = job.search(job.SearchJob(index, tuple(queries), k, model, exact, nprobe, truncate, precision))
+    for query, hits in zip(result.queries, result.hits):
         if json_out:
             typer.echo(to_json({"query": query, "hits": [h.__dict__ for h in hits]}, indent=None))
             continue

@@ -28,6 +28,8 @@ from bertkit.config import Config
 from bertkit.errors import BertkitError
 from bertkit.jobs import finetune as finetune_job
 from bertkit.jobs import pretrain as pretrain_job
+from bertkit.jobs.finetune import FinetuneJob
+from bertkit.jobs.pretrain import PretrainJob
 from bertkit.jobs.ablate_report import write_report
 from bertkit.nn.model import Model
 from bertkit.recipes import apply_overrides, load_recipe, resolve_recipe, with_values
@@ -39,9 +41,10 @@ TASKS = ("pretrain", "classify")
 RESULT_FILE = "result.json"
 
 
-@dataclasses.dataclass
-class AblationSpec:
-    """Everything `bertkit ablate` was asked for."""
+@dataclasses.dataclass(frozen=True)
+class AblationJob:
+    """Everything `bertkit ablate` is asked: the base recipe, the keys to vary and how, the budget per variant, the
+    ablation directory, seeds, and (`task = "classify"`) the finetune that scores each variant downstream."""
 
     recipe: str
     vary: list[str]
@@ -55,6 +58,16 @@ class AblationSpec:
     finetune_recipe: str = "finetune-sst2"
     finetune_sets: list[str] = dataclasses.field(default_factory=list)
     finetune_budget: str = "2m"
+    progress: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class AblationResult:
+    """One row per variant × seed (the columns of ablation.csv: `ablation.COLUMNS`; `status` ok, invalid or
+    failed) and the files written (ablation.csv, ablation.md, ablation.png)."""
+
+    rows: list[dict]
+    files: list[Path]
 
 
 def tokens_per_step(config: Config) -> int:
@@ -62,7 +75,7 @@ def tokens_per_step(config: Config) -> int:
     return config.train.batch_size * config.train.accumulation_steps * config.data.block_size
 
 
-def make_plan(spec: AblationSpec) -> tuple[Plan, Budget]:
+def make_plan(spec: AblationJob) -> tuple[Plan, Budget]:
     """The variants and the budget (errors in the flags are raised here, before anything runs)."""
     if spec.task not in TASKS:
         raise BertkitError(f"--task {spec.task!r}: not allowed (allowed: {'|'.join(TASKS)})")
@@ -85,7 +98,7 @@ def make_plan(spec: AblationSpec) -> tuple[Plan, Budget]:
     return plan, budget
 
 
-def _finetune_config(spec: AblationSpec) -> Config | None:
+def _finetune_config(spec: AblationJob) -> Config | None:
     if spec.task != "classify":
         return None
     budget = Budget.parse(spec.finetune_budget)
@@ -104,10 +117,10 @@ def _finetune_config(spec: AblationSpec) -> Config | None:
     return config
 
 
-def run(spec: AblationSpec, progress: bool = True, console: Console | None = None) -> list[dict]:
+def run(spec: AblationJob, console: Console | None = None) -> AblationResult:
     """Run every variant × seed not already finished; write the CSV, Markdown table and plot; return the rows."""
-
     console = console or Console(stderr=True)
+    progress = spec.progress
     plan, budget = make_plan(spec)
     finetune = _finetune_config(spec)
     seeds: list[int | None] = list(spec.seeds) or [None]  # None: each variant's own train.seed
@@ -143,7 +156,7 @@ def run(spec: AblationSpec, progress: bool = True, console: Console | None = Non
             write_report(out, rows, spec.task)  # after every variant: a long ablation shows its table as it grows
     paths = write_report(out, rows, spec.task)
     console.print(f"wrote {', '.join(str(p) for p in paths)}")
-    return rows
+    return AblationResult(rows, list(paths))
 
 
 def _row(variant: Variant, seed: int, status: str, message: str | None = None, **values) -> dict:
@@ -173,17 +186,17 @@ def _run_one(variant: Variant, seed: int, budget: Budget, finetune: Config | Non
     config = Config.from_dict(apply_overrides(variant.config.to_dict(), [
         *budget.overrides(tokens_per_step(variant.config)), f"train.seed={seed}"]))
     try:
-        result = pretrain_job.run(config, folder / "pretrain", progress=progress, console=console)
-        state, evaluation = result["state"], result["evaluation"]
-        row = _row(variant, seed, "ok", params=_backbone_params(folder / "pretrain"), steps=state["step"],
-                   tokens=state["step"] * tokens_per_step(config), train_seconds=round(state["step_seconds"], 2),
+        result = pretrain_job.run(PretrainJob(config, folder / "pretrain", progress=progress), console=console)
+        evaluation, seconds = result.evaluation, result.step_seconds or 0.0  # a fresh run: always timed
+        row = _row(variant, seed, "ok", params=_backbone_params(folder / "pretrain"), steps=result.step,
+                   tokens=result.step * tokens_per_step(config), train_seconds=round(seconds, 2),
                    val_loss=evaluation.get("val_loss"), val_accuracy=evaluation.get("val_accuracy"))
-        row["tokens_per_s"] = round(row["tokens"] / max(state["step_seconds"], 1e-9), 1)
+        row["tokens_per_s"] = round(row["tokens"] / max(seconds, 1e-9), 1)
         if finetune is not None:
-            tuned = finetune_job.run(dataclasses.replace(finetune, train=dataclasses.replace(finetune.train,
-                                                                                             seed=seed)),
-                                     folder / "pretrain", folder / "finetune", progress=progress, console=console)
-            row.update(downstream_metric=tuned["metric"], downstream=tuned["validation"][tuned["metric"]])
+            config = dataclasses.replace(finetune, train=dataclasses.replace(finetune.train, seed=seed))
+            tuned = finetune_job.run(FinetuneJob(config, folder / "pretrain", folder / "finetune", progress=progress),
+                                     console=console)
+            row.update(downstream_metric=tuned.metric, downstream=tuned.score)
     except BertkitError as exc:  # a combination the job refuses (e.g. block_size > max_len): reported, not fatal
         if not variant.changes:  # ... unless it is the base recipe itself: then nothing can be compared
             raise

@@ -8,6 +8,7 @@ heads — which source tokens each output token reads, the alignment picture of 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -90,14 +91,34 @@ def _heatmap(ax, weights: torch.Tensor, q_labels: list[str], k_labels: list[str]
     ax.set_yticks(range(len(q_labels)), q_labels, fontsize=small)
 
 
-def run(run_dir: Path, text: str, out: Path, layer: int | None = None, head: int | None = None,
-        target: str | None = None, overwrite: bool = False) -> list[Path]:
-    """Write the heatmaps into `out` (atomically: an existing directory is replaced only with --overwrite);
-    returns the files written."""
-    out = Path(out)
+@dataclass(frozen=True)
+class AttentionJob:
+    """What `bertkit attention` is asked: a run, the input text (the source, for an encoder-decoder), the directory
+    for the PNGs, one layer and/or one head to draw (None: all, and the heads' mean), the output to align with
+    (encoder-decoder only; None: the model's greedy translation), and whether a non-empty `out` may be replaced."""
+
+    run: Path
+    text: str
+    out: Path
+    layer: int | None = None
+    head: int | None = None
+    target: str | None = None
+    overwrite: bool = False
+
+
+@dataclass(frozen=True)
+class AttentionResult:
+    """The PNG files written, in the order drawn (alignment.png last, for an encoder-decoder)."""
+
+    files: list[Path]
+
+
+def run(job: AttentionJob) -> AttentionResult:
+    """Write the heatmaps into `job.out` (atomically: an existing directory is replaced only with --overwrite)."""
+    out, layer, head, overwrite = Path(job.out), job.layer, job.head, job.overwrite
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise BertkitError(f"{out}: already exists and is not empty (choose another --out or pass --overwrite)")
-    found = collect(run_dir, text, target)
+    found = collect(job.run, job.text, job.target)
     maps = found["maps"]
     n_layers = max(m[2] for m in maps) + 1
     n_heads = maps[0][3].shape[0]
@@ -147,4 +168,4 @@ def run(run_dir: Path, text: str, out: Path, layer: int | None = None, head: int
             fig.savefig(tmp / "alignment.png", dpi=130)
             plt.close(fig)
             written.append(out / "alignment.png")
-    return written
+    return AttentionResult(written)

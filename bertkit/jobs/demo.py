@@ -26,13 +26,19 @@ from bertkit.inference import TaskModel
 from bertkit.jobs import evaluate as evaluate_job
 from bertkit.jobs import fill_mask, finetune, pretrain
 from bertkit.jobs import search as search_job
+from bertkit.jobs import sts as sts_job
+from bertkit.jobs.evaluate import EvaluateResult
+from bertkit.jobs.fill_mask import Guess
 from bertkit.jobs.predict import predict
-from bertkit.jobs.sts import evaluate_sts, sts_columns
+from bertkit.jobs.pretrain import PretrainResult
+from bertkit.jobs.search import SearchResult
+from bertkit.jobs.sts import StsResult
 from bertkit.nn.model import Model
 from bertkit.paths import resolve_data_path
 from bertkit.recipes import load_recipe, model_recipes, with_values
 from bertkit.text.corpus import find_files
-from bertkit.text.tasks import read_pairs
+from bertkit.text.tasks import read_pairs, sts_columns
+from bertkit.train.results import FinetuneResult
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 SAMPLE_CORPUS = SAMPLES / "corpus.txt"
@@ -75,7 +81,8 @@ def architectures(console: Console, batch_size: int = 2, seq_len: int = 32) -> l
         model = Model(cfg).train()
         step = smoke_step(model, batch_size, seq_len)
         params = model.parameter_counts()["total"]
-        layers = str(cfg.n_layers) if cfg.architecture != "encoder-decoder" else f"{cfg.n_layers}+{cfg.n_decoder_layers}"
+        layers = str(cfg.n_layers) if cfg.architecture != "encoder-decoder" else \
+            f"{cfg.n_layers}+{cfg.n_decoder_layers}"
         heads = f"{cfg.n_heads}h" + (f"/{cfg.n_kv_heads}kv" if cfg.n_kv_heads != cfg.n_heads else "")
         norm = {"layernorm": "LN", "rmsnorm": "RMS"}[cfg.norm]
         table.add_row(name, f"{cfg.architecture} {layers}×{cfg.d_model} {heads}",
@@ -98,13 +105,39 @@ INDEX_SENTENCES = 3000  # STS-B dev + test sentences the demo indexes
 QUERIES = ("A man is playing a guitar.", "Stock markets fell sharply.")
 
 
-def run(out: Path = Path("runs/demo"), max_time: str | None = None, console: Console | None = None) -> dict:
+@dataclasses.dataclass(frozen=True)
+class DemoJob:
+    """What `bertkit demo` is asked: where its runs go (a previous demo there is replaced) and, optionally, the
+    budget of every training stage instead of its own (2 minutes of pretraining, 1 of finetuning, 1 of SBERT)."""
+
+    out: Path = Path("runs/demo")
+    max_time: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoResult:
+    """What the demo did, stage by stage: every recipe's smoke step, the pretraining, fill-mask's guesses per
+    sentence, the classifier and its dev scores, its predictions for the two reviews, the SBERT run with STS-B test
+    Spearman before and after, and the search hits per query."""
+
+    architectures: list[dict[str, Any]]
+    pretrain: PretrainResult
+    fill_mask: dict[str, list[Guess]]
+    classifier: FinetuneResult
+    dev: EvaluateResult
+    predictions: list[dict]
+    sentence: FinetuneResult
+    sts_before: StsResult
+    sts_after: StsResult
+    search: SearchResult
+
+
+def run(job: DemoJob, console: Console | None = None) -> DemoResult:
     """The main job on defaults: architectures → tokenizer → pretraining → fill-mask → finetuning → predict →
     SBERT → index → search, on IMDB reviews, SST-2 and STS-B from the data root (or the bundled samples where the
-    data is absent). `max_time` overrides each training stage's budget (2 minutes of pretraining, 1 of
-    finetuning, 1 of SBERT training)."""
+    data is absent)."""
     console = console or Console()
-    out = Path(out)
+    out, max_time = Path(job.out), job.max_time
     if out.exists() and any(out.iterdir()):
         if not (out / DEMO_MARKER).is_file():
             raise BertkitError(f"{out}: exists and is not a previous demo run (choose another --out)")
@@ -127,33 +160,34 @@ def run(out: Path = Path("runs/demo"), max_time: str | None = None, console: Con
         config = with_values(config, {"train.max_time": max_time})
     pretrained = out / "pretrain"
     console.rule(f"2-3. tokenizer + masked-LM pretraining on {source}, {config.train.max_time} budget")
-    result = pretrain.run(config, pretrained, progress=console.is_terminal, console=console)
+    result = pretrain.run(pretrain.PretrainJob(config, pretrained, progress=console.is_terminal), console=console)
 
     console.rule("4. fill-mask with the pretrained model")
     filled = {}
     for sentence in SENTENCES:
-        options = fill_mask.run(pretrained, sentence, top_k=5)[0]
+        options = fill_mask.run(fill_mask.FillMaskJob(pretrained, sentence, top_k=5)).masks[0]
         filled[sentence] = options
-        guesses = ", ".join(f"{o['token']!r} {o['score']:.2f}" for o in options)
+        guesses = ", ".join(f"{o.token!r} {o.score:.2f}" for o in options)
         console.print(f"{sentence:50s} → {guesses}", markup=False, highlight=False)
-    evaluation = result["evaluation"]
+    evaluation = result.evaluation
     console.print(f"\nvalidation masked-token accuracy {evaluation.get('val_accuracy', float('nan')):.3f} "
-                  f"(loss {evaluation.get('val_loss', float('nan')):.3f}) after {result['state']['step']} steps")
+                  f"(loss {evaluation.get('val_loss', float('nan')):.3f}) after {result.step} steps")
 
     classifier = out / "classifier"
-    tuned = _finetune(pretrained, classifier, config.model.max_len, max_time, console)
+    tuned, dev = _finetune(pretrained, classifier, config.model.max_len, max_time, console)
     console.rule("6. predict with the classifier")
     records, _ = predict(TaskModel(classifier), [(text, None) for text in REVIEWS])
     for record in records:
         label = record["label"] + (f" ({SENTIMENT[record['label']]})" if record["label"] in SENTIMENT else "")
         console.print(f"{label:>14s} {record['score']:.2f}  {record['text']}", markup=False, highlight=False)
     sentence_run = out / "sentence"
-    sts = _sentence(pretrained, sentence_run, config.model.max_len, max_time, console)
+    sentence, before, after = _sentence(pretrained, sentence_run, config.model.max_len, max_time, console)
     console.rule("8. index a few thousand sentences, then search them")
     corpus = _index_corpus(out / "sentences.txt")
-    search_job.build(sentence_run, [str(corpus)], out / "index", progress=console.is_terminal, console=console)
-    hits = search_job.search(out / "index", list(QUERIES), k=3)
-    for query, found in zip(QUERIES, hits):
+    search_job.build(search_job.IndexBuildJob(sentence_run, (str(corpus),), out / "index",
+                                              progress=console.is_terminal), console=console)
+    found_hits = search_job.search(search_job.SearchJob(out / "index", QUERIES, k=3))
+    for query, found in zip(QUERIES, found_hits.hits):
         console.print(f"{query}", markup=False, highlight=False)
         for hit in found:
             console.print(f"   {hit.score:.3f}  {hit.text}", markup=False, highlight=False)
@@ -161,11 +195,11 @@ def run(out: Path = Path("runs/demo"), max_time: str | None = None, console: Con
                   f"{classifier} --data sst2/dev.tsv`, `bertkit search {out / 'index'} \"your query\"`, "
                   "`bertkit pretrain --recipe pretrain-mini-imdb` for the 30-minute model, then "
                   "`python benchmarks/finetune_table.py` and `python benchmarks/sts_table.py`.", markup=False)
-    return {"architectures": built, "pretrain": result, "fill_mask": filled, "finetune": tuned,
-            "predictions": records, "sentence": sts, "search": hits}
+    return DemoResult(built, result, filled, tuned, dev, records, sentence, before, after, found_hits)
 
 
-def _sentence(pretrained: Path, out: Path, max_len: int, max_time: str | None, console: Console) -> dict:
+def _sentence(pretrained: Path, out: Path, max_len: int, max_time: str | None,
+              console: Console) -> tuple[FinetuneResult, StsResult, StsResult]:
     """Step 7: SBERT (cosine loss) from the demo's encoder on STS-B train (or the bundled sample pairs)."""
     config = load_recipe("finetune-stsb")
     values = {"sentence.max_length": max_len, "train.max_time": max_time or "1m", "train.eval_every": 100,
@@ -184,13 +218,13 @@ def _sentence(pretrained: Path, out: Path, max_len: int, max_time: str | None, c
     config = dataclasses.replace(config, train=dataclasses.replace(config.train, learning_rate=None))  # auto
     console.rule(f"7. sentence embeddings: SBERT on {source}, {config.train.max_time} budget")
     quiet = Console(quiet=True)
-    before = evaluate_sts(pretrained, Path(test), console=quiet)
-    tuned = finetune.run(config, pretrained, out, progress=console.is_terminal, console=console)
-    after = evaluate_sts(out, Path(test), console=quiet)
-    console.print(f"STS-B test Spearman (cosine similarity): {100 * before['spearman']:.1f} before SBERT training, "
-                  f"{100 * after['spearman']:.1f} after" if source == "STS-B train" else
-                  f"sample Spearman: {100 * before['spearman']:.1f} before, {100 * after['spearman']:.1f} after")
-    return {"finetune": tuned, "before": before, "after": after}
+    before = sts_job.run(sts_job.StsJob(pretrained, Path(test)), console=quiet)
+    tuned = finetune.run(finetune.FinetuneJob(config, pretrained, out, progress=console.is_terminal), console=console)
+    after = sts_job.run(sts_job.StsJob(out, Path(test)), console=quiet)
+    console.print(f"STS-B test Spearman (cosine similarity): {100 * before.spearman:.1f} before SBERT training, "
+                  f"{100 * after.spearman:.1f} after" if source == "STS-B train" else
+                  f"sample Spearman: {100 * before.spearman:.1f} before, {100 * after.spearman:.1f} after")
+    return tuned, before, after
 
 
 def _index_corpus(path: Path) -> Path:
@@ -206,7 +240,8 @@ def _index_corpus(path: Path) -> Path:
     return path
 
 
-def _finetune(pretrained: Path, out: Path, max_len: int, max_time: str | None, console: Console) -> dict:
+def _finetune(pretrained: Path, out: Path, max_len: int, max_time: str | None,
+              console: Console) -> tuple[FinetuneResult, EvaluateResult]:
     """Step 5: a sentiment classifier from the demo's encoder on SST-2 train (or the bundled sample) for the time
     budget, at the automatic learning rate for its width; then its SST-2 dev accuracy."""
     config = load_recipe("finetune-sst2")
@@ -224,10 +259,11 @@ def _finetune(pretrained: Path, out: Path, max_len: int, max_time: str | None, c
     # the recipe's rate is the README table's, fixed for every model; the demo takes the automatic one for its width
     config = dataclasses.replace(config, train=dataclasses.replace(config.train, learning_rate=None))
     console.rule(f"5. finetune a sentiment classifier on {source}, {config.train.max_time} budget")
-    tuned = finetune.run(config, pretrained, out, progress=console.is_terminal, console=console)
-    scores = evaluate_job.run(out, Path(dev), console=Console(quiet=True))
+    tuned = finetune.run(finetune.FinetuneJob(config, pretrained, out, progress=console.is_terminal), console=console)
+    dev_result = evaluate_job.run(evaluate_job.EvaluateJob(out, Path(dev)), console=Console(quiet=True))
+    scores = dev_result.scores
     gold = [sum(row) for row in scores["confusion"]["matrix"]]  # examples per gold label
     console.print(f"{'SST-2 dev' if source == 'SST-2 train' else 'sample'} accuracy {100 * scores['accuracy']:.1f}% "
                   f"on {scores['examples']:,} sentences (always the majority label: "
                   f"{100 * max(gold) / max(1, sum(gold)):.1f}%)")
-    return {**tuned, "dev": scores}
+    return tuned, dev_result

@@ -6,8 +6,7 @@ counting pass fixed; `.parquet`: one row group per chunk). Outputs are written b
 renamed into place only when complete, so an existing file is never half-overwritten; a full disk is one line, with
 the temporaries removed and the previous output intact.
 
-The .npy files are written with ordinary writes, not a memory map: a map of a sparse file dies of SIGBUS when the
-disk fills (nothing printed, the temporary left behind), where a write fails with ENOSPC.
+The writers are `bertkit.arrays` (ordinary writes, not a memory map: a full disk is ENOSPC, not SIGBUS).
 
 Row i of the output is the i-th non-empty input text. Empty texts are skipped and counted (for .npy output,
 OUT.rows.npy maps every row to its input position; Parquet rows carry `file` and `line`), or embedded as "" with
@@ -19,16 +18,18 @@ Memory: the embeddings, texts and row map stream; only duplicate-id detection ke
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from bertkit.arrays import EmbeddingWriter, NpyWriter
 from bertkit.embedding import SentenceEncoder, parse_layers, truncation_warning
 from bertkit.errors import BertkitError
-from bertkit.run.files import disk_errors, fsync_file, replace
-from bertkit.text.corpus import Record, find_files
+from bertkit.run.files import disk_errors, replace
+from bertkit.text.corpus import find_files
 from bertkit.text.records import InputScan, chunks, scan
 
 FORMATS = (".npy", ".parquet")
@@ -45,18 +46,60 @@ def _bar(label: str, console: Console, progress: bool) -> Progress:
                     console=console, disable=not progress)
 
 
-def run(model: Path, inputs: list[str], out: Path, text_field: str = "text", id_field: str | None = None,
-        batch_size: int = 64, chunk_size: int = 8192, keep_empty: bool = False, overwrite: bool = False,
-        progress: bool = True, console: Console | None = None, layers: str | None = None,
-        tokens: bool = False, precision: str = "auto", compile: bool = False) -> dict:
-    """Embed every text of `inputs` with the sentence encoder of run `model` into `out` (.npy or .parquet).
+@dataclass(frozen=True)
+class EmbedJob:
+    """What `bertkit embed` is asked: an encoder run, the input files or directories, the .npy / .parquet file to
+    write, how to read, batch and chunk the inputs, and what to embed (one pooled vector per text, per layer with
+    `layers`, every token's states with `tokens`)."""
+
+    model: Path
+    inputs: tuple[str, ...]
+    out: Path
+    text_field: str = "text"
+    id_field: str | None = None
+    batch_size: int = 64
+    chunk_size: int = 8192
+    keep_empty: bool = False
+    overwrite: bool = False
+    layers: str | None = None
+    tokens: bool = False
+    precision: str = "auto"
+    compile: bool = False
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class EmbedResult:
+    """The array written: `rows` of it (texts; tokens with `--tokens`) of `dim` values for each of `layers` (None:
+    one pooled vector per text), how many texts were embedded, skipped as empty and truncated, and the model's
+    identity. `rows_file` is the row map (.npy output that skipped empty texts), `tokens_file` the token table
+    (`--tokens`); None where the output has none."""
+
+    out: Path
+    rows: int
+    dim: int
+    texts: int
+    empty: int
+    truncated: int
+    model: str
+    layers: list[int] | None = None
+    rows_file: Path | None = None
+    tokens_file: Path | None = None
+
+
+def run(job: EmbedJob, console: Console | None = None) -> EmbedResult:
+    """Embed every text of `job.inputs` with the sentence encoder of run `job.model` into `job.out` (.npy or
+    .parquet).
 
     With `layers` ('all' or '0,3,-1') every chosen layer's pooled vector: OUT.npy is (N, L', D). With `tokens`
     every token's states instead (the last layer unless `layers` says): OUT.npy is (N_tokens, L', D) and
     OUT.tokens.tsv says which text, position and token each row is.
     """
+    inputs, text_field, id_field, keep_empty = job.inputs, job.text_field, job.id_field, job.keep_empty
+    batch_size, chunk_size, layers, tokens = job.batch_size, job.chunk_size, job.layers, job.tokens
+    overwrite, progress, compile = job.overwrite, job.progress, job.compile
     console = console or Console(stderr=True)
-    out = Path(out)
+    out = Path(job.out)
     suffix = out.suffix.lower()
     rows_file = out.with_name(f"{out.stem}.rows.npy")
     tokens_file = out.with_name(f"{out.stem}.tokens.tsv")
@@ -79,7 +122,7 @@ def run(model: Path, inputs: list[str], out: Path, text_field: str = "text", id_
     if compile and (layers is not None or tokens):
         raise BertkitError("--compile applies to pooled embeddings; drop it with --layers / --tokens")
     files = find_files(inputs)
-    encoder = SentenceEncoder(model, batch_size=batch_size, precision=precision, compile=compile)
+    encoder = SentenceEncoder(job.model, batch_size=batch_size, precision=job.precision, compile=compile)
     chosen = parse_layers(layers or "-1", encoder.model.layer_count) if layers is not None or tokens else None
     found = scan(files, text_field, id_field, keep_empty)
     if found.rows == 0:
@@ -96,8 +139,8 @@ def run(model: Path, inputs: list[str], out: Path, text_field: str = "text", id_
         with disk_errors(out), bar:
             task = bar.add_task("embed", total=found.rows)
             dims = (encoder.dim,) if chosen is None else (len(chosen), encoder.dim)
-            writer = _Writer(tmp, suffix, found.rows, dims, id_field is not None)
-            row_map = _NpyWriter(tmp_rows, np.int64, (found.rows,)) if mapped else None
+            writer = EmbeddingWriter(tmp, suffix, found.rows, dims, id_field is not None)
+            row_map = NpyWriter(tmp_rows, np.int64, (found.rows,)) if mapped else None
             for chunk in chunks(files, text_field, id_field, keep_empty, chunk_size):
                 texts = [r.text for _, _, r in chunk]
                 advance = lambda n: bar.advance(task, n)  # noqa: E731
@@ -126,12 +169,9 @@ def run(model: Path, inputs: list[str], out: Path, text_field: str = "text", id_
                 open_writer.abandon()
         tmp.unlink(missing_ok=True)
         tmp_rows.unlink(missing_ok=True)
-    summary = {"out": str(out), "rows": found.rows, "dim": encoder.dim, "empty": found.empty,
-               "truncated": encoder.truncated, "model": encoder.identity, "layers": chosen}
     truncation_warning(console, encoder)
     if found.empty and not keep_empty:
         where = f"{rows_file} maps each row to its input position" if mapped else "each row carries its file and line"
-        summary["rows_file"] = str(rows_file) if mapped else None
         console.print(f"[yellow]skipped {found.empty:,} empty texts (input positions "
                       f"{', '.join(map(str, found.empty_rows[:5]))}{' …' if found.empty > 5 else ''}); {where}; "
                       "--keep-empty embeds them as empty strings instead")
@@ -140,12 +180,14 @@ def run(model: Path, inputs: list[str], out: Path, text_field: str = "text", id_
     shape = f"{found.rows:,} × {encoder.dim}" if chosen is None else \
         f"{found.rows:,} × {len(chosen)} layers ({', '.join(map(str, chosen))}) × {encoder.dim}"
     console.print(f"wrote {shape} embeddings to {out}")
-    return summary
+    return EmbedResult(out=out, rows=found.rows, dim=encoder.dim, texts=found.rows, empty=found.empty,
+                       truncated=encoder.truncated, model=encoder.identity, layers=chosen,
+                       rows_file=rows_file if mapped else None)
 
 
 def _token_states(encoder: SentenceEncoder, files: list[Path], found: InputScan, layers: list[int], out: Path,
                   tokens_file: Path, text_field: str, keep_empty: bool, chunk_size: int, progress: bool,
-                  console: Console) -> dict:
+                  console: Console) -> EmbedResult:
     """Every token's states of the chosen layers: OUT.npy (N_tokens, L', D) and OUT.tokens.tsv (row, text,
     position, token_id, token), where `text` is the input position (empty texts counted, as in OUT.rows.npy)."""
     tokenizer = encoder.encoder
@@ -157,7 +199,7 @@ def _token_states(encoder: SentenceEncoder, files: list[Path], found: InputScan,
     try:
         with disk_errors(out), bar, tmp_tokens.open("w", encoding="utf-8") as sidecar:
             task = bar.add_task("embed", total=found.rows)
-            array = _NpyWriter(tmp, np.float32, (total, len(layers), encoder.dim))
+            array = NpyWriter(tmp, np.float32, (total, len(layers), encoder.dim))
             sidecar.write("row\ttext\tposition\ttoken_id\ttoken\n")
             row = 0
             for chunk in chunks(files, text_field, None, keep_empty, chunk_size):
@@ -189,87 +231,5 @@ def _token_states(encoder: SentenceEncoder, files: list[Path], found: InputScan,
     truncation_warning(console, encoder)
     console.print(f"wrote {total:,} tokens × {len(layers)} layers ({', '.join(map(str, layers))}) × {encoder.dim} "
                   f"to {out} (which text, position and token each row is: {tokens_file})")
-    return {"out": str(out), "rows": total, "texts": found.rows, "dim": encoder.dim, "layers": layers,
-            "tokens_file": str(tokens_file), "truncated": encoder.truncated, "model": encoder.identity}
-
-
-class _NpyWriter:
-    """A .npy array of a known shape written front to back with ordinary (buffered) writes, fsynced once at the
-    end: a full disk fails a write with ENOSPC instead of killing the process later (see the module docstring)."""
-
-    def __init__(self, path: Path, dtype: type, shape: tuple[int, ...]):
-        self.dtype = np.dtype(dtype).newbyteorder("<")
-        self.file = path.open("wb")
-        np.lib.format.write_array_header_1_0(self.file, {"descr": np.lib.format.dtype_to_descr(self.dtype),
-                                                         "fortran_order": False, "shape": shape})
-
-    def write(self, rows: np.ndarray) -> None:
-        """Append rows (C order) to the array."""
-        self.file.write(np.ascontiguousarray(rows, dtype=self.dtype).data)
-
-    def close(self) -> None:
-        """Flush and fsync (the caller renames the file into place)."""
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        self.file.close()
-
-    def abandon(self) -> None:
-        """Close after a failure (the caller deletes the file); a full disk may fail the last flush too."""
-        try:
-            self.file.close()
-        except OSError:
-            pass
-
-
-class _Writer:
-    """Chunks of embeddings into a .npy (size known up front) or Parquet row groups."""
-
-    def __init__(self, path: Path, suffix: str, rows: int, dims: tuple[int, ...], with_ids: bool):
-        self.path, self.suffix, self.rows, self.position = path, suffix, rows, 0
-        dim = dims[-1]
-        if suffix == ".npy":
-            self.array = _NpyWriter(path, np.float32, (rows, *dims))
-        else:
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            fields = [("id", pa.string())] if with_ids else []
-            fields += [("file", pa.string()), ("line", pa.int64()), ("embedding", pa.list_(pa.float32(), dim))]
-            self.schema = pa.schema(fields)
-            self.with_ids = with_ids
-            self.writer = pq.ParquetWriter(path, self.schema)
-
-    def write(self, vectors: np.ndarray, chunk: list[tuple[int, Path, Record]]) -> None:
-        if self.position + len(vectors) > self.rows:  # more texts than counted: checked (and refused) by run()
-            self.position += len(vectors)
-            return
-        if self.suffix == ".npy":
-            self.array.write(vectors)
-        else:
-            import pyarrow as pa
-
-            columns = [pa.array([r.id for _, _, r in chunk], pa.string())] if self.with_ids else []
-            columns += [pa.array([str(p) for _, p, _ in chunk], pa.string()),
-                        pa.array([r.number for _, _, r in chunk], pa.int64()),
-                        pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()),
-                                                          vectors.shape[1])]
-            self.writer.write_table(pa.Table.from_arrays(columns, schema=self.schema))
-        self.position += len(vectors)
-
-    def close(self) -> None:
-        """Finish the file and fsync it."""
-        if self.suffix == ".npy":
-            self.array.close()
-        else:
-            self.writer.close()
-            fsync_file(self.path)
-
-    def abandon(self) -> None:
-        """Close after a failure (the caller deletes the file)."""
-        if self.suffix == ".npy":
-            self.array.abandon()
-        else:
-            try:
-                self.writer.close()
-            except OSError:
-                pass
+    return EmbedResult(out=out, rows=total, dim=encoder.dim, texts=found.rows, empty=found.empty,
+                       truncated=encoder.truncated, model=encoder.identity, layers=layers, tokens_file=tokens_file)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -19,23 +21,44 @@ from bertkit.run.files import atomic_file
 from bertkit.tasks.registry import finetune_task
 
 
-def run(model: Path, data: Path, overrides: dict | None = None, out: Path | None = None,
-        overwrite: bool = False, console: Console | None = None, precision: str = "auto") -> dict:
-    """Evaluate the finetuned run `model` on `data` (columns as at finetuning unless overridden); print a report,
-    write it as JSON to `out` when given."""
+@dataclass(frozen=True)
+class EvaluateJob:
+    """What `bertkit evaluate` is asked: a finetuned run, a labelled file, the task settings to read it with
+    instead of the run's (`text_column`, `label_column`, `tag_column`), and a JSON file for the report."""
+
+    model: Path
+    data: str | Path  # data-root relative is fine
+    columns: dict[str, Any] = field(default_factory=dict)
+    out: Path | None = None
+    overwrite: bool = False
+    precision: str = "auto"
+
+
+@dataclass(frozen=True)
+class EvaluateResult:
+    """The run's task kind and its scores on the file: classify — examples, accuracy, macro_f1, mcc, confusion;
+    ner — sentences, precision, recall, f1, per_type; both — truncated, unseen_labels (the JSON report)."""
+
+    kind: str
+    scores: dict[str, Any]
+
+
+def run(job: EvaluateJob, console: Console | None = None) -> EvaluateResult:
+    """Evaluate the finetuned run on the labelled file (columns as at finetuning unless overridden); print a report,
+    write it as JSON to `job.out` when given."""
     console = console or Console()
-    if out is not None and Path(out).exists() and not overwrite:
+    out = job.out
+    if out is not None and Path(out).exists() and not job.overwrite:
         raise BertkitError(f"{out}: already exists (choose another --out or pass --overwrite)")
-    task_model = TaskModel(model, precision=precision)
-    task = dataclasses.replace(task_model.config.task, **{k: v for k, v in (overrides or {}).items()
-                                                          if v is not None})
-    examples = finetune_task(task.kind).read(task, data)
-    result = task_model.evaluate(examples)
-    report(console, task_model.kind, result, data)
+    task_model = TaskModel(job.model, precision=job.precision)
+    task = dataclasses.replace(task_model.config.task, **job.columns)
+    examples = finetune_task(task.kind).read(task, job.data)
+    scores = task_model.evaluate(examples)
+    report(console, task_model.kind, scores, job.data)
     if out is not None:
-        with atomic_file(out, overwrite=overwrite) as tmp:
-            tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    return result
+        with atomic_file(out, overwrite=job.overwrite) as tmp:
+            tmp.write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
+    return EvaluateResult(task_model.kind, scores)
 
 
 def report(console: Console, kind: str, result: dict, data: Path) -> None:

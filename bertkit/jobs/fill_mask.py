@@ -3,6 +3,7 @@ in a text."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -12,15 +13,42 @@ from bertkit.run.directory import load_run, load_run_tokenizer
 from bertkit.text.tokenizer import MASK, special_ids
 
 
-def run(model_dir: Path, text: str, top_k: int = 5) -> list[list[dict]]:
-    """For each [MASK] (left to right): top_k candidates as {"token", "score", "sequence"}."""
+@dataclass(frozen=True)
+class FillMaskJob:
+    """What `bertkit fill-mask` is asked: a run with an MLM head (or an ELECTRA generator), a text with [MASK]s."""
+
+    model: Path
+    text: str
+    top_k: int = 5
+
+
+@dataclass(frozen=True)
+class Guess:
+    """One candidate for a [MASK]: the token, its id, its probability and the text with it filled in."""
+
+    token: str
+    token_id: int
+    score: float
+    sequence: str
+
+
+@dataclass(frozen=True)
+class FillMaskResult:
+    """For each [MASK] of the text, left to right, its `top_k` guesses, most probable first."""
+
+    masks: list[list[Guess]]
+
+
+def run(job: FillMaskJob) -> FillMaskResult:
+    """The model's top-k guesses for every [MASK] in the text."""
+    model_dir, top_k = job.model, job.top_k
     config, model = load_run(model_dir)
     if "mlm" not in config.model.heads and "generator" not in config.model.heads:
         raise BertkitError(f"{model_dir}: this model has no MLM head (pretrain one with `bertkit pretrain`, or import "
                            "a BertForMaskedLM checkpoint)")
     tokenizer = load_run_tokenizer(model_dir, config)
     ids = special_ids(tokenizer)
-    encoding = tokenizer.encode(text)
+    encoding = tokenizer.encode(job.text)
     input_ids = torch.tensor([encoding.ids])
     if input_ids.shape[1] > config.model.max_len:
         raise BertkitError(f"the text is {input_ids.shape[1]} tokens long; this model reads at most "
@@ -41,7 +69,7 @@ def run(model_dir: Path, text: str, top_k: int = 5) -> list[list[dict]]:
         for score, token_id in zip(scores[mask_index].tolist(), candidates[mask_index].tolist()):
             filled = list(encoding.ids)
             filled[position] = token_id
-            options.append({"token": tokenizer.decode([token_id]).strip(), "token_id": token_id,
-                            "score": score, "sequence": tokenizer.decode(filled).strip()})
+            options.append(Guess(tokenizer.decode([token_id]).strip(), token_id, score,
+                                 tokenizer.decode(filled).strip()))
         results.append(options)
-    return results
+    return FillMaskResult(results)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from accelerate.utils import set_seed
@@ -33,16 +34,31 @@ from bertkit.text.tasks import hold_out
 from bertkit.text.tokenizer import save_tokenizer, special_ids
 from bertkit.train.defaults import finetune_learning_rate, with_learning_rate
 from bertkit.train.loop import already_finished, make_accelerator, plan_text, run_precision, train_best
+from bertkit.train.results import FinetuneResult
 
 
-def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False, progress: bool = True,
-        console: Console | None = None) -> dict:
-    """Finetune `model_dir` on `config.task`; returns the best validation metrics and where things are."""
-    with locked(out):  # one writer per run directory, for the whole job
-        return _run(config, model_dir, Path(out), resume, progress, console or Console(stderr=True))
+@dataclass(frozen=True)
+class FinetuneJob:
+    """What `bertkit finetune classify|ner|sentence` is asked: the recipe (after `--set` and the command's
+    options), the run to start from (pretrained or imported; None only on resume), the run directory to write, and
+    whether to continue the run in `out`."""
+
+    config: Config
+    model: Path | None
+    out: Path
+    resume: bool = False
+    progress: bool = True
 
 
-def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progress: bool, console: Console) -> dict:
+def run(job: FinetuneJob, console: Console | None = None) -> FinetuneResult:
+    """Finetune `job.model` on `job.config.task`; returns the kept checkpoint's validation scores and where the run
+    is."""
+    with locked(job.out):  # one writer per run directory, for the whole job
+        return _run(job.config, job.model, Path(job.out), job.resume, job.progress, console or Console(stderr=True))
+
+
+def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progress: bool,
+         console: Console) -> FinetuneResult:
     task_config = config.task
     task = finetune_task(task_config.kind)
     if task_config.train_file is None:
@@ -118,7 +134,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
         raise BertkitError(f"train.metric: {metric!r} is not a validation metric of {task.kind} (allowed: "
                            f"{'|'.join(objective.metric_names)})")
     if resume and (done := already_finished(out, train_cfg, console, accelerator)) is not None:
-        return done
+        return FinetuneResult.from_results(out, done, already_done=True)
     if main:
         console.print(f"{task.kind}: {len(train_examples):,} training / {len(validation):,} validation examples, "
                       f"{task.summary(config, labels)}; "
@@ -143,4 +159,4 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
         console.print(f"wrote {out} (best step {summary['best_step']} of {summary['steps']}): validation "
                       + "  ".join(f"{k} {v:.4f}" for k, v in headline.items()))
     accelerator.wait_for_everyone()
-    return summary
+    return FinetuneResult.from_results(out, summary)

@@ -7,6 +7,7 @@ that closed every training document.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -51,14 +52,47 @@ def prompt_ids(tokenizer: Tokenizer, prompts: list[str], room: int) -> tuple[lis
     return out, cut
 
 
-def run(run_dir: Path, prompts: list[str], max_new_tokens: int = 50, sampling: Sampling = Sampling(),
-        seed: int | None = 0, use_cache: bool = True, batch_size: int = 16,
-        console: Console | None = None, precision: str = "auto") -> list[dict]:
-    """Continue each prompt; returns [{"prompt", "continuation", "tokens"}] in order."""
+@dataclass(frozen=True)
+class GenerateJob:
+    """What `bertkit generate` is asked: a decoder run, the prompts to continue, how many tokens to add at most and
+    how to choose them (`sampling`, `seed`; None: unseeded), whether to reuse earlier tokens' keys/values (`cache`),
+    and how many prompts to decode together."""
+
+    run: Path
+    prompts: tuple[str, ...]
+    max_new_tokens: int = 50
+    sampling: Sampling = field(default_factory=Sampling)
+    seed: int | None = 0
+    cache: bool = True
+    batch_size: int = 16
+    precision: str = "auto"
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """One prompt continued: the prompt as given, the decoded new text, and how many tokens were added."""
+
+    prompt: str
+    continuation: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    """One continuation per prompt, in prompt order, and how many prompts were cut to fit (their last tokens
+    kept)."""
+
+    continuations: list[Continuation]
+    cut: int = 0
+
+
+def run(job: GenerateJob, console: Console | None = None) -> GenerateResult:
+    """Continue each prompt (in order)."""
     console = console or Console(stderr=True)
+    prompts, max_new_tokens, batch_size, seed = list(job.prompts), job.max_new_tokens, job.batch_size, job.seed
     if not prompts:
         raise BertkitError("no prompt given")
-    model, tokenizer = load_lm(run_dir)
+    model, tokenizer = load_lm(job.run)
     max_len = model.config.max_len
     if max_new_tokens >= max_len:
         raise BertkitError(f"--max-new-tokens {max_new_tokens} leaves no room for a prompt: the model reads at most "
@@ -68,28 +102,58 @@ def run(run_dir: Path, prompts: list[str], max_new_tokens: int = 50, sampling: S
         console.print(f"[yellow]warning: {cut} prompt(s) were longer than {max_len - max_new_tokens - 1} tokens "
                       f"(max_len {max_len} - --max-new-tokens {max_new_tokens} - [CLS]); kept their last tokens")
     special = special_ids(tokenizer)
-    chosen = resolve_precision(precision, model.device).precision  # auto: bf16 where the device has it natively
+    chosen = resolve_precision(job.precision, model.device).precision  # auto: bf16 where the device has it natively
     results = []
     for start in range(0, len(ids), batch_size):
         # a seed per batch: the same prompts, options and seed give the same samples
         with autocast(model.device, chosen):
             new = generate(model, ids[start:start + batch_size], max_new_tokens, special.sep, special.pad,
-                           sampling, None if seed is None else seed + start, use_cache)
+                           job.sampling, None if seed is None else seed + start, job.cache)
         for prompt, tokens in zip(prompts[start:start + batch_size], new):
-            results.append({"prompt": prompt, "continuation": tokenizer.decode(tokens), "tokens": len(tokens)})
-    return results
+            results.append(Continuation(prompt, tokenizer.decode(tokens), len(tokens)))
+    return GenerateResult(results, cut)
+
+
+@dataclass(frozen=True)
+class PerplexityJob:
+    """What `bertkit perplexity` is asked: a decoder run, a text file scored as one stream, the window (tokens,
+    [CLS] included; None: the model's max_len) and the stride it moves by (None: half a window), and how many
+    windows go through the model together."""
+
+    run: Path
+    file: Path
+    window: int | None = None
+    stride: int | None = None
+    batch_size: int = 16
+
+
+@dataclass(frozen=True)
+class PerplexityResult:
+    """The file's scores: tokens scored, whitespace words and UTF-8 bytes of the text, the window and stride used,
+    the mean loss per token (nats), and perplexity per token and per word, and bits per byte."""
+
+    file: Path
+    tokens: int
+    words: int
+    bytes: int
+    window: int
+    stride: int
+    loss: float
+    token_ppl: float
+    word_ppl: float
+    bits_per_byte: float
 
 
 @torch.no_grad()
-def perplexity(run_dir: Path, file: Path, window: int | None = None, stride: int | None = None,
-               batch_size: int = 16, console: Console | None = None) -> dict:
+def perplexity(job: PerplexityJob, console: Console | None = None) -> PerplexityResult:
     """Perplexity of a decoder on a text file read as one stream: windows of [CLS] + `window` - 1 tokens moved by
     `stride`, each token scored once with as much context as its window gives (stride < window - 1 gives every
     scored token at least window - 1 - stride tokens of context). Reports per token, per word (whitespace words of
     the file: comparable across tokenizers) and bits per byte."""
     console = console or Console(stderr=True)
-    model, tokenizer = load_lm(run_dir)
-    window = window or model.config.max_len
+    file, stride, batch_size = job.file, job.stride, job.batch_size
+    model, tokenizer = load_lm(job.run)
+    window = job.window or model.config.max_len
     if not 2 <= window <= model.config.max_len:
         raise BertkitError(f"--window {window}: must be in [2, max_len={model.config.max_len}]")
     body = window - 1
@@ -130,6 +194,6 @@ def perplexity(run_dir: Path, file: Path, window: int | None = None, stride: int
     bar.stop()
     words = len(text.split())
     n_bytes = len(text.encode("utf-8"))
-    return {"file": str(file), "tokens": count, "words": words, "bytes": n_bytes, "window": window,
-            "stride": stride, "loss": nll / count, "token_ppl": math.exp(nll / count),
-            "word_ppl": math.exp(nll / words), "bits_per_byte": nll / math.log(2) / n_bytes}
+    return PerplexityResult(Path(file), tokens=count, words=words, bytes=n_bytes, window=window, stride=stride,
+                            loss=nll / count, token_ppl=math.exp(nll / count), word_ppl=math.exp(nll / words),
+                            bits_per_byte=nll / math.log(2) / n_bytes)

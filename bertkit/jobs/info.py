@@ -3,6 +3,7 @@ measured throughput and MFU)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,10 +74,32 @@ def parameter_counts(cfg: ModelConfig) -> dict[str, int]:
         return Model(cfg).parameter_counts()
 
 
-def run(target: str, overrides: list[str] | tuple[str, ...] = (), console: Console | None = None) -> dict[str, Any]:
-    """Print the architecture summary of a recipe or run; return it as a dict."""
+@dataclass(frozen=True)
+class InfoJob:
+    """What `bertkit info` is asked: a recipe name, a recipe .toml or a run directory, and `--set` overrides."""
+
+    target: str
+    overrides: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class InfoResult:
+    """The target's kind (recipe or run), its config, parameter counts by part (embeddings, blocks, heads, total),
+    training FLOPs per token (None where the objective does not fit the stack) and, for a run that logged them,
+    its measured tokens/s, TFLOP/s and MFU."""
+
+    kind: str
+    config: Config
+    parameters: dict[str, int]
+    flops: dict[str, Any] | None
+    measured: dict[str, Any] | None
+
+
+def run(job: InfoJob, console: Console | None = None) -> InfoResult:
+    """Print the architecture summary of a recipe or run and return it."""
     console = console or Console()
-    config, kind = load_target(target, overrides)
+    target = job.target
+    config, kind = load_target(target, list(job.overrides))
     cfg = config.model
     counts = parameter_counts(cfg)
     console.print(f"[bold]{target}[/bold] ({kind}): {cfg.architecture}, vocab {cfg.vocab_size:,}, "
@@ -101,7 +124,7 @@ def run(target: str, overrides: list[str] | tuple[str, ...] = (), console: Conso
                       + (f", MFU {measured['mfu']:.1%}" if measured.get("mfu") is not None else "")
                       + f" (mean of {measured['windows']} logged windows"
                       + (f", {measured['precision']}" if measured.get("precision") else "") + ")")
-    return {"kind": kind, "config": config.to_dict(), "parameters": counts, "flops": flops, "measured": measured}
+    return InfoResult(kind, config, counts, flops, measured)
 
 
 def step_flops(config: Config) -> dict[str, Any] | None:

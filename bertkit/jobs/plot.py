@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import BertkitError
@@ -10,8 +11,24 @@ from bertkit.run.files import atomic_file
 from bertkit.run.metrics import METRICS_FILE, read_metrics
 
 
-def run(run_dir: Path, out: Path | None = None) -> Path:
-    """Write a PNG (default RUN/curves.png) and return its path."""
+@dataclass(frozen=True)
+class PlotJob:
+    """What `bertkit plot` is asked: a training run, and the PNG to write (default RUN/curves.png)."""
+
+    run: Path
+    out: Path | None = None
+
+
+@dataclass(frozen=True)
+class PlotResult:
+    """The PNG written."""
+
+    path: Path
+
+
+def run(job: PlotJob) -> PlotResult:
+    """Plot the run's train and validation curves (and its unigram baseline) to a PNG."""
+    run_dir, out = job.run, job.out
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         raise BertkitError(f"{run_dir}: no {METRICS_FILE} (is it a training run?)")
@@ -48,4 +65,4 @@ def run(run_dir: Path, out: Path | None = None) -> Path:
     with atomic_file(target, overwrite=True) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
-    return target
+    return PlotResult(target)

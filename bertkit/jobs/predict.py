@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -36,16 +37,39 @@ def predict(task_model: TaskModel, inputs: list[tuple[str, str | None]]) -> tupl
             for text, word_spans, (tags, scores) in zip(texts, spans, tagged)], truncated
 
 
-def run(model: Path, source: Path | None, out: Path | None = None, text_column: str | None = None,
-        text_pair_column: str | None = None, batch_size: int = 64, overwrite: bool = False,
-        console: Console | None = None, precision: str = "auto") -> list[dict]:
-    """Predict for every input of `source` (a file; None or '-' reads stdin); JSONL to `out` or stdout."""
+@dataclass(frozen=True)
+class PredictJob:
+    """What `bertkit predict` is asked: a finetuned run, the input texts (a file; None or '-' reads stdin), the JSONL
+    file to write (None: stdout), and how to read and batch the inputs."""
+
+    model: Path
+    source: Path | None = None
+    out: Path | None = None
+    text_column: str | None = None
+    text_pair_column: str | None = None
+    batch_size: int = 64
+    overwrite: bool = False
+    precision: str = "auto"
+
+
+@dataclass(frozen=True)
+class PredictResult:
+    """One record per input, in input order (what the JSONL lines hold), and how many inputs were truncated."""
+
+    records: list[dict]
+    truncated: int
+
+
+def run(job: PredictJob, console: Console | None = None) -> PredictResult:
+    """Predict for every input of `job.source`; JSONL to `job.out` or stdout."""
     console = console or Console(stderr=True)
+    model, source, out, overwrite = job.model, job.source, job.out, job.overwrite
+    text_column, text_pair_column = job.text_column, job.text_pair_column
     if out is not None and source is not None and str(source) != "-" and Path(out).resolve() == Path(source).resolve():
         raise BertkitError(f"{out}: is the input file; write the predictions elsewhere")
     if out is not None and Path(out).exists() and not overwrite:
         raise BertkitError(f"{out}: already exists (choose another --out or pass --overwrite)")
-    task_model = TaskModel(model, batch_size=batch_size, precision=precision)
+    task_model = TaskModel(model, batch_size=job.batch_size, precision=job.precision)
     task = task_model.config.task
     pair_column = text_pair_column or task.text_pair_column
     if source is None or str(source) == "-":
@@ -69,4 +93,4 @@ def run(model: Path, source: Path | None, out: Path | None = None, text_column: 
         with atomic_file(out, overwrite=overwrite) as tmp:
             tmp.write_text(lines, encoding="utf-8")
         console.print(f"wrote {len(records):,} predictions to {out}")
-    return records
+    return PredictResult(records, truncated)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from accelerate.utils import set_seed
@@ -40,12 +41,48 @@ def _check_output(out: Path, config: Config, resume: bool) -> None:
                      RESUMABLE_TRAIN_KEYS | {"model.vocab_size", "model.heads"})
 
 
-def run(config: Config, out: Path, tokenizer_path: Path | None = None, resume: bool = False,
-        progress: bool = True, console: Console | None = None) -> dict:
-    """Pretrain an encoder with the MLM objective or a decoder with the causal-LM objective (`train.objective`);
-    returns the final evaluation and where things are."""
+@dataclass(frozen=True)
+class PretrainJob:
+    """What `bertkit pretrain` is asked: the recipe (after `--set` and the command's options), the run directory to
+    write, a tokenizer to use instead of training one, and whether to continue the run in `out`."""
+
+    config: Config
+    out: Path
+    tokenizer: Path | None = None
+    resume: bool = False
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class PretrainResult:
+    """A finished pretraining: the run directory, its final step and validation metrics (the run's results.json),
+    and the seconds spent inside training steps (None when `--resume` found the run complete and changed nothing:
+    then `already_done`)."""
+
+    out: Path
+    step: int
+    evaluation: dict[str, float]
+    step_seconds: float | None = None
+    skipped_steps: int = 0
+    precision: str = "fp32"
+    baseline: dict[str, float] | None = None
+    already_done: bool = False
+
+    @classmethod
+    def from_results(cls, out: Path, results: dict, step_seconds: float | None = None,
+                     already_done: bool = False) -> PretrainResult:
+        """From a run's results.json (written at the end of every pretraining)."""
+        return cls(out=Path(out), step=int(results["step"]), evaluation=dict(results["evaluation"]),
+                   step_seconds=step_seconds, skipped_steps=int(results.get("skipped_steps", 0)),
+                   precision=results.get("precision", "fp32"),
+                   baseline=results.get("baseline"), already_done=already_done)
+
+
+def run(job: PretrainJob, console: Console | None = None) -> PretrainResult:
+    """Pretrain an encoder with the MLM (or RTD) objective or a decoder with the causal-LM objective
+    (`train.objective`); returns the final evaluation and where the run is."""
     console = console or Console(stderr=True)
-    config = with_learning_rate(config, DEFAULT_LEARNING_RATE)
+    config = with_learning_rate(job.config, DEFAULT_LEARNING_RATE)
     if config.data.block_size > config.model.max_len:
         raise BertkitError(f"data.block_size: {config.data.block_size} is longer than model.max_len="
                            f"{config.model.max_len}")
@@ -57,13 +94,13 @@ def run(config: Config, out: Path, tokenizer_path: Path | None = None, resume: b
                            f"{config.model.architecture!r} (use --objective "
                            f"{'clm' if config.model.architecture == 'decoder' else 'mlm or rtd'}, or another recipe)")
     accelerator = make_accelerator(config.train.precision)
-    out = Path(out)
+    out = Path(job.out)
     with locked(out, enabled=accelerator.is_main_process):  # one writer per run directory, for the whole job
-        return _run(config, out, accelerator, tokenizer_path, resume, progress, console)
+        return _run(config, out, accelerator, job.tokenizer, job.resume, job.progress, console)
 
 
 def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, resume: bool, progress: bool,
-         console: Console) -> dict:
+         console: Console) -> PretrainResult:
     main = accelerator.is_main_process
     set_seed(config.train.seed)
     if resume and (out / CONFIG_FILE).is_file():  # keep the stored vocab size for the comparison below
@@ -71,7 +108,7 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
             config.model, vocab_size=load_config(out).model.vocab_size))
     _check_output(out, config, resume)
     if resume and (done := already_finished(out, config.train, console, accelerator)) is not None:
-        return done
+        return PretrainResult.from_results(out, done, already_done=True)
 
     # Tokenizer: the run's own on resume, a given one, or a new one trained on the corpus.
     with accelerator.main_process_first():
@@ -115,16 +152,16 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
     model = Model(config.model)
     result = train(model, objective, config.train, out, accelerator, resume=resume, console=console,
                    progress=progress)
+    results = {"step": result["state"]["step"], "evaluation": result["evaluation"],
+               "skipped_steps": result["state"]["skipped_steps"], "precision": result["state"]["precision"],
+               "baseline": read_json(out / BASELINE_FILE, "baseline").get("unigram")}
     if main:
         write_weights(out / WEIGHTS_FILE, model, step=str(result["state"]["step"]))
-        write_json(out / RESULTS_FILE, {"step": result["state"]["step"], "evaluation": result["evaluation"],
-                                        "skipped_steps": result["state"]["skipped_steps"],
-                                        "precision": result["state"]["precision"],
-                                        "baseline": read_json(out / BASELINE_FILE, "baseline").get("unigram")})
+        write_json(out / RESULTS_FILE, results)
         console.print(f"wrote {out} (step {result['state']['step']}): "
                       + "  ".join(f"{k} {v:.4f}" for k, v in result["evaluation"].items()))
     accelerator.wait_for_everyone()
-    return {"out": str(out), **result}
+    return PretrainResult.from_results(out, results, step_seconds=result["state"]["step_seconds"])
 
 
 def _cached_tokenizer(config: Config, console: Console):

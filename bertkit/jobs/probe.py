@@ -27,9 +27,9 @@ COLUMNS = ("model", "task", "layer", "metric", "score", "accuracy", "control_acc
            "train_words", "eval_words")
 
 
-@dataclass
-class ProbeSpec:
-    """What `bertkit probe` was asked for."""
+@dataclass(frozen=True)
+class ProbeJob:
+    """What `bertkit probe` is asked: the models, the tagging tasks, the CoNLL file(s) and the probes' settings."""
 
     models: list[Path]
     tasks: list[str]
@@ -45,9 +45,19 @@ class ProbeSpec:
     max_iter: int = 300  # L-BFGS iterations of each probe
     seed: int = 0
     overwrite: bool = False
+    progress: bool = True
 
 
-def _read(spec: ProbeSpec) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]], dict, dict]:
+@dataclass(frozen=True)
+class ProbeResult:
+    """One row per model × task × layer (the columns of probe.csv: `COLUMNS`) and the files written."""
+
+    rows: list[dict]
+    csv: Path
+    plot: Path
+
+
+def _read(spec: ProbeJob) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]], dict, dict]:
     """Training and evaluation sentences (words) and each task's tags for them."""
     train_path = resolve_data_path(spec.data)
     eval_path = resolve_data_path(spec.eval_data) if spec.eval_data else None
@@ -66,7 +76,7 @@ def _read(spec: ProbeSpec) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]
     return words_train, words_eval, tags_train, tags_eval
 
 
-def run(spec: ProbeSpec, progress: bool = True, console: Console | None = None) -> list[dict]:
+def run(spec: ProbeJob, console: Console | None = None) -> ProbeResult:
     """Probe every layer of every model for every task; write OUT/probe.csv and OUT/probe.png; return the rows."""
     console = console or Console(stderr=True)
     for task in spec.tasks:
@@ -93,7 +103,7 @@ def run(spec: ProbeSpec, progress: bool = True, console: Console | None = None) 
     rows: list[dict] = []
     fits = sum(model.layer_count for _, _, model, _ in loaded) * len(spec.tasks) * (2 if spec.control else 1)
     bar = Progress(TextColumn("[bold]probe {task.fields[info]}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), console=console, disable=not progress, transient=True)
+                   TimeElapsedColumn(), console=console, disable=not spec.progress, transient=True)
     with bar:
         job = bar.add_task("probe", total=fits, info="")
         for name, (path, config, model, tokenizer) in zip(names, loaded):
@@ -138,7 +148,7 @@ def run(spec: ProbeSpec, progress: bool = True, console: Console | None = None) 
             writer.writerows(rows)
         plot(rows, tmp / "probe.png")
     console.print(f"wrote {out / 'probe.csv'} and {out / 'probe.png'}")
-    return rows
+    return ProbeResult(rows, out / "probe.csv", out / "probe.png")
 
 
 def _control_gold(words: list[str], control: dict[str, str], labels: list[str], seed: int) -> list[str]:

@@ -1,5 +1,9 @@
 """`bertkit index build|add|info`, `bertkit search` and `bertkit similarity`: semantic search over a corpus.
 
+One module serves the five commands, so each has its own entry point, named after the command, with its own
+Job / Result pair: `build` (IndexBuildJob), `add` (IndexAddJob), `search` (SearchJob), `info` (IndexInfoJob) and
+`similarity` (SimilarityJob).
+
 An index remembers the model that embedded it (path and identity, see `embedding.model_identity`); appends and
 queries are embedded by that same model, and a different one is refused, so a query is never compared with vectors
 from another embedding space.
@@ -9,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -51,13 +57,45 @@ def _model_entry(encoder: SentenceEncoder) -> dict:
             "normalize": encoder.sentence.normalize, "max_length": encoder.max_length}
 
 
-def build(model: Path, corpus: list[str], out: Path, text_field: str = "text", id_field: str | None = None,
-          backend: str = "auto", nlist: int | None = None, nprobe: int | None = None, batch_size: int = 64,
-          chunk_size: int = 8192, overwrite: bool = False, progress: bool = True,
-          console: Console | None = None, precision: str = "auto") -> dict:
-    """Embed every non-empty text of `corpus` with `model` into a new index directory `out` (atomically)."""
+@dataclass(frozen=True)
+class IndexBuildJob:
+    """What `bertkit index build` is asked: the encoder run, the corpus files or directories, the index directory
+    to write, how to read the corpus, and the search backend (with its FAISS settings)."""
+
+    model: Path
+    corpus: tuple[str, ...]
+    out: Path
+    text_field: str = "text"
+    id_field: str | None = None
+    backend: str = "auto"
+    nlist: int | None = None
+    nprobe: int | None = None
+    batch_size: int = 64
+    chunk_size: int = 8192
+    overwrite: bool = False
+    precision: str = "auto"
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class IndexBuildResult:
+    """The index written: its vectors, the backend chosen (exact or faiss), and the texts skipped as empty and
+    truncated."""
+
+    out: Path
+    count: int
+    backend: str
+    empty: int
+    truncated: int
+
+
+def build(job: IndexBuildJob, console: Console | None = None) -> IndexBuildResult:
+    """Embed every non-empty text of `job.corpus` with `job.model` into a new index directory `job.out`
+    (atomically)."""
     console = console or Console(stderr=True)
-    out = Path(out)
+    corpus, text_field, id_field, backend = job.corpus, job.text_field, job.id_field, job.backend
+    nlist, nprobe, overwrite = job.nlist, job.nprobe, job.overwrite
+    out = Path(job.out)
     if out.exists() and not overwrite:
         hint = "append with `bertkit index add`, or pass --overwrite" if (out / "index.json").is_file() else \
             "choose another --out or pass --overwrite"
@@ -70,7 +108,7 @@ def build(model: Path, corpus: list[str], out: Path, text_field: str = "text", i
         if value is not None and backend == "exact":
             raise BertkitError(f"{key}: only for a FAISS index (--backend faiss or auto), not --backend exact")
     files = find_files(corpus)
-    encoder = SentenceEncoder(model, batch_size=batch_size, precision=precision)
+    encoder = SentenceEncoder(job.model, batch_size=job.batch_size, precision=job.precision)
     found = scan(files, text_field, id_field, keep_empty=False, check_ids=True)
     if found.rows == 0:
         raise BertkitError(f"{', '.join(corpus)}: no texts to index" + (f" ({found.empty:,} empty lines)"
@@ -80,7 +118,7 @@ def build(model: Path, corpus: list[str], out: Path, text_field: str = "text", i
     held = index_lock(out) if (Path(out) / INDEX_FILE).is_file() else contextlib.nullcontext()
     with held, atomic_dir(out, overwrite=overwrite) as tmp:
         writer = ShardWriter(tmp, 0, encoder.dim)
-        _fill(writer, encoder, files, text_field, id_field, found.rows, chunk_size, progress, console)
+        _fill(writer, encoder, files, text_field, id_field, found.rows, job.chunk_size, job.progress, console)
         shard = writer.close()
         meta = {"format": FORMAT, "version": VERSION, "model": _model_entry(encoder), "dim": encoder.dim,
                 "count": shard["count"], "shards": [shard], "backend": chosen, "backend_choice": backend}
@@ -89,8 +127,8 @@ def build(model: Path, corpus: list[str], out: Path, text_field: str = "text", i
         write_meta(tmp, meta)
     _report_skips(console, found, encoder)
     console.print(f"wrote {out}: {meta['count']:,} × {encoder.dim} vectors, {chosen} search")
-    return {"out": str(out), "count": meta["count"], "backend": chosen, "empty": found.empty,
-            "truncated": encoder.truncated}
+    return IndexBuildResult(out=out, count=meta["count"], backend=chosen, empty=found.empty,
+                            truncated=encoder.truncated)
 
 
 def _new_faiss(path: Path, meta: dict, nlist: int | None, nprobe: int | None, number: int, console: Console) -> dict:
@@ -118,20 +156,47 @@ def _encoder_for(index: VectorIndex, model: Path | None, batch_size: int = 64,
     return encoder
 
 
-def add(path: Path, corpus: list[str], model: Path | None = None, text_field: str = "text",
-        id_field: str | None = None, batch_size: int = 64, chunk_size: int = 8192, progress: bool = True,
-        console: Console | None = None) -> dict:
+@dataclass(frozen=True)
+class IndexAddJob:
+    """What `bertkit index add` is asked: the index directory, the corpus files or directories to append, how to
+    read them, and the index's model if it moved (None: the one index.json records)."""
+
+    index: Path
+    corpus: tuple[str, ...]
+    model: Path | None = None
+    text_field: str = "text"
+    id_field: str | None = None
+    batch_size: int = 64
+    chunk_size: int = 8192
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class IndexAddResult:
+    """The index appended to: the vectors added, its count after, its backend (an append may switch it to faiss),
+    and the texts skipped as empty and truncated."""
+
+    out: Path
+    added: int
+    count: int
+    backend: str
+    empty: int
+    truncated: int
+
+
+def add(job: IndexAddJob, console: Console | None = None) -> IndexAddResult:
     """Append a corpus to an index: new shard files, then one rename of index.json (the previous index stays whole
     if anything fails, a full disk included). Concurrent appends to one index wait for each other; what an
     interrupted one left behind is removed first."""
     console = console or Console(stderr=True)
+    path, corpus, text_field, id_field = job.index, job.corpus, job.text_field, job.id_field
     VectorIndex(path)  # a clear error before taking a lock in a directory that is not an index
     with index_lock(path):
         index = VectorIndex(path)
         gone = remove_leftovers(index.path, index.meta)
         if gone:
             console.print(f"removed {gone} file(s) an interrupted `index add` left in {path}")
-        encoder = _encoder_for(index, model, batch_size)
+        encoder = _encoder_for(index, job.model, job.batch_size)
         files = find_files(corpus)
         found = scan(files, text_field, id_field, keep_empty=False, check_ids=True, existing=index.ids)
         if found.rows == 0:
@@ -143,7 +208,8 @@ def add(path: Path, corpus: list[str], model: Path | None = None, text_field: st
             old_faiss = meta.get("faiss", {}).get("file")
             new_files = list(writer.names.values())
             try:
-                _fill(writer, encoder, files, text_field, id_field, found.rows, chunk_size, progress, console)
+                _fill(writer, encoder, files, text_field, id_field, found.rows, job.chunk_size, job.progress,
+                      console)
                 shard = writer.close()
                 meta["shards"] = meta["shards"] + [shard]
                 meta["count"] = meta["count"] + shard["count"]
@@ -170,7 +236,8 @@ def add(path: Path, corpus: list[str], model: Path | None = None, text_field: st
             fsync_dir(index.path)
     _report_skips(console, found, encoder)
     console.print(f"added {shard['count']:,} vectors to {path}: {meta['count']:,} in all, {meta['backend']} search")
-    return {"out": str(path), "added": shard["count"], "count": meta["count"], "backend": meta["backend"]}
+    return IndexAddResult(out=Path(path), added=shard["count"], count=meta["count"], backend=meta["backend"],
+                          empty=found.empty, truncated=encoder.truncated)
 
 
 def _committed(path: Path, vectors: str) -> bool:
@@ -181,18 +248,42 @@ def _committed(path: Path, vectors: str) -> bool:
         return False
 
 
-def search(path: Path, queries: list[str], k: int = 5, model: Path | None = None, exact: bool | None = None,
-           nprobe: int | None = None, truncate: bool = False, precision: str = "auto") -> list[list[Hit]]:
+@dataclass(frozen=True)
+class SearchJob:
+    """What `bertkit search` is asked: the index directory, the query texts, results per query, the index's model
+    if it moved, exact or FAISS search (None: the index's backend) and its lists probed, and whether a query
+    longer than the model's max_length is cut (else refused)."""
+
+    index: Path
+    queries: tuple[str, ...]
+    k: int = 5
+    model: Path | None = None
+    exact: bool | None = None
+    nprobe: int | None = None
+    truncate: bool = False
+    precision: str = "auto"
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """The queries as given, in order, and for each its k nearest documents, most similar first."""
+
+    queries: list[str]
+    hits: list[list[Hit]]
+
+
+def search(job: SearchJob) -> SearchResult:
     """The k nearest documents of each query (cosine similarity), embedded by the index's own model."""
+    k, nprobe, truncate = job.k, job.nprobe, job.truncate
     if k < 1:
         raise BertkitError(f"-k: must be >= 1, got {k}")
     if nprobe is not None and nprobe < 1:
         raise BertkitError(f"--nprobe: must be >= 1, got {nprobe}")
-    queries = [q.strip() for q in queries]
+    queries = [q.strip() for q in job.queries]
     if not queries or any(not q for q in queries):
         raise BertkitError("an empty query: give the text to search for")
-    index = VectorIndex(path)
-    encoder = _encoder_for(index, model, precision=precision)
+    index = VectorIndex(job.index)
+    encoder = _encoder_for(index, job.model, precision=job.precision)
     encoded = encoder.encoder.texts(queries)  # tokenised once: checked, then embedded
     for query, enc in zip(queries, encoded):
         if enc.truncated and not truncate:
@@ -200,23 +291,64 @@ def search(path: Path, queries: list[str], k: int = 5, model: Path | None = None
                                f"shorten it, or pass --truncate to search with its first {encoder.max_length}")
     vectors = embed_encoded(encoder.model, encoded, encoder.pad_id, encoder.batch_size, encoder.sentence.pooling,
                             True, precision=encoder.precision)
-    scores, rows = index.search(vectors, k, exact=exact, nprobe=nprobe)
-    return index.hits(scores, rows)
+    scores, rows = index.search(vectors, k, exact=job.exact, nprobe=nprobe)
+    return SearchResult(list(job.queries), index.hits(scores, rows))
 
 
-def info(path: Path) -> dict:
+@dataclass(frozen=True)
+class IndexInfoJob:
+    """What `bertkit index info` is asked: the index directory."""
+
+    index: Path
+
+
+@dataclass(frozen=True)
+class IndexInfoResult:
+    """What an index holds: vectors, dimension, backend, shard files, the model entry index.json records (path,
+    identity, pooling, normalize, max_length; as written by the bertkit that built it), and the FAISS settings
+    (file, nlist, nprobe) of a faiss index (None for an exact one)."""
+
+    path: Path
+    count: int
+    dim: int
+    backend: str
+    shards: int
+    model: dict[str, Any]
+    faiss: dict[str, Any] | None = None
+
+
+def info(job: IndexInfoJob) -> IndexInfoResult:
     """What an index holds (checks every file)."""
-    index = VectorIndex(path)
-    return {"path": str(path), "count": index.count, "dim": index.dim, "backend": index.backend,
-            "shards": len(index.shards), "model": index.model, **({"faiss": index.meta["faiss"]}
-                                                                   if index.backend == "faiss" else {})}
+    index = VectorIndex(job.index)
+    return IndexInfoResult(path=Path(job.index), count=index.count, dim=index.dim, backend=index.backend,
+                           shards=len(index.shards), model=index.model,
+                           faiss=index.meta["faiss"] if index.backend == "faiss" else None)
 
 
-def similarity(model: Path, a: str, b: str) -> float:
+@dataclass(frozen=True)
+class SimilarityJob:
+    """What `bertkit similarity` is asked: an encoder run and two texts."""
+
+    model: Path
+    a: str
+    b: str
+
+
+@dataclass(frozen=True)
+class SimilarityResult:
+    """The cosine similarity of the two texts' embeddings."""
+
+    cosine: float
+
+
+def similarity(job: SimilarityJob) -> SimilarityResult:
     """Cosine similarity of two texts' embeddings."""
+    a, b = job.a, job.b
     if not a.strip() or not b.strip():
         raise BertkitError("similarity needs two non-empty texts")
-    return float(SentenceEncoder(model).similarity([a], [b])[0])
+    return SimilarityResult(float(SentenceEncoder(job.model).similarity([a], [b])[0]))
 
 
-__all__ = ["add", "build", "info", "read_meta", "search", "similarity"]
+__all__ = ["IndexAddJob", "IndexAddResult", "IndexBuildJob", "IndexBuildResult", "IndexInfoJob", "IndexInfoResult",
+           "SearchJob", "SearchResult", "SimilarityJob", "SimilarityResult", "add", "build", "info", "read_meta",
+           "search", "similarity"]

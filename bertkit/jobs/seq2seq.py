@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from accelerate.utils import set_seed
@@ -28,6 +29,7 @@ from bertkit.text.tasks import hold_out, read_parallel
 from bertkit.text.tokenizer import check_vocab_matches, train_bpe
 from bertkit.train.defaults import DEFAULT_LEARNING_RATE, with_learning_rate
 from bertkit.train.loop import already_finished, make_accelerator, plan_text, run_precision, train_best
+from bertkit.train.results import FinetuneResult
 from bertkit.translation import PairTokenizers, Translator
 
 
@@ -48,15 +50,28 @@ def _tokenizers(config: Config, pairs: list[tuple[str, str]], console: Console) 
                           train_bpe([t for _, t in pairs], vocab, **options))
 
 
-def run(config: Config, model_dir: Path | None, out: Path, resume: bool = False, progress: bool = True,
-        console: Console | None = None) -> dict:
-    """Train an encoder-decoder on `task.train_source` / `task.train_target`; returns the best validation
-    metrics and where things are."""
-    with locked(out):  # one writer per run directory, for the whole job
-        return _run(config, model_dir, Path(out), resume, progress, console or Console(stderr=True))
+@dataclass(frozen=True)
+class Seq2SeqJob:
+    """What `bertkit finetune seq2seq` is asked: the recipe (after `--set` and the command's options), an
+    encoder-decoder run to start from (None: from scratch), the run directory to write, and whether to continue
+    the run in `out`."""
+
+    config: Config
+    model: Path | None
+    out: Path
+    resume: bool = False
+    progress: bool = True
 
 
-def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progress: bool, console: Console) -> dict:
+def run(job: Seq2SeqJob, console: Console | None = None) -> FinetuneResult:
+    """Train an encoder-decoder on `task.train_source` / `task.train_target`; returns the kept checkpoint's
+    validation scores and where the run is."""
+    with locked(job.out):  # one writer per run directory, for the whole job
+        return _run(job.config, job.model, Path(job.out), job.resume, job.progress, console or Console(stderr=True))
+
+
+def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progress: bool,
+         console: Console) -> FinetuneResult:
     task = config.task
     if task.train_source is None or task.train_target is None:
         raise BertkitError("task.train_source / task.train_target: give both sides of the training text "
@@ -137,7 +152,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     if metric == "bleu" and not task.bleu_examples:
         raise BertkitError("train.metric: bleu needs task.bleu_examples > 0")
     if resume and (done := already_finished(out, train_cfg, console, accelerator)) is not None:
-        return done
+        return FinetuneResult.from_results(out, done, already_done=True)
     if main:
         counts = model.parameter_counts()
         console.print(f"seq2seq: {len(train_pairs):,} training / {len(validation):,} validation pairs; vocab "
@@ -163,4 +178,4 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
         console.print(f"wrote {out} (best step {summary['best_step']} of {summary['steps']}): validation "
                       + "  ".join(f"{k} {v:.4f}" for k, v in headline.items()))
     accelerator.wait_for_everyone()
-    return summary
+    return FinetuneResult.from_results(out, summary)

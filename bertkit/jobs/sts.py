@@ -8,8 +8,8 @@ other layouts name their columns.
 
 from __future__ import annotations
 
-import csv
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -19,63 +19,66 @@ from bertkit.errors import BertkitError
 from bertkit.metrics import correlation_metrics
 from bertkit.paths import resolve_data_path
 from bertkit.run.files import atomic_file
-from bertkit.text.corpus import allow_long_fields, csv_dialect, csv_error
-from bertkit.text.tasks import read_pairs
+from bertkit.text.tasks import read_pairs, sts_columns
 
-NAMED = ("sentence1", "sentence2", "score")
-STS_BENCHMARK = ("5", "6", "4")  # stsbenchmark's sts-*.csv: genre, file, year, id, score, sentence1, sentence2
+@dataclass(frozen=True)
+class StsJob:
+    """What `bertkit evaluate-sts` is asked: an encoder run, a file of scored pairs, its columns (names or 0-based
+    positions; None: detected by `sts_columns`), the top of its score scale, and a JSON file for the result."""
 
-
-def sts_columns(path: Path) -> tuple[str, str, str]:
-    """The columns of a scored-pair file: named (sentence1, sentence2, score; or label for the score) when its
-    header has them, else the STS benchmark's positions when it looks like one."""
-    if path.suffix.lower() in (".jsonl", ".json"):
-        return NAMED
-    try:
-        with path.open(encoding="utf-8-sig") as fh:
-            first = fh.readline().rstrip("\r\n")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BertkitError(f"{path}: unreadable ({exc})") from None
-    allow_long_fields()
-    try:
-        fields = next(csv.reader([first], **csv_dialect(first, path.suffix.lower())), [])
-    except csv.Error as exc:
-        raise csv_error(path, 1, exc, path.suffix.lower()) from None
-    if {"sentence1", "sentence2"} <= set(fields):
-        return ("sentence1", "sentence2", "score" if "score" in fields else "label")
-    try:
-        if len(fields) >= 7 and 0.0 <= float(fields[4]) <= 5.0:
-            return STS_BENCHMARK
-    except ValueError:
-        pass
-    raise BertkitError(f"{path}: cannot tell its columns (no sentence1/sentence2 header, not the STS benchmark "
-                       "layout); pass --sentence1-column, --sentence2-column and --score-column")
+    model: Path
+    data: Path
+    sentence1_column: str | None = None
+    sentence2_column: str | None = None
+    score_column: str | None = None
+    max_score: float = 5.0
+    batch_size: int = 64
+    out: Path | None = None
+    overwrite: bool = False
+    precision: str = "auto"
 
 
-def evaluate_sts(model: Path, data: Path, columns: tuple[str | None, str | None, str | None] = (None, None, None),
-                 max_score: float = 5.0, batch_size: int = 64, out: Path | None = None, overwrite: bool = False,
-                 console: Console | None = None, precision: str = "auto") -> dict:
+@dataclass(frozen=True)
+class StsResult:
+    """Spearman and Pearson correlation of the cosine similarities with the gold scores (NaN when either side is
+    constant) over `pairs` pairs, the model and data file (resolved) scored, sentences truncated, and the run's
+    pooling: the fields of the JSON report."""
+
+    spearman: float
+    pearson: float
+    pairs: int
+    model: Path
+    data: Path
+    truncated: int
+    pooling: str
+
+
+def run(job: StsJob, console: Console | None = None) -> StsResult:
     """Embed both sides of every pair, correlate cos(u, v) with the gold scores; print and optionally write JSON."""
     console = console or Console()
+    model, max_score, out, overwrite = job.model, job.max_score, job.out, job.overwrite
+    columns = (job.sentence1_column, job.sentence2_column, job.score_column)
     if not max_score > 0:
         raise BertkitError(f"--max-score: must be > 0, got {max_score}")
     if out is not None and Path(out).exists() and not overwrite:
         raise BertkitError(f"{out}: already exists (choose another --out or pass --overwrite)")
-    data = resolve_data_path(data)
+    data = resolve_data_path(job.data)
     if not data.is_file():
         raise BertkitError(f"{data}: no such file")
     detected = sts_columns(data) if None in columns else columns
     first, second, score = (given or auto for given, auto in zip(columns, detected))
     pairs = read_pairs(data, first, second, "score", score, max_score=max_score)
-    encoder = SentenceEncoder(model, batch_size=batch_size, precision=precision)
+    encoder = SentenceEncoder(model, batch_size=job.batch_size, precision=job.precision)
     cosine = encoder.similarity([p.text for p in pairs], [p.pair for p in pairs])
-    result = correlation_metrics([p.score for p in pairs], cosine)
-    result.update({"model": str(model), "data": str(data), "truncated": encoder.truncated,
+    # the JSON report keeps the keys, order and values it always had (json's NaN for a constant side included)
+    report = correlation_metrics([p.score for p in pairs], cosine)
+    report.update({"model": str(model), "data": str(data), "truncated": encoder.truncated,
                    "pooling": encoder.sentence.pooling})
     truncation_warning(console, encoder, "sentences")
-    console.print(f"{data}: {result['pairs']:,} pairs  Spearman {100 * result['spearman']:.2f}  "
-                  f"Pearson {100 * result['pearson']:.2f}  (cosine similarity, {encoder.sentence.pooling} pooling)")
+    console.print(f"{data}: {report['pairs']:,} pairs  Spearman {100 * report['spearman']:.2f}  "
+                  f"Pearson {100 * report['pearson']:.2f}  (cosine similarity, {encoder.sentence.pooling} pooling)")
     if out is not None:
         with atomic_file(out, overwrite=overwrite) as tmp:
-            tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    return result
+            tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return StsResult(spearman=report["spearman"], pearson=report["pearson"], pairs=report["pairs"], model=Path(model),
+                     data=data, truncated=encoder.truncated, pooling=encoder.sentence.pooling)

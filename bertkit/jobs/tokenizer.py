@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -13,14 +14,36 @@ from bertkit.text.bpe import train_on_corpus
 from bertkit.text.tokenizer import save_tokenizer
 
 
-def run(corpus: list[str], vocab_size: int, out: Path, cfg: TokenizerConfig, text_field: str = "text",
-        skip_bad_lines: bool = False, overwrite: bool = False, console: Console | None = None) -> dict:
+@dataclass(frozen=True)
+class TokenizerJob:
+    """What `bertkit tokenizer train` is asked: corpus files or directories, the vocabulary size, the directory to
+    write, and the BPE settings."""
+
+    corpus: tuple[str, ...]
+    vocab_size: int
+    out: Path
+    settings: TokenizerConfig = field(default_factory=TokenizerConfig)
+    text_field: str = "text"
+    skip_bad_lines: bool = False
+    overwrite: bool = False
+
+
+@dataclass(frozen=True)
+class TokenizerResult:
+    """The directory written and the vocabulary size reached (special tokens included)."""
+
+    out: Path
+    vocab_size: int
+
+
+def run(job: TokenizerJob, console: Console | None = None) -> TokenizerResult:
     """Train and save; `out` is written atomically and never overwritten unless asked."""
     console = console or Console(stderr=True)
-    if vocab_size < 1:
-        raise BertkitError(f"--vocab-size must be positive, got {vocab_size}")
-    tok = train_on_corpus(corpus, vocab_size, cfg, text_field, skip_bad_lines, console)
-    with atomic_dir(out, overwrite=overwrite) as tmp:
+    if job.vocab_size < 1:
+        raise BertkitError(f"--vocab-size must be positive, got {job.vocab_size}")
+    tok = train_on_corpus(list(job.corpus), job.vocab_size, job.settings, job.text_field, job.skip_bad_lines,
+                          console)
+    with atomic_dir(job.out, overwrite=job.overwrite) as tmp:
         save_tokenizer(tok, tmp)
-    console.print(f"wrote {out}/tokenizer.json ({tok.get_vocab_size():,} tokens)")
-    return {"out": str(out), "vocab_size": tok.get_vocab_size()}
+    console.print(f"wrote {job.out}/tokenizer.json ({tok.get_vocab_size():,} tokens)")
+    return TokenizerResult(Path(job.out), tok.get_vocab_size())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -37,17 +38,43 @@ def _write(out: Path, lines: list[str], overwrite: bool) -> None:
         tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
 
 
-def translate(run: Path, texts: list[str], beam: int = 4, length_penalty: float = 1.0,
-              max_new_tokens: int | None = None, batch_size: int = 64, out: Path | None = None,
-              overwrite: bool = False, console: Console | None = None, precision: str = "auto") -> list[str]:
-    """Translate texts (empty lines stay empty); with `out`, write one translation per line."""
+@dataclass(frozen=True)
+class TranslateJob:
+    """What `bertkit translate` is asked: an encoder-decoder run, the sentences to translate (empty ones stay
+    empty), how to decode (`beam`, `length_penalty`, `max_new_tokens`; None: the model's max_len - 1), how many
+    sentences to decode together, and a file to write one translation per line to (None: only return them)."""
+
+    run: Path
+    sentences: tuple[str, ...]
+    beam: int = 4
+    length_penalty: float = 1.0
+    max_new_tokens: int | None = None
+    batch_size: int = 64
+    out: Path | None = None
+    overwrite: bool = False
+    precision: str = "auto"
+
+
+@dataclass(frozen=True)
+class TranslateResult:
+    """One translation per sentence, in order ("" for an empty sentence), and how many sentences were longer than
+    the model reads and were cut."""
+
+    lines: list[str]
+    cut: int = 0
+
+
+def translate(job: TranslateJob, console: Console | None = None) -> TranslateResult:
+    """Translate the sentences (empty ones stay empty); with `job.out`, write one translation per line."""
     console = console or Console(stderr=True)
+    texts, out, overwrite = list(job.sentences), job.out, job.overwrite
     _check_out(out, overwrite)
-    translator = Translator(run, batch_size=batch_size, precision=precision)
+    translator = Translator(job.run, batch_size=job.batch_size, precision=job.precision)
     keep = [i for i, t in enumerate(texts) if t.strip()]
     if not keep:
         raise BertkitError("nothing to translate: every input is empty")
-    outputs, cut = _run(translator, [texts[i].strip() for i in keep], beam, length_penalty, max_new_tokens, console)
+    outputs, cut = _run(translator, [texts[i].strip() for i in keep], job.beam, job.length_penalty,
+                        job.max_new_tokens, console)
     if cut:
         console.print(f"[yellow]warning: {cut} sentence(s) were longer than the model's {translator.max_length} "
                       "tokens and were cut")
@@ -57,27 +84,61 @@ def translate(run: Path, texts: list[str], beam: int = 4, length_penalty: float 
     if out is not None:
         _write(out, lines, overwrite)
         console.print(f"wrote {len(lines):,} translation(s) to {out}")
-    return lines
+    return TranslateResult(lines, cut)
 
 
-def evaluate(run: Path, source: str | Path, target: str | Path, beam: int = 4, length_penalty: float = 1.0,
-             max_new_tokens: int | None = None, batch_size: int = 64, hypotheses: Path | None = None,
-             overwrite: bool = False, console: Console | None = None) -> dict:
-    """Translate `source` and score against `target` (corpus BLEU and chrF, sacrebleu)."""
+@dataclass(frozen=True)
+class EvaluateSeq2SeqJob:
+    """What `bertkit evaluate-seq2seq` is asked: an encoder-decoder run, a source file and its reference
+    translations line by line (as given: data-root relative is fine, and errors name them so), how to decode, and
+    a file to also write the translations to."""
+
+    run: Path
+    source: str | Path
+    target: str | Path
+    beam: int = 4
+    length_penalty: float = 1.0
+    max_new_tokens: int | None = None
+    batch_size: int = 64
+    hypotheses: Path | None = None
+    overwrite: bool = False
+
+
+@dataclass(frozen=True)
+class EvaluateSeq2SeqResult:
+    """Corpus BLEU and chrF of the translations (sacrebleu: the full BLEU line and its signature too), over how
+    many sentence pairs, the decoding used, seconds spent translating, and the pairs skipped for an empty side."""
+
+    bleu: float
+    chrf: float
+    bleu_detail: str
+    bleu_signature: str
+    sentences: int
+    beam: int
+    length_penalty: float
+    seconds: float
+    skipped: int
+
+
+def evaluate(job: EvaluateSeq2SeqJob, console: Console | None = None) -> EvaluateSeq2SeqResult:
+    """Translate `job.source` and score against `job.target` (corpus BLEU and chrF, sacrebleu)."""
     console = console or Console(stderr=True)
+    beam, hypotheses, overwrite = job.beam, job.hypotheses, job.overwrite
     _check_out(hypotheses, overwrite)
-    pairs, skipped = read_parallel(source, target)
+    pairs, skipped = read_parallel(job.source, job.target)
     if skipped:
         console.print(f"[yellow]skipped {skipped:,} pair(s) with an empty side")
-    translator = Translator(run, batch_size=batch_size)
+    translator = Translator(job.run, batch_size=job.batch_size)
     start = time.perf_counter()
-    outputs, cut = _run(translator, [s for s, _ in pairs], beam, length_penalty, max_new_tokens, console)
+    outputs, cut = _run(translator, [s for s, _ in pairs], beam, job.length_penalty, job.max_new_tokens, console)
     seconds = time.perf_counter() - start
     if cut:
         console.print(f"[yellow]warning: {cut} source sentence(s) were longer than the model's "
                       f"{translator.max_length} tokens and were cut")
-    result = {**translation_metrics(outputs, [t for _, t in pairs]), "beam": beam, "length_penalty": length_penalty,
-              "seconds": seconds, "skipped": skipped}
+    scores = translation_metrics(outputs, [t for _, t in pairs])
+    result = EvaluateSeq2SeqResult(bleu=scores["bleu"], chrf=scores["chrf"], bleu_detail=scores["bleu_detail"],
+                                   bleu_signature=scores["bleu_signature"], sentences=scores["sentences"],
+                                   beam=beam, length_penalty=job.length_penalty, seconds=seconds, skipped=skipped)
     if hypotheses is not None:
         _write(hypotheses, outputs, overwrite)
     return result

@@ -8,6 +8,7 @@ full disk is a user error (one line), with the temporary removed and the old ver
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import math
@@ -26,11 +27,16 @@ DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
 def to_json(obj, indent: int | None = 2) -> str:
-    """Strict JSON (NaN / inf become null: Python's json would print `NaN`, which no JSON parser reads)."""
+    """Strict JSON (NaN / inf become null: Python's json would print `NaN`, which no JSON parser reads); a job's
+    result dataclass is written as its fields, a path as its text."""
     return json.dumps(_finite(obj), indent=indent, ensure_ascii=False, allow_nan=False)
 
 
 def _finite(obj):
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _finite({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)})
+    if isinstance(obj, Path):
+        return str(obj)
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     if isinstance(obj, dict):

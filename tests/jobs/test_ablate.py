@@ -104,7 +104,7 @@ def test_ablate_writes_table_csv_plot_and_resumes(tmp_path, corpus, monkeypatch)
 
     calls = []
     real = pretrain.run
-    monkeypatch.setattr(pretrain, "run", lambda config, out, **kw: calls.append(out) or real(config, out, **kw))
+    monkeypatch.setattr(pretrain, "run", lambda job, **kw: calls.append(job.out) or real(job, **kw))
     (out / "variants/positions=rotary/seed-1/result.json").unlink()  # as if killed before it finished
     cli_ok(*args[:-2], "--vary", "activation=relu", "-o", out)
     assert [Path(c).parent.parent.name + "/" + Path(c).parent.name for c in calls] == [
@@ -169,10 +169,10 @@ def test_time_budget_and_a_crashing_variant(tmp_path, corpus, monkeypatch):
 
     real = pretrain.run
 
-    def broken(config, out, **kwargs):
-        if config.model.activation == "relu":
+    def broken(job, **kwargs):
+        if job.config.model.activation == "relu":
             raise RuntimeError("boom")
-        return real(config, out, **kwargs)
+        return real(job, **kwargs)
 
     monkeypatch.setattr(pretrain, "run", broken)
     out = tmp_path / "abl"
