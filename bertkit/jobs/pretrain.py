@@ -33,6 +33,7 @@ from bertkit.text.packing import pack_corpus
 from bertkit.text.tokenizer import check_vocab_matches, load_tokenizer, save_tokenizer, special_ids, vocab_span
 from bertkit.train.defaults import DEFAULT_LEARNING_RATE, with_learning_rate
 from bertkit.train.loop import already_finished, make_accelerator, train
+from bertkit.train.results import as_stored
 
 
 def _check_output(out: Path, config: Config, resume: bool) -> None:
@@ -55,9 +56,9 @@ class PretrainJob:
 
 @dataclass(frozen=True)
 class PretrainResult:
-    """A finished pretraining: the run directory, its final step and validation metrics (the run's results.json),
-    and the seconds spent inside training steps (None when `--resume` found the run complete and changed nothing:
-    then `already_done`)."""
+    """A finished pretraining: the run directory, its final step, validation metrics and unigram baseline (the run's
+    results.json; the baseline is None on the other processes of a distributed run), and the seconds spent inside
+    training steps (None when `--resume` found the run complete and changed nothing: then `already_done`)."""
 
     out: Path
     step: int
@@ -72,6 +73,7 @@ class PretrainResult:
     def from_results(cls, out: Path, results: dict, step_seconds: float | None = None,
                      already_done: bool = False) -> PretrainResult:
         """From a run's results.json (written at the end of every pretraining)."""
+        results = as_stored(results)
         return cls(out=Path(out), step=int(results["step"]), evaluation=dict(results["evaluation"]),
                    step_seconds=step_seconds, skipped_steps=int(results.get("skipped_steps", 0)),
                    precision=results.get("precision", "fp32"),
@@ -154,7 +156,7 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
                    progress=progress)
     results = {"step": result["state"]["step"], "evaluation": result["evaluation"],
                "skipped_steps": result["state"]["skipped_steps"], "precision": result["state"]["precision"],
-               "baseline": read_json(out / BASELINE_FILE, "baseline").get("unigram")}
+               "baseline": read_json(out / BASELINE_FILE, "baseline").get("unigram") if main else None}
     if main:
         write_weights(out / WEIGHTS_FILE, model, step=str(result["state"]["step"]))
         write_json(out / RESULTS_FILE, results)

@@ -31,8 +31,8 @@ COLUMNS = ("model", "task", "layer", "metric", "score", "accuracy", "control_acc
 class ProbeJob:
     """What `bertkit probe` is asked: the models, the tagging tasks, the CoNLL file(s) and the probes' settings."""
 
-    models: list[Path]
-    tasks: list[str]
+    models: tuple[Path, ...]
+    tasks: tuple[str, ...]
     data: str
     out: Path
     eval_data: str | None = None  # None: hold out `eval_fraction` of data's sentences
@@ -167,7 +167,7 @@ def _line(row: dict) -> str:
     return text
 
 
-def _model_names(models: list[Path]) -> list[str]:
+def _model_names(models: tuple[Path, ...]) -> list[str]:
     """Short, distinct names for the CSV and the legend: the run directories' names."""
     names = []
     for path in models:

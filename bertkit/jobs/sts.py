@@ -21,6 +21,7 @@ from bertkit.paths import resolve_data_path
 from bertkit.run.files import atomic_file
 from bertkit.text.tasks import read_pairs, sts_columns
 
+
 @dataclass(frozen=True)
 class StsJob:
     """What `bertkit evaluate-sts` is asked: an encoder run, a file of scored pairs, its columns (names or 0-based

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from bertkit.run.files import to_json
+
+
+def as_stored(results: dict) -> dict:
+    """`results` as results.json holds them (NaN and inf become null): a result built from what a run just computed
+    then equals the one `--resume` reads back from the file."""
+    return json.loads(to_json(results))
 
 
 @dataclass(frozen=True)
 class FinetuneResult:
     """A finished finetuning run: where it is, the checkpoint kept (the best by `metric`) and the run's length, and
-    the kept weights' validation scores (floats, plus details such as a confusion matrix or a per-label table).
-    `already_done` is true when `--resume` found the run complete and changed nothing."""
+    the kept weights' validation scores (floats, plus details such as a confusion matrix or a per-label table;
+    empty on the other processes of a distributed run: the main one evaluates). `already_done` is true when
+    `--resume` found the run complete and changed nothing."""
 
     out: Path
     metric: str
@@ -25,6 +35,7 @@ class FinetuneResult:
     @classmethod
     def from_results(cls, out: Path, results: dict, already_done: bool = False) -> FinetuneResult:
         """From a run's results.json (or the summary it is written from)."""
+        results = as_stored(results)
         return cls(out=Path(out), metric=results["metric"], best_step=int(results["best_step"]),
                    steps=int(results["steps"]), validation=dict(results.get("validation", {})),
                    stopped_early=bool(results.get("stopped_early", False)),
@@ -32,5 +43,7 @@ class FinetuneResult:
 
     @property
     def score(self) -> float:
-        """The kept checkpoint's validation `metric`."""
-        return float(self.validation[self.metric])
+        """The kept checkpoint's validation `metric` (NaN where it is undefined, e.g. a constant prediction's
+        correlation: stored as null)."""
+        value = self.validation[self.metric]
+        return float("nan") if value is None else float(value)

@@ -1,16 +1,19 @@
-"""The Python API under the CLI: every job is `run(XJob) -> XResult` (dataclasses). The README's Python example,
-on a tiny model: pretrain → finetune → evaluate → predict in one process, each result typed and equal to what
-the run directory says; resuming a finished run returns the same result (it used to return another dict shape)."""
+"""The Python API under the CLI: every job takes an XJob and returns an XResult (dataclasses). The README's Python
+example, on a tiny model: pretrain → fill-mask → finetune → evaluate → predict in one process, each result typed and
+equal to what the run directory says; resuming a finished run returns the same result (it used to return another
+dict shape)."""
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 from rich.console import Console
 
-from bertkit.jobs import evaluate, finetune, fill_mask, predict, pretrain
+from bertkit.jobs import evaluate, fill_mask, finetune, predict, pretrain
 from bertkit.recipes import load_recipe, with_values
 from bertkit.run.files import to_json
+from bertkit.train.results import FinetuneResult
 from conftest import repeated_corpus
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
@@ -23,39 +26,52 @@ def test_pretrain_finetune_evaluate_predict_from_python(tmp_path):
                                                "data.block_size": 32, "train.batch_size": 4,
                                                "tokenizer.min_frequency": 1, "train.max_steps": 6,
                                                "train.eval_every": 3})
-    run = tmp_path / "pretrain"
-    job = pretrain.PretrainJob(config, run, progress=False)
-    result = pretrain.run(job, console=QUIET)
-    assert isinstance(result, pretrain.PretrainResult) and result.out == run and result.step == 6
-    stored = json.loads((run / "results.json").read_text())
-    assert result.evaluation == stored["evaluation"] and result.baseline == stored["baseline"]
-    assert result.step_seconds > 0 and not result.already_done
+    job = pretrain.PretrainJob(config, out=str(tmp_path / "pretrain"), progress=False)  # a str path is fine
+    trained = pretrain.run(job, console=QUIET)
+    assert isinstance(trained, pretrain.PretrainResult) and trained.out == tmp_path / "pretrain"
+    stored = json.loads((trained.out / "results.json").read_text())
+    assert trained.step == stored["step"] == 6 and trained.evaluation == stored["evaluation"]
+    assert trained.baseline == stored["baseline"] and trained.step_seconds > 0 and not trained.already_done
 
     again = pretrain.run(dataclasses.replace(job, resume=True), console=QUIET)  # finished: nothing to do
     assert again.already_done and again.step_seconds is None
-    assert dataclasses.replace(again, already_done=False, step_seconds=result.step_seconds) == result
+    assert dataclasses.replace(again, already_done=False, step_seconds=trained.step_seconds) == trained
 
-    masks = fill_mask.run(fill_mask.FillMaskJob(run, "the film was [MASK] .", top_k=3)).masks
+    masks = fill_mask.run(fill_mask.FillMaskJob(trained.out, "the film was [MASK] .", top_k=3)).masks
     assert len(masks) == 1 and len(masks[0]) == 3 and masks[0][0].score >= masks[0][-1].score
     assert json.loads(to_json(masks))[0][0].keys() == {"token", "token_id", "score", "sequence"}
 
     data = SAMPLES / "sentiment.tsv"
-    tune = with_values(load_recipe("finetune-sst2"), {"task.train_file": str(data), "task.validation_file": str(data),
-                                                      "train.batch_size": 4, "train.max_steps": 4,
-                                                      "train.eval_every": 2})
-    tune = dataclasses.replace(tune, train=dataclasses.replace(tune.train, epochs=None, max_time=None))
-    classifier = tmp_path / "classifier"
-    tuned = finetune.run(finetune.FinetuneJob(tune, run, classifier, progress=False), console=QUIET)
-    assert isinstance(tuned, finetune.FinetuneResult) and tuned.metric == "accuracy" and tuned.steps == 4
-    assert tuned.score == json.loads((classifier / "results.json").read_text())["validation"]["accuracy"]
+    recipe = with_values(load_recipe("finetune-sst2"), {"task.train_file": str(data),
+                                                        "task.validation_file": str(data), "train.batch_size": 4,
+                                                        "train.max_steps": 4, "train.eval_every": 2})
+    recipe = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train, epochs=None, max_time=None))
+    tune = finetune.FinetuneJob(recipe, model=trained.out, out=tmp_path / "sst2", progress=False)
+    tuned = finetune.run(tune, console=QUIET)
+    assert isinstance(tuned, FinetuneResult) and tuned.metric == "accuracy" and tuned.steps == 4
+    assert tuned.best_step in (2, 4) and tuned.score == tuned.validation["accuracy"]
+    assert tuned.validation == json.loads((tuned.out / "results.json").read_text())["validation"]
+    assert dataclasses.replace(finetune.run(dataclasses.replace(tune, resume=True), console=QUIET),
+                               already_done=False) == tuned
 
-    scored = evaluate.run(evaluate.EvaluateJob(classifier, data), console=QUIET)
-    assert scored.kind == "classify" and scored.scores["examples"] == len(data.read_text().splitlines()) - 1
-    assert scored.scores["accuracy"] == tuned.score  # the final validation is `bertkit evaluate`'s own path
+    dev = evaluate.run(evaluate.EvaluateJob(tuned.out, data=data, precision=tuned.precision), console=QUIET)
+    examples = sum(1 for line in data.read_text().splitlines()[1:] if line.strip())
+    assert dev.kind == "classify" and dev.scores["examples"] == examples
+    assert sum(map(sum, dev.scores["confusion"]["matrix"])) == examples
+    assert dev.scores["accuracy"] == tuned.score  # the final validation is `bertkit evaluate`'s own path
 
     texts = tmp_path / "texts.txt"
     texts.write_text("a wonderful film\na dull mess\n")
     out = tmp_path / "predictions.jsonl"
-    predicted = predict.run(predict.PredictJob(classifier, texts, out), console=QUIET)
+    predicted = predict.run(predict.PredictJob(tuned.out, texts, out), console=QUIET)
     assert [r["text"] for r in predicted.records] == ["a wonderful film", "a dull mess"]
     assert [json.loads(line) for line in out.read_text().splitlines()] == predicted.records
+
+
+def test_a_result_holds_what_its_results_file_holds():
+    """An undefined metric (NaN) is null in results.json; the result built from a fresh run's summary holds it as
+    stored, so it equals the one a resume reads back, and `score` still reads it as NaN."""
+    summary = {"metric": "spearman", "best_step": 3, "steps": 4, "validation": {"spearman": math.nan}}
+    fresh = FinetuneResult.from_results(Path("run"), summary)
+    assert fresh == FinetuneResult.from_results(Path("run"), json.loads(to_json(summary)))
+    assert fresh.validation == {"spearman": None} and math.isnan(fresh.score)
