@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 from accelerate.utils import set_seed
@@ -34,20 +33,7 @@ from bertkit.text.tasks import hold_out
 from bertkit.text.tokenizer import save_tokenizer, special_ids
 from bertkit.train.defaults import finetune_learning_rate, with_learning_rate
 from bertkit.train.loop import already_finished, make_accelerator, plan_text, run_precision, train_best
-from bertkit.train.results import FinetuneResult
-
-
-@dataclass(frozen=True)
-class FinetuneJob:
-    """What `bertkit finetune classify|ner|sentence` is asked: the recipe (after `--set` and the command's
-    options), the run to start from (pretrained or imported; None only on resume), the run directory to write, and
-    whether to continue the run in `out`."""
-
-    config: Config
-    model: Path | None
-    out: Path
-    resume: bool = False
-    progress: bool = True
+from bertkit.train.results import FinetuneJob, FinetuneResult
 
 
 def run(job: FinetuneJob, console: Console | None = None) -> FinetuneResult:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 from accelerate.utils import set_seed
@@ -29,7 +28,7 @@ from bertkit.text.tasks import hold_out, read_parallel
 from bertkit.text.tokenizer import check_vocab_matches, train_bpe
 from bertkit.train.defaults import DEFAULT_LEARNING_RATE, with_learning_rate
 from bertkit.train.loop import already_finished, make_accelerator, plan_text, run_precision, train_best
-from bertkit.train.results import FinetuneResult
+from bertkit.train.results import FinetuneJob, FinetuneResult
 from bertkit.translation import PairTokenizers, Translator
 
 
@@ -50,17 +49,7 @@ def _tokenizers(config: Config, pairs: list[tuple[str, str]], console: Console) 
                           train_bpe([t for _, t in pairs], vocab, **options))
 
 
-@dataclass(frozen=True)
-class Seq2SeqJob:
-    """What `bertkit finetune seq2seq` is asked: the recipe (after `--set` and the command's options), an
-    encoder-decoder run to start from (None: from scratch), the run directory to write, and whether to continue
-    the run in `out`."""
-
-    config: Config
-    model: Path | None
-    out: Path
-    resume: bool = False
-    progress: bool = True
+Seq2SeqJob = FinetuneJob  # the same fields: the recipe, an encoder-decoder run (None: from scratch), out, resume
 
 
 def run(job: Seq2SeqJob, console: Console | None = None) -> FinetuneResult:

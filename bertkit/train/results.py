@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bertkit.config import Config
 from bertkit.run.files import to_json
 
 
@@ -14,6 +15,20 @@ def as_stored(results: dict) -> dict:
     """`results` as results.json holds them (NaN and inf become null): a result built from what a run just computed
     then equals the one `--resume` reads back from the file."""
     return json.loads(to_json(results))
+
+
+@dataclass(frozen=True)
+class FinetuneJob:
+    """What a finetuning command (`bertkit finetune classify|ner|sentence|seq2seq`) is asked: the recipe (after
+    `--set` and the command's options), the run to start from (pretrained or imported; seq2seq: an encoder-decoder
+    run, None: from scratch; None on resume), the run directory to write, and whether to continue the run in `out`.
+    One class for the finetune and seq2seq jobs, which may not import each other."""
+
+    config: Config
+    model: Path | None
+    out: Path
+    resume: bool = False
+    progress: bool = True
 
 
 @dataclass(frozen=True)
