@@ -24,7 +24,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from bertkit.config import ModelConfig  # noqa: E402
+from bertkit.config import HeadsConfig, ModelConfig  # noqa: E402
 from bertkit.hardware import describe_device  # noqa: E402
 from bertkit.nn.model import Model  # noqa: E402
 from bertkit.text.collate import IGNORE_INDEX  # noqa: E402
@@ -45,7 +45,7 @@ def train_case(layers: int, width: int, steps: int, batch_size: int, warm: int) 
     torch.manual_seed(0)
     eager = Model(ModelConfig(vocab_size=VOCAB, d_model=width, n_layers=layers, n_heads=max(1, width // 64),
                               d_ff=4 * width, max_len=SEQ, positions="rotary", dropout=0.0, attention_dropout=0.0,
-                              heads=("mlm",))).train()
+                              ), HeadsConfig(names=("mlm",))).train()
     compiled = copy.deepcopy(eager)
     compiled.compile()
     opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)

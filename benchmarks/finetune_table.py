@@ -37,7 +37,7 @@ def main() -> None:
     args = parser.parse_args()
     extra, suffix = [], ""
     if args.slice:
-        extra = ["--max-train-examples", str(args.slice), "--set", "epochs=5", "--set", "validation_fraction=0.2",
+        extra = ["--max-train-examples", str(args.slice), "--set", "epochs=5", "--set", "validation_split=0.2",
                  "--set", "eval_every=50", "--set", "save_every=50", "--set", "log_every=10"]
         suffix = f"-{args.slice}"
     if args.seed:

@@ -19,7 +19,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import torch  # noqa: E402
 from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
 
-from bertkit.config import ModelConfig  # noqa: E402
+from bertkit.config import HeadsConfig, ModelConfig  # noqa: E402
 from bertkit.generation import Sampling, generate  # noqa: E402
 from bertkit.nn.model import Model  # noqa: E402
 from common import best_time  # noqa: E402
@@ -27,7 +27,7 @@ from common import best_time  # noqa: E402
 
 def gpt2_into_bertkit(hf: GPT2LMHeadModel, cfg: ModelConfig) -> Model:
     """A bertkit decoder holding GPT-2's weights (GPT-2's Conv1D stores W transposed; c_attn packs q, k, v)."""
-    model = Model(cfg).eval()
+    model = Model(cfg, HeadsConfig(names=("lm",))).eval()
     sd, d = hf.transformer.state_dict(), cfg.d_model
     ours = {"backbone.embeddings.token.weight": sd["wte.weight"], "backbone.embeddings.position.weight": sd["wpe.weight"],
             "backbone.final_norm.weight": sd["ln_f.weight"], "backbone.final_norm.bias": sd["ln_f.bias"]}
@@ -66,7 +66,7 @@ def main() -> None:
     cfg = ModelConfig(architecture="decoder", vocab_size=args.vocab, d_model=args.d_model, n_layers=args.layers,
                       n_heads=args.heads, max_len=max_len, type_vocab_size=0, dropout=0.0, attention_dropout=0.0,
                       norm_position="pre", norm_eps=1e-5, embedding_norm=False, activation="gelu",
-                      positions="learned", heads=("lm",))
+                      positions="learned")
     ours = gpt2_into_bertkit(hf, cfg)
     prompts = torch.randint(5, args.vocab, (args.batch, args.prompt))
 

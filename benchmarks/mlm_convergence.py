@@ -27,7 +27,7 @@ import torch  # noqa: E402
 from transformers import BertConfig, BertForMaskedLM  # noqa: E402
 
 from bertkit.hardware import autocast, describe_device  # noqa: E402
-from bertkit.config import DataConfig, ModelConfig, TrainConfig  # noqa: E402
+from bertkit.config import DataConfig, HeadsConfig, ModelConfig, TrainConfig  # noqa: E402
 from bertkit.nn.model import Model  # noqa: E402
 from bertkit.text.corpus import load_corpus  # noqa: E402
 from bertkit.text.packing import pack_corpus  # noqa: E402
@@ -59,7 +59,7 @@ def main() -> None:
     torch.manual_seed(0)
     heads = max(1, width // 64)
     ours = Model(ModelConfig(vocab_size=vocab, d_model=width, n_layers=layers, n_heads=heads, d_ff=4 * width,
-                             max_len=128, dropout=0.0, attention_dropout=0.0, heads=("mlm",))).train()
+                             max_len=128, dropout=0.0, attention_dropout=0.0), HeadsConfig(names=("mlm",))).train()
     hf = BertForMaskedLM(BertConfig(vocab_size=vocab, hidden_size=width, num_hidden_layers=layers,
                                     num_attention_heads=heads, intermediate_size=4 * width,
                                     max_position_embeddings=128, hidden_dropout_prob=0.0,

@@ -27,7 +27,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import torch  # noqa: E402
 from transformers import BertConfig, BertForMaskedLM  # noqa: E402
 
-from bertkit.config import ModelConfig  # noqa: E402
+from bertkit.config import HeadsConfig, ModelConfig  # noqa: E402
 from bertkit.hardware import describe_device, peak_flops  # noqa: E402
 from bertkit.nn.flops import train_flops  # noqa: E402
 from bertkit.nn.model import Model  # noqa: E402
@@ -39,7 +39,7 @@ VOCAB, SEQ = 16000, 128
 def _models(layers: int, width: int, device: str):
     heads = width // 64
     ours = Model(ModelConfig(vocab_size=VOCAB, d_model=width, n_layers=layers, n_heads=heads, d_ff=4 * width,
-                             max_len=512, heads=("mlm",))).to(device).train()
+                             max_len=512), HeadsConfig(names=("mlm",))).to(device).train()
     hf = BertForMaskedLM(BertConfig(vocab_size=VOCAB, hidden_size=width, num_hidden_layers=layers,
                                     num_attention_heads=heads, intermediate_size=4 * width,
                                     attn_implementation="sdpa")).to(device).train()

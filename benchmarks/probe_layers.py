@@ -20,6 +20,7 @@ import torch  # noqa: E402
 
 from common import ensure_minilm  # noqa: E402
 
+from bertkit.config import HeadsConfig  # noqa: E402
 from bertkit.jobs import probe  # noqa: E402
 from bertkit.nn.model import Model  # noqa: E402
 from bertkit.run.directory import load_run, save_run  # noqa: E402
@@ -31,7 +32,7 @@ def random_copy(pretrained: Path, out: Path, seed: int) -> Path:
         return out
     config, _ = load_run(pretrained)
     torch.manual_seed(seed)
-    config = dataclasses.replace(config, model=dataclasses.replace(config.model, heads=()))
+    config = dataclasses.replace(config, heads=HeadsConfig())
     return save_run(out, Model(config.model), config, pretrained / "tokenizer.json")
 
 

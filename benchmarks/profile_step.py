@@ -16,7 +16,7 @@ import argparse
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from bertkit.config import ModelConfig
+from bertkit.config import HeadsConfig, ModelConfig
 from bertkit.hardware import autocast, describe_device
 from bertkit.nn.model import Model
 from bertkit.text.collate import IGNORE_INDEX
@@ -42,7 +42,7 @@ def main() -> None:
     torch.manual_seed(0)
     model = Model(ModelConfig(vocab_size=VOCAB, d_model=width, n_layers=layers, n_heads=max(1, width // 64),
                               d_ff=4 * width, max_len=SEQ, positions="rotary", dropout=0.0, attention_dropout=0.0,
-                              heads=("mlm",))).train()
+                              ), HeadsConfig(names=("mlm",))).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     cast = autocast("cpu", args.precision)
     batches = masked_batches(args.steps + 1, args.batch_size)

@@ -36,7 +36,7 @@ def random_run(pretrained: Path, out: Path) -> Path:
 
     config = load_config(pretrained)
     torch.manual_seed(0)
-    return save_run(out, Model(config.model), config, pretrained / "tokenizer.json", overwrite=True)
+    return save_run(out, Model(config.model, config.heads), config, pretrained / "tokenizer.json", overwrite=True)
 
 
 def reference_spearman() -> dict:

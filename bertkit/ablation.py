@@ -96,14 +96,14 @@ class Plan:
     variants: list[Variant] = field(default_factory=list)
 
 
-def parse_vary(items: list[str], base_data_sections: set[str]) -> dict[str, list[str]]:
+def parse_vary(items: list[str]) -> dict[str, list[str]]:
     """['positions=learned,rotary', …] -> {'model.positions': ['learned', 'rotary'], …}; errors name the flag."""
     varied: dict[str, list[str]] = {}
     for item in items:
         if "=" not in item:
             raise BertkitError(f"--vary {item!r}: expected KEY=VALUE1,VALUE2,… (e.g. positions=learned,rotary)")
         key, raw = (s.strip() for s in item.split("=", 1))
-        section, name = resolve_key(key, base_data_sections, "--vary")
+        section, name = resolve_key(key, "--vary")
         dotted = f"{section}.{name}"
         values = [v.strip() for v in raw.split(",") if v.strip()]
         if not values:
@@ -146,14 +146,15 @@ def build_plan(load: callable, varied: dict[str, list[str]], grid: bool) -> Plan
     return plan
 
 
+# Keys two sections shared before issue 17's config step: their variants were named with the section, and stay so
+# that a variant finished then is found again.
+FORMERLY_SHARED = ("dropout", "pooling", "max_length", "validation_fraction")
+
+
 def _short(change: str) -> str:
-    """'model.positions=rotary' -> 'positions=rotary'; a key two sections share (dropout, pooling) stays dotted."""
+    """'model.positions=rotary' -> 'positions=rotary' ('model.dropout=0' stays whole: FORMERLY_SHARED)."""
     rest = change.split(".", 1)[1]
-    try:
-        resolve_key(rest.split("=", 1)[0])
-    except ConfigError:  # ambiguous without its section
-        return change
-    return rest
+    return change if rest.split("=", 1)[0] in FORMERLY_SHARED else rest
 
 
 def check_plan_file(path: Path, plan_record: dict) -> None:
@@ -167,6 +168,12 @@ def check_plan_file(path: Path, plan_record: dict) -> None:
         old = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         raise BertkitError(f"{path}: unreadable; use another --out") from None
+    for key in ("base", "finetune"):  # a plan written before a config key moved compares in today's shape
+        if isinstance(old.get(key), dict):
+            try:
+                old[key] = json.loads(json.dumps(Config.from_dict(old[key], stored=True).to_dict()))
+            except ConfigError:
+                pass  # not a config this bertkit reads: it differs, and the message below says where
     for key in ("base", "budget", "task", "finetune"):
         if old.get(key) != plan_record.get(key):
             detail = _first_difference(old.get(key), plan_record.get(key))

@@ -37,7 +37,8 @@ HEADS = ("mlm", "lm", "pooler", "classifier", "tagger", "pair_classifier", "rtd"
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The transformer: which stack, its sizes, and every switch the classic lectures teach.
+    """The transformer: which stack, its sizes, and every switch the classic lectures teach — the architecture only
+    (what sits on top of it is `HeadsConfig`).
 
     `None` for `n_kv_heads`, `d_ff` and `n_decoder_layers` means "derive" (n_heads, 4 * d_model, n_layers); the
     derived value is filled in at construction so saved configs always show real numbers.
@@ -67,11 +68,6 @@ class ModelConfig:
     rotary_base: float = 10000.0
     share_embeddings: bool = True  # encoder-decoder: one token embedding for source and target
     generator_d_model: int | None = None  # ELECTRA's generator width (train.objective rtd; None: d_model / 4)
-    # "mlm" (tied MLM head), "lm" (tied next-token head of a decoder / encoder-decoder), "pooler" (BERT's [CLS]
-    # pooler), "classifier", "tagger", "pair_classifier" (SBERT's softmax objective over (u, v, |u - v|))
-    heads: tuple[str, ...] = ()
-    num_labels: int = 0  # outputs of the classifier / tagger head
-    pooling: Pooling = "cls"  # how the classifier head summarises a sequence: [CLS] state, mean or max over tokens
     pad_token_id: int = 0
     init_std: float = 0.02
 
@@ -106,24 +102,8 @@ class ModelConfig:
             raise ConfigError(f"model.positions: rotary needs an even head size, got d_model/n_heads={self.d_head}")
         if self.pad_token_id >= self.vocab_size:
             raise ConfigError(f"model.pad_token_id: {self.pad_token_id} is outside vocab_size={self.vocab_size}")
-        for head in self.heads:
-            if head not in HEADS:
-                raise ConfigError(f"model.heads: {head!r} is not allowed (allowed: {'|'.join(HEADS)})")
-        if len(set(self.heads)) != len(self.heads):
-            raise ConfigError(f"model.heads: {list(self.heads)} names a head twice")
-        if "lm" in self.heads and self.architecture == "encoder":
-            raise ConfigError("model.heads: the 'lm' (next-token) head needs a decoder or encoder-decoder; an encoder "
-                              "predicts masked tokens with 'mlm'")
-        if self.generator_d_model is not None or "generator" in self.heads:
-            self._check_generator()
-        if {"rtd", "generator"} & set(self.heads) and self.architecture != "encoder":
-            raise ConfigError("model.heads: replaced-token detection ('rtd', 'generator') needs an encoder")
-        if "pooler" in self.heads and self.architecture != "encoder":
-            raise ConfigError("model.heads: only an encoder has a [CLS] pooler")
-        if self.num_labels < 0:
-            raise ConfigError(f"model.num_labels: must be >= 0, got {self.num_labels}")
-        if {"classifier", "tagger", "pair_classifier"} & set(self.heads) and self.num_labels < 1:
-            raise ConfigError("model.num_labels: a classifier or tagger head needs at least one label")
+        if self.generator_d_model is not None:
+            self.check_generator()
 
     @property
     def d_head(self) -> int:
@@ -140,7 +120,8 @@ class ModelConfig:
         """The generator's attention heads: it keeps the head size where its width allows (at least one head)."""
         return max(1, self.generator_width // self.d_head)
 
-    def _check_generator(self) -> None:
+    def check_generator(self) -> None:
+        """ELECTRA's generator fits this model (its width, head split and rotary head size); ConfigError if not."""
         width, heads = self.generator_width, self.generator_heads
         if not 1 <= width <= self.d_model:
             raise ConfigError(f"model.generator_d_model: the generator ({width}) must be between 1 and the "
@@ -151,6 +132,44 @@ class ModelConfig:
         if self.positions == "rotary" and (width // heads) % 2:
             raise ConfigError(f"model.generator_d_model: rotary needs an even head size; the generator's {width} "
                               "gives an odd one")
+
+
+@dataclass(frozen=True)
+class HeadsConfig:
+    """What sits on the backbone: the heads a run carries and their sizes. The job that trains a run writes it
+    (pretraining: the objective's heads; finetuning: the task's); users set only `classifier_pooling`."""
+
+    # "mlm" (tied MLM head), "lm" (tied next-token head of a decoder / encoder-decoder), "pooler" (BERT's [CLS]
+    # pooler), "classifier", "tagger", "pair_classifier" (SBERT's softmax objective over (u, v, |u - v|)),
+    # "rtd" and "generator" (ELECTRA)
+    names: tuple[str, ...] = ()
+    num_labels: int = 0  # outputs of the classifier / tagger / pair classifier head
+    # how the classifier head summarises a sequence: the [CLS] state, or the mean / max over real tokens
+    classifier_pooling: Pooling = "cls"
+
+    def __post_init__(self) -> None:
+        _check_types(self, "heads")
+        for head in self.names:
+            if head not in HEADS:
+                raise ConfigError(f"heads.names: {head!r} is not allowed (allowed: {'|'.join(HEADS)})")
+        if len(set(self.names)) != len(self.names):
+            raise ConfigError(f"heads.names: {list(self.names)} names a head twice")
+        if self.num_labels < 0:
+            raise ConfigError(f"heads.num_labels: must be >= 0, got {self.num_labels}")
+        if {"classifier", "tagger", "pair_classifier"} & set(self.names) and self.num_labels < 1:
+            raise ConfigError("heads.num_labels: a classifier or tagger head needs at least one label")
+
+    def check(self, model: ModelConfig) -> None:
+        """The heads fit the architecture (ConfigError naming the key if not)."""
+        if "lm" in self.names and model.architecture == "encoder":
+            raise ConfigError("heads.names: the 'lm' (next-token) head needs a decoder or encoder-decoder; an encoder "
+                              "predicts masked tokens with 'mlm'")
+        if {"rtd", "generator"} & set(self.names) and model.architecture != "encoder":
+            raise ConfigError("heads.names: replaced-token detection ('rtd', 'generator') needs an encoder")
+        if "pooler" in self.names and model.architecture != "encoder":
+            raise ConfigError("heads.names: only an encoder has a [CLS] pooler")
+        if "generator" in self.names:
+            model.check_generator()
 
 
 @dataclass(frozen=True)
@@ -283,51 +302,70 @@ def _at_least(obj: Any, prefix: str, **minimums: int) -> None:
 
 @dataclass(frozen=True)
 class TaskConfig:
-    """A finetuning task: which files, which columns, how examples become model inputs."""
+    """A finetuning task: which kind, which files and columns, how examples become model inputs — what every kind
+    reads. A kind's own settings have their own section (`[sentence_loss]`, `[seq2seq]`); the classifier's pooling
+    is `heads.classifier_pooling`."""
 
     kind: TaskKind = "classify"  # classify: a label per text (or text pair); ner: a tag per word; sentence: SBERT;
     #                              seq2seq: a target text per source text (translation)
     train_file: str | None = None  # CSV / TSV / JSONL (classify) or CoNLL columns (ner); data-root relative is fine
-    validation_file: str | None = None  # None: hold out `validation_fraction` of the training file
-    validation_fraction: float = 0.05
+    validation_file: str | None = None  # None: hold out `validation_split` of the training file
+    validation_split: float = 0.05  # share of the training examples held out for validation (no validation_file)
+    # sentence: text_column / text_pair_column are the two sentences (anchor / positive for mnrl), label_column
+    # the gold score (cosine) or the pair's label (softmax)
     text_column: str = "text"
     text_pair_column: str | None = None  # sentence pairs: the second text's column
     label_column: str = "label"
     tag_column: int = -1  # CoNLL: which whitespace column holds the tag (-1: the last)
-    pooling: Pooling = "cls"  # classify: the head reads the [CLS] state, or the mean / max over real tokens
     max_length: int | None = None  # tokens per example, specials included; longer ones are truncated (None: max_len)
     max_train_examples: int | None = None  # train on the first N examples of the file (a slice, e.g. for the demo)
-    dropout: float | None = 0.1  # dropout while finetuning, backbone and head (None: keep the model's own)
+    finetune_dropout: float | None = 0.1  # dropout while finetuning, backbone and head (None: keep the model's own)
     init: Init = "pretrained"  # random: the same architecture and tokenizer from random weights (an ablation)
-    # sentence: text_column / text_pair_column are the two sentences (anchor / positive for mnrl), label_column
-    # the gold score (cosine) or the pair's label (softmax)
+
+    def __post_init__(self) -> None:
+        _check_types(self, "task")
+        _at_least(self, "task", max_length=4, max_train_examples=1)
+        if not 0.0 < self.validation_split < 0.5:
+            raise ConfigError(f"task.validation_split: must be in (0, 0.5), got {self.validation_split}")
+        if self.finetune_dropout is not None and not 0.0 <= self.finetune_dropout < 1.0:
+            raise ConfigError(f"task.finetune_dropout: must be in [0, 1), got {self.finetune_dropout}")
+
+
+@dataclass(frozen=True)
+class SentenceLossConfig:
+    """How `finetune sentence` trains embeddings (SBERT's losses)."""
+
     loss: SentenceLoss = "cosine"  # cosine: regression of cos(u, v) on score / max_score; mnrl: multiple negatives
     #                                ranking with in-batch negatives; softmax: a classifier over (u, v, |u - v|)
     negative_column: str | None = None  # mnrl: a hard negative per row (optional)
     max_score: float = 5.0  # cosine: gold scores are divided by this (STS-B's 0..5 -> 0..1)
     scale: float = 20.0  # mnrl: cosine similarities are multiplied by this before the softmax
-    # seq2seq: parallel text, one sentence per line, source and target files aligned by line
-    train_source: str | None = None
-    train_target: str | None = None
-    validation_source: str | None = None  # None: hold out `validation_fraction` of the training pairs
-    validation_target: str | None = None
-    label_smoothing: float = 0.1  # seq2seq: the target distribution puts this mass uniformly on the vocabulary
-    joint_vocab: bool = True  # seq2seq from a recipe: one BPE trained on both sides (false: one per side)
-    bleu_examples: int = 300  # seq2seq: validation BLEU (greedy) on this many held-out pairs (0: loss only)
 
     def __post_init__(self) -> None:
-        _check_types(self, "task")
-        _at_least(self, "task", max_length=4, max_train_examples=1)
-        if not 0.0 < self.validation_fraction < 0.5:
-            raise ConfigError(f"task.validation_fraction: must be in (0, 0.5), got {self.validation_fraction}")
-        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"task.dropout: must be in [0, 1), got {self.dropout}")
+        _check_types(self, "sentence_loss")
         for key in ("max_score", "scale"):
             if getattr(self, key) <= 0:
-                raise ConfigError(f"task.{key}: must be > 0, got {getattr(self, key)}")
+                raise ConfigError(f"sentence_loss.{key}: must be > 0, got {getattr(self, key)}")
+
+
+@dataclass(frozen=True)
+class Seq2SeqConfig:
+    """`finetune seq2seq`'s parallel text (one sentence per line, source and target files aligned by line) and its
+    loss and validation."""
+
+    train_source: str | None = None
+    train_target: str | None = None
+    validation_source: str | None = None  # None: hold out `task.validation_split` of the training pairs
+    validation_target: str | None = None
+    label_smoothing: float = 0.1  # the target distribution puts this mass uniformly on the vocabulary
+    joint_vocab: bool = True  # from a recipe: one BPE trained on both sides (false: one per side)
+    bleu_examples: int = 300  # validation BLEU (greedy) on this many held-out pairs (0: loss only)
+
+    def __post_init__(self) -> None:
+        _check_types(self, "seq2seq")
         if not 0.0 <= self.label_smoothing < 1.0:
-            raise ConfigError(f"task.label_smoothing: must be in [0, 1), got {self.label_smoothing}")
-        _at_least(self, "task", bleu_examples=0)
+            raise ConfigError(f"seq2seq.label_smoothing: must be in [0, 1), got {self.label_smoothing}")
+        _at_least(self, "seq2seq", bleu_examples=0)
 
 
 @dataclass(frozen=True)
@@ -340,15 +378,16 @@ class SentenceConfig:
 
     pooling: Pooling = "mean"  # mean over real tokens (SBERT's default), the [CLS] state, or max over tokens
     normalize: bool = True  # L2-normalise embeddings (cosine similarity becomes a dot product)
-    max_length: int | None = None  # tokens per sentence, specials included; longer ones are cut (None: max_len)
+    # tokens per sentence, specials included; longer ones are cut (None: max_len). sentence-transformers' name.
+    max_seq_length: int | None = None
 
     def __post_init__(self) -> None:
         _check_types(self, "sentence")
-        _at_least(self, "sentence", max_length=2)
+        _at_least(self, "sentence", max_seq_length=2)
 
     def window(self, max_len: int) -> int:
-        """Tokens per sentence for a model of `max_len` positions: max_length, capped by the model."""
-        return min(self.max_length or max_len, max_len)
+        """Tokens per sentence for a model of `max_len` positions: max_seq_length, capped by the model."""
+        return min(self.max_seq_length or max_len, max_len)
 
 
 @dataclass(frozen=True)
@@ -356,19 +395,32 @@ class Config:
     """A whole recipe: one section per concern. Jobs add their sections here."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
+    heads: HeadsConfig = field(default_factory=HeadsConfig)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
+    sentence_loss: SentenceLossConfig = field(default_factory=SentenceLossConfig)
+    seq2seq: Seq2SeqConfig = field(default_factory=Seq2SeqConfig)
     sentence: SentenceConfig = field(default_factory=SentenceConfig)
+
+    def __post_init__(self) -> None:
+        self.heads.check(self.model)  # the one rule that reads two sections
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (TOML/JSON-serialisable)."""
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = "config") -> Config:
-        """Build from nested dicts; unknown sections and keys are errors that name them."""
+    def from_dict(cls, data: dict[str, Any], source: str = "config", stored: bool = False) -> Config:
+        """Build from nested dicts; unknown sections and keys are errors that name them. A key an earlier bertkit
+        used (`MOVED`) is moved to its place when the dict is a run's stored config.json (`stored`), and is an
+        error naming its new name in a recipe or `--set`."""
+        data = migrate(data) if stored else data
+        for name, value in data.items():
+            for key in value if isinstance(value, dict) else ():
+                if f"{name}.{key}" in MOVED:
+                    raise ConfigError(f"{source}: {name}.{key} is now {MOVED[f'{name}.{key}']}")
         sections = {f.name: f for f in dataclasses.fields(cls)}
         kwargs = {}
         for name, value in data.items():
@@ -379,6 +431,31 @@ class Config:
                 raise ConfigError(f"{source}: [{name}] must be a table of key = value")
             kwargs[name] = _build_section(section_type(cls, name), value, name)
         return cls(**kwargs)
+
+
+# Keys an earlier bertkit used, and where each lives now (issue 17: one name per concept, in one place). model.pooling
+# (what a classifier head was built with) comes before task.pooling (what was asked for): where both are stored,
+# the first wins.
+MOVED = {
+    "model.heads": "heads.names", "model.num_labels": "heads.num_labels", "model.pooling": "heads.classifier_pooling",
+    "task.pooling": "heads.classifier_pooling", "task.dropout": "task.finetune_dropout",
+    "task.validation_fraction": "task.validation_split", "sentence.max_length": "sentence.max_seq_length",
+    **{f"task.{key}": f"sentence_loss.{key}" for key in ("loss", "negative_column", "max_score", "scale")},
+    **{f"task.{key}": f"seq2seq.{key}" for key in ("train_source", "train_target", "validation_source",
+                                                   "validation_target", "label_smoothing", "joint_vocab",
+                                                   "bleu_examples")},
+}
+
+
+def migrate(data: dict[str, Any]) -> dict[str, Any]:
+    """A stored config of an earlier bertkit, its keys moved to where they live now (`MOVED`); others unchanged."""
+    data = {name: dict(value) if isinstance(value, dict) else value for name, value in data.items()}
+    for old, new in MOVED.items():
+        (section, key), (to_section, to_key) = old.split(".", 1), new.split(".", 1)
+        if isinstance(data.get(section), dict) and key in data[section]:
+            value = data[section].pop(key)
+            data.setdefault(to_section, {}).setdefault(to_key, value)
+    return data
 
 
 def section_type(cls: type, name: str) -> type:

@@ -66,8 +66,12 @@ def model_identity(run: str | Path, config: Config) -> str:
             with path.open("rb") as fh:
                 for block in iter(lambda: fh.read(1 << 22), b""):
                     digest.update(block)
+    # hashed in the shape the config had before issue 17 split it (heads, num_labels and pooling sat in [model]; the
+    # window was `max_length`), so an index built before then still matches its model
     model = {k: v for k, v in dataclasses.asdict(config.model).items() if k not in ("dropout", "attention_dropout")}
-    sentence = {**dataclasses.asdict(config.sentence), "max_length": config.sentence.window(config.model.max_len)}
+    model.update(heads=config.heads.names, num_labels=config.heads.num_labels, pooling=config.heads.classifier_pooling)
+    sentence = {"pooling": config.sentence.pooling, "normalize": config.sentence.normalize,
+                "max_length": config.sentence.window(config.model.max_len)}
     digest.update(json.dumps({"model": model, "sentence": sentence}, sort_keys=True).encode())
     return digest.hexdigest()[:24]
 
@@ -180,4 +184,4 @@ def truncation_warning(console: Console, encoder: SentenceEncoder, what: str = "
     """The one warning about texts cut to the model's window."""
     if encoder.truncated:
         console.print(f"[yellow]warning: {encoder.truncated:,} {what} are longer than {encoder.max_length} tokens "
-                      "and were truncated (sentence.max_length)")
+                      "and were truncated (sentence.max_seq_length)")

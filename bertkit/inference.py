@@ -181,9 +181,9 @@ class TaskModel:
                  precision: str = "auto"):
         run = Path(run)
         self.config, self.model = load_run(run, device)
-        heads = [h for h in TASK_HEADS if h in self.config.model.heads]
+        heads = [h for h in TASK_HEADS if h in self.config.heads.names]
         if not heads or not (run / LABELS_FILE).is_file():
-            raise BertkitError(f"{run}: has no task head (heads: {', '.join(self.config.model.heads) or 'none'}); "
+            raise BertkitError(f"{run}: has no task head (heads: {', '.join(self.config.heads.names) or 'none'}); "
                                "finetune it first with `bertkit finetune classify|ner`")
         self.kind, self.labels = read_labels(run)
         self.head = heads[0]

@@ -10,7 +10,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from bertkit.config import Config, section_type, suggest
+from bertkit.config import MOVED, Config, section_type, suggest
 from bertkit.errors import ConfigError
 
 def recipe_dirs() -> list[Path]:
@@ -46,40 +46,80 @@ def resolve_recipe(name_or_path: str | Path) -> Path:
                       f"(bundled: {', '.join(recipes) or 'none found'})")
 
 
-def load_recipe(name_or_path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
-    """Read a recipe and apply `key=value` overrides."""
+def load_recipe(name_or_path: str | Path, overrides: list[str] | tuple[str, ...] = (),
+                reads: Reads | None = None) -> Config:
+    """Read a recipe and apply `key=value` overrides. With `reads` (a command and the sections it reads), a table
+    or an override of a section the command does not read is an error, not a setting silently ignored."""
     path = resolve_recipe(name_or_path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"recipe {path}: not valid TOML: {exc}") from None
-    return Config.from_dict(apply_overrides(data, overrides), source=str(path))
+    if reads is not None:
+        for name, value in data.items():
+            if isinstance(value, dict) and name not in reads.sections:
+                raise ConfigError(f"recipe {path}: [{name}] is not read by {reads.command} (it reads "
+                                  f"{reads.listed()})")
+    return Config.from_dict(apply_overrides(data, overrides, reads), source=str(path))
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]) -> dict[str, Any]:
+@dataclasses.dataclass(frozen=True)
+class Reads:
+    """A command and the config sections it reads (finetune takes [model] from --model, pretraining has no [task])."""
+
+    command: str
+    sections: tuple[str, ...]
+
+    def listed(self) -> str:
+        return ", ".join(f"[{name}]" for name in self.sections)
+
+    def check(self, key: str, section: str, name: str) -> None:
+        """`--set key` resolved to section.name: an error naming what the command reads, and the key's new name
+        where a bare key meant another section's setting before (`MOVED`)."""
+        if section in self.sections:
+            return
+        moved = [new for old, new in MOVED.items() if old in (key, f"{section}.{name}")
+                 or old.split(".", 1)[1] == key and new.split(".")[0] in self.sections]
+        hint = f" (did you mean {moved[0]}?)" if moved else ""
+        raise ConfigError(f"--set {key}: {section}.{name} is not read by {self.command} (it reads "
+                          f"{self.listed()}){hint}")
+
+
+# The sections each training command reads from its recipe and --set (finetuning takes [model] and [tokenizer] from
+# --model; a task model keeps its base's [sentence]; pretraining has no task).
+PRETRAIN_READS = Reads("pretrain", ("model", "heads", "tokenizer", "data", "train", "sentence"))
+FINETUNE_READS = {
+    "classify": Reads("finetune classify", ("task", "heads", "train")),
+    "ner": Reads("finetune ner", ("task", "train")),
+    "sentence": Reads("finetune sentence", ("task", "sentence_loss", "sentence", "train")),
+    "seq2seq": Reads("finetune seq2seq", ("model", "tokenizer", "task", "seq2seq", "train")),
+}
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...], reads: Reads | None = None,
+                    ) -> dict[str, Any]:
     """Apply `section.key=value` (or `key=value` when the key names one field of one section) to nested dicts.
 
     Values are parsed as TOML (`64`, `0.1`, `true`, `"x"`); a bare word is a string (`positions=rotary`),
     and `none` clears an optional value.
     """
     data = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
-    in_recipe = {name for name, value in data.items() if isinstance(value, dict)}  # before any override adds one
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"--set {item!r}: expected key=value")
         key, raw = (s.strip() for s in item.split("=", 1))
-        section, name = resolve_key(key, in_recipe, "--set")
+        section, name = resolve_key(key, "--set")
+        if reads is not None:
+            reads.check(key, section, name)
         if not isinstance(data.setdefault(section, {}), dict):
             raise ConfigError(f"[{section}] must be a table of key = value")
         data[section][name] = parse_value(section, name, raw)
     return data
 
 
-def resolve_key(key: str, in_recipe: set[str] | frozenset[str] = frozenset(), what: str = "--set",
-                ) -> tuple[str, str]:
-    """`section.key` or a bare `key` -> (section, key). A bare key must name one field of one section; where two
-    sections share it (`dropout`: model and task) it means the one section the recipe has a table for
-    (`in_recipe`). Errors name the key and suggest a close one."""
+def resolve_key(key: str, what: str = "--set") -> tuple[str, str]:
+    """`section.key` or a bare `key` -> (section, key). A bare key names one field of one section (no two sections
+    share a field name: tests/test_config.py). Errors name the key and suggest a close one."""
     sections = {f.name: section_type(Config, f.name) for f in dataclasses.fields(Config)}
     if "." in key:
         section, name = key.split(".", 1)
@@ -87,16 +127,12 @@ def resolve_key(key: str, in_recipe: set[str] | frozenset[str] = frozenset(), wh
             raise ConfigError(f"{what} {key}: unknown section '{section}' (allowed: {', '.join(sections)})")
         return section, name
     owners = [s for s, cls in sections.items() if key in {f.name for f in dataclasses.fields(cls)}]
-    if len(owners) > 1:
-        # `dropout` is both model.dropout and task.dropout: a bare key means the one section the recipe
-        # itself has a table for (a pretraining recipe has [model], a finetuning recipe [task]).
-        tables = [s for s in owners if s in in_recipe]
-        owners = tables if len(tables) == 1 else owners
-    if len(owners) != 1:
+    if not owners:
+        moved = [new for old, new in MOVED.items() if old.split(".", 1)[1] == key]
+        if moved:
+            raise ConfigError(f"{what} {key}: unknown key (now {' or '.join(moved)})")
         every = sorted(f"{s}.{f.name}" for s, cls in sections.items() for f in dataclasses.fields(cls))
-        hint = suggest(key, [k.split(".", 1)[1] for k in every])
-        raise ConfigError(f"{what} {key}: unknown key{hint}" if not owners else
-                          f"{what} {key}: ambiguous, say one of {', '.join(f'{o}.{key}' for o in owners)}")
+        raise ConfigError(f"{what} {key}: unknown key{suggest(key, [k.split('.', 1)[1] for k in every])}")
     return owners[0], key
 
 

@@ -91,7 +91,7 @@ class Translator:
             if config.model.architecture != "encoder-decoder":
                 raise BertkitError(f"{run}: translation needs an encoder-decoder run, this is a "
                                    f"{config.model.architecture} (use `bertkit generate` for a decoder)")
-            if "lm" not in config.model.heads:
+            if "lm" not in config.heads.names:
                 raise BertkitError(f"{run}: has no output (lm) head; train it with `bertkit finetune seq2seq`")
         self.model = model.eval()
         if tokenizers is None:

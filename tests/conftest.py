@@ -12,7 +12,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from bertkit.config import ModelConfig  # noqa: E402
+from bertkit.config import HeadsConfig, ModelConfig  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
@@ -25,6 +25,11 @@ def tiny(**overrides) -> ModelConfig:
                   attention_dropout=0.0, max_distance=4)
     values.update(overrides)
     return ModelConfig(**values)
+
+
+def heads(*names: str, num_labels: int = 0, pooling: str = "cls") -> HeadsConfig:
+    """The heads a test model carries: heads("classifier", num_labels=3)."""
+    return HeadsConfig(names=names, num_labels=num_labels, classifier_pooling=pooling)
 
 
 @pytest.fixture(autouse=True)
@@ -167,8 +172,8 @@ def base(tmp_path, sample_tokenizer):
 
     folder = tmp_path / "tok"
     save_tokenizer(sample_tokenizer, folder)
-    cfg = tiny(vocab_size=400, heads=("mlm",))
-    return save_run(tmp_path / "base", Model(cfg), Config(model=cfg), folder / "tokenizer.json")
+    cfg, mlm = tiny(vocab_size=400), heads("mlm")
+    return save_run(tmp_path / "base", Model(cfg, mlm), Config(model=cfg, heads=mlm), folder / "tokenizer.json")
 
 
 @pytest.fixture(scope="session")

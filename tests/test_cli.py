@@ -13,7 +13,7 @@ from bertkit.cli import app
 from bertkit.config import Config
 from bertkit.nn.model import Model
 from bertkit.run.directory import is_run_dir, save_run
-from conftest import tiny
+from conftest import heads, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -44,8 +44,8 @@ def test_info_on_a_recipe_with_overrides():
 
 
 def test_info_on_a_run_directory(tmp_path):
-    cfg = tiny(heads=("pooler",))
-    save_run(tmp_path / "run", Model(cfg), Config(model=cfg))
+    cfg, pooler = tiny(), heads("pooler")
+    save_run(tmp_path / "run", Model(cfg, pooler), Config(model=cfg, heads=pooler))
     result = runner.invoke(app, ["info", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output
     assert "(run)" in result.output and "pooler" in result.output

@@ -1,12 +1,14 @@
 """Configs: every recipe parses and builds; every user mistake names the key (and the allowed values)."""
 
+import dataclasses
+
 import pytest
 import torch
 
-from bertkit.config import Config, ModelConfig, TrainConfig
+from bertkit.config import Config, HeadsConfig, ModelConfig, TrainConfig, section_type
 from bertkit.errors import ConfigError
 from bertkit.nn.model import Model
-from bertkit.recipes import apply_overrides, list_recipes, load_recipe
+from bertkit.recipes import FINETUNE_READS, PRETRAIN_READS, apply_overrides, list_recipes, load_recipe
 
 EXPECTED = {"tiny", "mini", "small", "base", "decoder-mini", "encoder-decoder-small"}
 
@@ -51,10 +53,6 @@ def test_derived_defaults_are_filled_in():
     (dict(vocab_size=10, pad_token_id=10), "model.pad_token_id"),
     (dict(norm_eps=float("nan")), "model.norm_eps: expected a finite number"),
     (dict(init_std=float("inf")), "model.init_std: expected a finite number"),
-    (dict(architecture="decoder", heads=("pooler",)), "model.heads: only an encoder"),
-    (dict(heads=("crf",)), "model.heads: 'crf' is not allowed (allowed: mlm|lm|pooler|classifier|tagger|pair_classifier|rtd|generator)"),
-    (dict(heads=("classifier",)), "model.num_labels: a classifier or tagger head needs at least one label"),
-    (dict(heads=("mlm", "mlm")), "names a head twice"),
 ])
 def test_invalid_values_name_the_key(overrides, message):
     with pytest.raises(ConfigError, match=None) as err:
@@ -111,15 +109,73 @@ def test_overrides_bare_dotted_typed_and_none():
         apply_overrides({}, ["optim.lr=1"])
 
 
-def test_a_bare_key_in_two_sections_means_the_one_the_recipe_has():
-    # dropout and pooling are keys of both [model] and [task]
+@pytest.mark.parametrize("values,message", [
+    (dict(names=("crf",)), "heads.names: 'crf' is not allowed (allowed: mlm|lm|pooler|classifier|tagger|"
+                           "pair_classifier|rtd|generator)"),
+    (dict(names=("classifier",)), "heads.num_labels: a classifier or tagger head needs at least one label"),
+    (dict(names=("mlm", "mlm")), "heads.names: ['mlm', 'mlm'] names a head twice"),
+    (dict(num_labels=-1), "heads.num_labels: must be >= 0"),
+    (dict(classifier_pooling="first"), "heads.classifier_pooling: 'first' is not allowed (allowed: cls|mean|max)"),
+])
+def test_invalid_heads_name_the_key(values, message):
+    with pytest.raises(ConfigError) as err:
+        HeadsConfig(**values)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("architecture,names,message", [
+    ("decoder", ("pooler",), "heads.names: only an encoder has a [CLS] pooler"),
+    ("encoder", ("lm",), "heads.names: the 'lm' (next-token) head needs a decoder"),
+    ("decoder", ("rtd", "generator"), "needs an encoder"),
+])
+def test_heads_that_do_not_fit_the_architecture_are_refused_by_the_config(architecture, names, message):
+    with pytest.raises(ConfigError) as err:
+        Config(model=ModelConfig(architecture=architecture), heads=HeadsConfig(names=names))
+    assert message in str(err.value)
+
+
+def test_no_two_sections_share_a_key_name():
+    # a bare --set key always names one setting (issue 17: one name per concept, so no rule for ambiguous keys)
+    owners = {}
+    for section in dataclasses.fields(Config):
+        for key in dataclasses.fields(section_type(Config, section.name)):
+            owners.setdefault(key.name, []).append(section.name)
+    assert {key: names for key, names in owners.items() if len(names) > 1} == {}
     assert load_recipe("tiny", ["dropout=0.2"]).model.dropout == 0.2
-    tuned = load_recipe("finetune-classify", ["dropout=0.2", "pooling=mean"])
-    assert (tuned.task.dropout, tuned.task.pooling, tuned.model.dropout) == (0.2, "mean", ModelConfig().dropout)
-    with pytest.raises(ConfigError, match="ambiguous, say one of model.dropout, task.dropout"):
-        apply_overrides({"model": {}, "task": {}}, ["dropout=0.2"])
-    with pytest.raises(ConfigError, match="ambiguous"):
-        apply_overrides({}, ["dropout=0.2"])
+    tuned = load_recipe("finetune-classify", ["finetune_dropout=0.2", "classifier_pooling=mean"])
+    assert (tuned.task.finetune_dropout, tuned.heads.classifier_pooling) == (0.2, "mean")
+
+
+def test_a_moved_key_names_its_new_place():
+    with pytest.raises(ConfigError, match=r"task.pooling is now heads.classifier_pooling"):
+        load_recipe("finetune-classify", ["task.pooling=mean"])
+    with pytest.raises(ConfigError, match=r"task.label_smoothing is now seq2seq.label_smoothing"):
+        Config.from_dict({"task": {"label_smoothing": 0.1}})
+    with pytest.raises(ConfigError, match=r"--set validation_fraction: data.validation_fraction is not read by "
+                                          r"finetune classify .* \(did you mean task.validation_split\?\)"):
+        load_recipe("finetune-classify", ["validation_fraction=0.2"], FINETUNE_READS["classify"])
+    with pytest.raises(ConfigError, match=r"did you mean heads.classifier_pooling"):
+        load_recipe("finetune-classify", ["pooling=mean"], FINETUNE_READS["classify"])
+    with pytest.raises(ConfigError, match=r"did you mean task.finetune_dropout"):
+        load_recipe("finetune-sst2", ["dropout=0.2"], FINETUNE_READS["classify"])
+    with pytest.raises(ConfigError, match=r"\[model\] is not read by finetune ner"):
+        load_recipe("tiny", [], FINETUNE_READS["ner"])
+    with pytest.raises(ConfigError, match=r"--set bleu_examples: seq2seq.bleu_examples is not read by pretrain"):
+        load_recipe("tiny", ["bleu_examples=3"], PRETRAIN_READS)
+
+
+def test_a_stored_config_of_an_earlier_bertkit_is_migrated():
+    old = {"model": {"d_model": 32, "n_layers": 2, "n_heads": 4, "heads": ["classifier"], "num_labels": 3,
+                     "pooling": "mean"},
+           "task": {"kind": "sentence", "pooling": "cls", "dropout": 0.2, "validation_fraction": 0.1, "loss": "mnrl",
+                    "scale": 10.0, "bleu_examples": 0},
+           "sentence": {"max_length": 48}}
+    config = Config.from_dict(old, stored=True)
+    assert config.heads == HeadsConfig(names=("classifier",), num_labels=3, classifier_pooling="mean")
+    assert (config.task.finetune_dropout, config.task.validation_split) == (0.2, 0.1)
+    assert (config.sentence_loss.loss, config.sentence_loss.scale, config.seq2seq.bleu_examples) == ("mnrl", 10.0, 0)
+    assert config.sentence.max_seq_length == 48 and config.model.d_model == 32
+    assert Config.from_dict(config.to_dict()) == config  # and it writes back in the new shape
 
 
 def test_config_round_trips_through_a_dict():

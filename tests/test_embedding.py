@@ -82,7 +82,7 @@ def test_identity_changes_exactly_when_embeddings_would(run, tmp_path):
     with_sentence = lambda **kw: dataclasses.replace(config, sentence=SentenceConfig(**kw))  # noqa: E731
     assert model_identity(run, config) != model_identity(run, with_sentence(pooling="cls"))
     # an explicit max_length equal to the model's window is the same embedding; dropout never matters at inference
-    assert model_identity(run, config) == model_identity(run, with_sentence(max_length=64))
+    assert model_identity(run, config) == model_identity(run, with_sentence(max_seq_length=64))
     assert model_identity(run, config) == model_identity(run, dataclasses.replace(
         config, model=dataclasses.replace(config.model, dropout=0.3)))
     # a weight-free switch changes the function, so the identity

@@ -9,7 +9,7 @@ import torch
 from bertkit.inference import batched_logits, decode_tags, entities, iob2_constraints, viterbi
 from bertkit.nn.model import Model
 from bertkit.text.features import Encoded
-from conftest import tiny
+from conftest import tiny, heads
 
 TAGS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
 
@@ -56,15 +56,14 @@ def test_entities_have_character_offsets():
 
 
 def test_sorted_batches_restore_order_and_match_single_examples():
-    cfg = tiny(heads=("classifier",), num_labels=3)
-    model = Model(cfg).eval()
+    model = Model(tiny(), heads("classifier", num_labels=3)).eval()
     rng = np.random.default_rng(1)
     examples = [Encoded(rng.integers(5, 100, n).tolist(), [0] * n) for n in (9, 3, 17, 5, 12)]
     batched = batched_logits(model, examples, "classifier", pad_id=0, batch_size=2)
     for example, logits in zip(examples, batched):
         single = batched_logits(model, [example], "classifier", pad_id=0)[0]
         np.testing.assert_allclose(logits, single, atol=1e-5)
-    tagger = Model(tiny(heads=("tagger",), num_labels=5)).eval()
+    tagger = Model(tiny(), heads("tagger", num_labels=5)).eval()
     tagged = batched_logits(tagger, examples, "tagger", pad_id=0, batch_size=3)
     assert [t.shape for t in tagged] == [(len(e.input_ids), 5) for e in examples]
     with torch.no_grad():

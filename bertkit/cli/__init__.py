@@ -74,7 +74,7 @@ def import_hf(src: Annotated[Path, typer.Argument(help="A Hugging Face BERT fold
     typer.echo(f"wrote {summary['out']}: {summary['parameters']:,} parameters"
                + ("" if summary["tokenizer"] else " (no tokenizer found in the source folder)")
                + (f"; sentence-transformers: {st.pooling} pooling{', normalised' if st.normalize else ''}, "
-                  f"max length {st.max_length}" if st else ""))
+                  f"max length {st.max_seq_length}" if st else ""))
     if summary["skipped"]:
         typer.echo(f"skipped {len(summary['skipped'])} tensors bertkit does not map yet "
                    f"(e.g. {summary['skipped'][0]})", err=True)

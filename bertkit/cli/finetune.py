@@ -20,7 +20,7 @@ ModelOption = Annotated[Path | None, typer.Option("--model", "-m", help="A bertk
 TrainFileOption = Annotated[str | None, typer.Option("--train", help="Training file (data-root relative is fine).")]
 ValidationOption = Annotated[str | None, typer.Option(
     "--validation", help="Validation file for evaluation, early stopping and the best checkpoint (default: hold "
-                         "out task.validation_fraction of --train).")]
+                         "out task.validation_split of --train).")]
 FinetuneOut = Annotated[Path, typer.Option("--out", "-o", help="The finetuned run directory to write.")]
 ResumeOption = Annotated[bool, typer.Option(help="Continue the run in --out from its latest checkpoint.")]
 EpochsOption = Annotated[float | None, typer.Option(help="train.epochs: passes over the training set.")]
@@ -35,7 +35,7 @@ def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: boo
               max_train_examples: int | None, epochs: float | None, max_steps: int | None, max_time: str | None,
               values: dict) -> None:
     """Every finetune command: the options they share, plus each command's own `values` (config keys)."""
-    from bertkit.recipes import load_recipe, with_values
+    from bertkit.recipes import FINETUNE_READS, load_recipe, with_values
 
     if kind == "seq2seq":
         from bertkit.jobs.seq2seq import Seq2SeqJob as Job, run
@@ -45,7 +45,7 @@ def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: boo
     values = {"task.kind": kind, "task.train_file": train, "task.validation_file": validation, "task.init": init,
               "task.max_train_examples": max_train_examples, "train.epochs": epochs, "train.max_steps": max_steps,
               "train.max_time": max_time, **values}
-    config = with_values(load_recipe(recipe, set_ or []), values)
+    config = with_values(load_recipe(recipe, set_ or [], FINETUNE_READS[kind]), values)
     if values.get("train.max_steps") is not None and values.get("train.epochs") is None:
         # --max-steps given on the command line wins over the recipe's epochs
         config = _clear_epochs(config)
@@ -71,9 +71,9 @@ def finetune_classify(
         text_pair_column: Annotated[str | None, typer.Option(help="task.text_pair_column: the second text of "
                                                                   "sentence-pair tasks.")] = None,
         label_column: Annotated[str | None, typer.Option(help="task.label_column (default label).")] = None,
-        pooling: Annotated[str | None, typer.Option(help="task.pooling: cls | mean | max.")] = None,
-        recipe: Annotated[str, typer.Option(help="Recipe name or .toml with \\[task] and \\[train].")]
-        = "finetune-classify",
+        pooling: Annotated[str | None, typer.Option(help="heads.classifier_pooling: cls | mean | max.")] = None,
+        recipe: Annotated[str, typer.Option(help="Recipe name or .toml with \\[task], \\[heads] and "
+                                                 "\\[train].")] = "finetune-classify",
         out: FinetuneOut = Path("runs/classify"), resume: ResumeOption = False, epochs: EpochsOption = None,
         max_steps: MaxStepsOption = None, max_time: MaxTimeOption = None, init: InitOption = None,
         max_train_examples: Annotated[int | None, typer.Option(help="task.max_train_examples: train on the first "
@@ -85,7 +85,7 @@ def finetune_classify(
     """
     _finetune("classify", recipe, model, out, resume, progress, set_, train, validation, init, max_train_examples,
               epochs, max_steps, max_time, {"task.text_column": text_column, "task.text_pair_column": text_pair_column,
-                                            "task.label_column": label_column, "task.pooling": pooling})
+                                            "task.label_column": label_column, "heads.classifier_pooling": pooling})
 
 
 @finetune_app.command("ner")
@@ -111,8 +111,8 @@ def finetune_ner(
 @user_errors
 def finetune_sentence(
         model: ModelOption = None, train: TrainFileOption = None, validation: ValidationOption = None,
-        loss: Annotated[str | None, typer.Option(help="task.loss: cosine (scored pairs: MSE of cos(u, v) against "
-                                                      "score / max_score) | mnrl (anchor, positive[, negative] "
+        loss: Annotated[str | None, typer.Option(help="sentence_loss.loss: cosine (scored pairs: MSE of cos(u, v) "
+                                                      "against score / max_score) | mnrl (anchor, positive[, negative] "
                                                       "rows; in-batch negatives) | softmax (labelled pairs).")]
         = None,
         text_column: Annotated[str | None, typer.Option(help="task.text_column: the first sentence (anchor); a "
@@ -122,10 +122,11 @@ def finetune_sentence(
                                                                   "(positive).")] = None,
         label_column: Annotated[str | None, typer.Option(help="task.label_column: the gold score (cosine) or label "
                                                               "(softmax).")] = None,
-        negative_column: Annotated[str | None, typer.Option(help="task.negative_column: a hard negative per row "
-                                                                 "(mnrl).")] = None,
+        negative_column: Annotated[str | None, typer.Option(help="sentence_loss.negative_column: a hard negative "
+                                                                 "per row (mnrl).")] = None,
         pooling: Annotated[str | None, typer.Option(help="sentence.pooling: mean | cls | max.")] = None,
-        recipe: Annotated[str, typer.Option(help="Recipe name or .toml with \\[task], \\[sentence] and \\[train].")]
+        recipe: Annotated[str, typer.Option(help="Recipe name or .toml with \\[task], \\[sentence_loss], "
+                                                 "\\[sentence] and \\[train].")]
         = "finetune-sentence",
         out: FinetuneOut = Path("runs/sentence"), resume: ResumeOption = False, epochs: EpochsOption = None,
         max_steps: MaxStepsOption = None, max_time: MaxTimeOption = None, init: InitOption = None,
@@ -137,29 +138,30 @@ def finetune_sentence(
     """
     _finetune("sentence", recipe, model, out, resume, progress, set_, train, validation, init, max_train_examples,
               epochs, max_steps, max_time, {
-                  "task.loss": loss, "task.text_column": text_column, "task.text_pair_column": text_pair_column,
-                  "task.label_column": label_column, "task.negative_column": negative_column,
+                  "sentence_loss.loss": loss, "task.text_column": text_column,
+                  "task.text_pair_column": text_pair_column, "task.label_column": label_column,
+                  "sentence_loss.negative_column": negative_column,
                   "sentence.pooling": pooling})
 
 
 @finetune_app.command("seq2seq")
 @user_errors
 def finetune_seq2seq(
-        train_source: Annotated[str | None, typer.Option(help="task.train_source: source sentences, one per line.")]
+        train_source: Annotated[str | None, typer.Option(help="seq2seq.train_source: source sentences, one per line.")]
         = None,
-        train_target: Annotated[str | None, typer.Option(help="task.train_target: their translations, line by "
+        train_target: Annotated[str | None, typer.Option(help="seq2seq.train_target: their translations, line by "
                                                               "line.")] = None,
-        validation_source: Annotated[str | None, typer.Option(help="task.validation_source (default: hold out "
-                                                                   "task.validation_fraction of the pairs).")]
+        validation_source: Annotated[str | None, typer.Option(help="seq2seq.validation_source (default: hold "
+                                                                   "out task.validation_split of the pairs).")]
         = None,
-        validation_target: Annotated[str | None, typer.Option(help="task.validation_target.")] = None,
+        validation_target: Annotated[str | None, typer.Option(help="seq2seq.validation_target.")] = None,
         model: Annotated[Path | None, typer.Option("--model", "-m", help="Continue from an encoder-decoder run "
                                                    "(its weights and vocabulary); default: a new model from "
                                                    "--recipe.")] = None,
         recipe: Annotated[str, typer.Option(help="Recipe name or .toml: \\[model] for a new model, \\[task], "
-                                                 "\\[train].")] = "seq2seq",
-        label_smoothing: Annotated[float | None, typer.Option(help="task.label_smoothing (default 0.1).")] = None,
-        joint_vocab: Annotated[bool | None, typer.Option(help="task.joint_vocab: one BPE for both sides (default) "
+                                                 "\\[seq2seq], \\[train].")] = "seq2seq",
+        label_smoothing: Annotated[float | None, typer.Option(help="seq2seq.label_smoothing (default 0.1).")] = None,
+        joint_vocab: Annotated[bool | None, typer.Option(help="seq2seq.joint_vocab: one BPE for both sides (default) "
                                                               "or one per side (needs model.share_embeddings = "
                                                               "false).")] = None,
         out: FinetuneOut = Path("runs/seq2seq"), resume: ResumeOption = False, epochs: EpochsOption = None,
@@ -174,9 +176,9 @@ def finetune_seq2seq(
     """
     _finetune("seq2seq", recipe, model, out, resume, progress, set_, None, None, None, max_train_examples,
               epochs, max_steps, max_time, {
-                  "task.train_source": train_source, "task.train_target": train_target,
-                  "task.validation_source": validation_source, "task.validation_target": validation_target,
-                  "task.label_smoothing": label_smoothing, "task.joint_vocab": joint_vocab})
+                  "seq2seq.train_source": train_source, "seq2seq.train_target": train_target,
+                  "seq2seq.validation_source": validation_source, "seq2seq.validation_target": validation_target,
+                  "seq2seq.label_smoothing": label_smoothing, "seq2seq.joint_vocab": joint_vocab})
 
 
 @app.command()

@@ -64,10 +64,10 @@ def pretrain(recipe: Annotated[str | None, typer.Option(
     """Pretrain on your corpus: a BERT with masked LM (or ELECTRA's replaced-token detection, --objective rtd), or a
     GPT-style decoder with causal LM (--objective clm).
     Runs on the CPU, one GPU, or many (`accelerate launch -m bertkit pretrain`)."""
-    from bertkit.recipes import load_recipe, with_values
+    from bertkit.recipes import PRETRAIN_READS, load_recipe, with_values
     from bertkit.jobs import pretrain as job
 
-    config = load_recipe(recipe or ("decoder-mini" if objective == "clm" else "mini"), set_ or [])
+    config = load_recipe(recipe or ("decoder-mini" if objective == "clm" else "mini"), set_ or [], PRETRAIN_READS)
     config = with_values(config, {"train.objective": objective, "data.corpus": tuple(corpus) if corpus else None,
                                   "train.max_steps": max_steps,
                                   "train.max_time": max_time, "data.text_field": text_field,

@@ -23,7 +23,7 @@ def import_hf(src: str | Path, out: str | Path, overwrite: bool = False) -> dict
     bert_folder, sentence = sentence_transformers or (src, SentenceConfig())
     model, skipped = model_from_hf(bert_folder)
     with atomic_dir(out, overwrite=overwrite) as tmp:
-        write_run_files(tmp, model, Config(model=model.config, sentence=sentence))
+        write_run_files(tmp, model, Config(model=model.config, heads=model.head_config, sentence=sentence))
         has_tokenizer = copy_tokenizer(bert_folder, tmp) or copy_tokenizer(src, tmp)
     return {"out": str(out), "parameters": model.parameter_counts()["total"], "skipped": skipped,
             "tokenizer": has_tokenizer, "sentence": sentence if sentence_transformers else None}

@@ -17,7 +17,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from bertkit.config import Config, ModelConfig
+from bertkit.config import Config, HeadsConfig, ModelConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
 from bertkit.run.directory import TOKENIZER_FILE, load_run
@@ -79,7 +79,7 @@ def bertkit_to_hf_key(key: str) -> str:
     raise BertkitError(f"export --format hf: bertkit tensor '{key}' has no place in a BERT checkpoint")
 
 
-def config_from_hf(hf: dict[str, Any], heads: tuple[str, ...] = ()) -> ModelConfig:
+def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
     """A bertkit ModelConfig equivalent to an HF BertConfig dict; refuses what bertkit cannot reproduce."""
     if hf.get("model_type") not in ("bert", None):
         raise BertkitError(f"import-hf: model_type '{hf.get('model_type')}' is not BERT (only BERT is supported)")
@@ -99,14 +99,15 @@ def config_from_hf(hf: dict[str, Any], heads: tuple[str, ...] = ()) -> ModelConf
             max_len=hf.get("max_position_embeddings", 512), type_vocab_size=hf.get("type_vocab_size", 2),
             dropout=hf.get("hidden_dropout_prob", 0.1), attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
             norm="layernorm", norm_eps=hf.get("layer_norm_eps", 1e-12), norm_position="post", embedding_norm=True,
-            activation="gelu", bias=True, positions="learned", heads=heads,
+            activation="gelu", bias=True, positions="learned",
             pad_token_id=hf.get("pad_token_id") or 0, init_std=hf.get("initializer_range", 0.02))
     except KeyError as exc:
         raise BertkitError(f"import-hf: config.json lacks {exc.args[0]}") from None
 
 
-def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
-    """An HF BertConfig dict for a bertkit encoder; refuses switches BERT cannot express, naming them."""
+def config_to_hf(cfg: ModelConfig, heads: HeadsConfig = HeadsConfig()) -> dict[str, Any]:
+    """An HF BertConfig dict for a bertkit encoder (BertForMaskedLM where it carries an MLM head); refuses switches
+    BERT cannot express, naming them."""
     required = {"architecture": "encoder", "norm": "layernorm", "norm_position": "post", "activation": "gelu",
                 "positions": "learned", "bias": True, "embedding_norm": True, "scale_embeddings": False}
     for key, value in required.items():
@@ -117,7 +118,8 @@ def config_to_hf(cfg: ModelConfig) -> dict[str, Any]:
         raise BertkitError(f"export --format hf: model.n_kv_heads={cfg.n_kv_heads} (GQA/MQA) cannot be expressed as "
                            f"BERT (needs n_kv_heads == n_heads = {cfg.n_heads})")
     return {
-        "architectures": ["BertForMaskedLM" if "mlm" in cfg.heads else "BertModel"], "model_type": "bert", "vocab_size": cfg.vocab_size,
+        "architectures": ["BertForMaskedLM" if "mlm" in heads.names else "BertModel"], "model_type": "bert",
+        "vocab_size": cfg.vocab_size,
         "hidden_size": cfg.d_model, "num_hidden_layers": cfg.n_layers, "num_attention_heads": cfg.n_heads,
         "intermediate_size": cfg.d_ff, "hidden_act": "gelu", "hidden_dropout_prob": cfg.dropout,
         "attention_probs_dropout_prob": cfg.attention_dropout, "max_position_embeddings": cfg.max_len,
@@ -169,8 +171,7 @@ def model_from_hf(src: str | Path) -> tuple[Model, list[str]]:
             continue
         state[target] = tensor.float()
     heads = tuple(h for h in ("mlm", "pooler") if f"heads.{h}.dense.weight" in state)
-    cfg = config_from_hf(hf_config, heads)
-    model = Model(cfg)
+    model = Model(config_from_hf(hf_config), HeadsConfig(names=heads))
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as exc:  # shape mismatches
@@ -211,12 +212,12 @@ def export_hf(run: str | Path, out: str | Path, overwrite: bool = False) -> dict
 def write_hf_folder(folder: Path, run: Path, config: Config, model: Model, with_mlm: bool) -> int:
     """The HF files of a run's encoder into `folder`; task heads are refused (BERT has no place for them), an MLM
     head is kept (BertForMaskedLM layout) only `with_mlm`. Returns the number of tensors written."""
-    hf_config = config_to_hf(config.model)
+    hf_config = config_to_hf(config.model, config.heads)
     # ELECTRA's pretraining heads (generator, replaced-token detection) have no place in BERT: the encoder goes
     dropped = ("heads.rtd.", "heads.generator.") + (() if with_mlm else ("heads.mlm.",))
     kept = {key: tensor for key, tensor in model.state_dict().items() if not key.startswith(dropped)}
     state = {bertkit_to_hf_key(key): tensor.contiguous() for key, tensor in kept.items()}
-    if with_mlm and "mlm" in config.model.heads:  # BertForMaskedLM: the encoder under "bert.", the tied decoder
+    if with_mlm and "mlm" in config.heads.names:  # BertForMaskedLM: the encoder under "bert.", the tied decoder
         state = {k if k.startswith("cls.") else f"bert.{k}": v for k, v in state.items()}
         state["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"].clone()
     else:

@@ -73,7 +73,7 @@ def read_sentence_config(src: str | Path) -> tuple[Path, SentenceConfig] | None:
         raise BertkitError("import-hf: sentence_bert_config.json has do_lower_case = true (lower-casing outside the "
                            "tokenizer), which bertkit does not reproduce")
     return transformer, SentenceConfig(pooling=pooling, normalize=normalize,
-                                       max_length=settings.get("max_seq_length"))
+                                       max_seq_length=settings.get("max_seq_length"))
 
 
 def export_sentence_transformers(run: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:
@@ -84,11 +84,11 @@ def export_sentence_transformers(run: str | Path, out: str | Path, overwrite: bo
     if config.model.architecture != "encoder":
         raise BertkitError(f"export --format sentence-transformers: {run} is a {config.model.architecture}, "
                            "not an encoder")
-    task_heads = [h for h in config.model.heads if h not in ("mlm", "pooler")]
+    task_heads = [h for h in config.heads.names if h not in ("mlm", "pooler")]
     if task_heads:  # a sentence run trained with the softmax objective keeps its classifier: not part of the encoder
         model.heads = type(model.heads)({k: v for k, v in model.heads.items() if k not in task_heads})
-        config = dataclasses.replace(config, model=dataclasses.replace(
-            config.model, heads=tuple(h for h in config.model.heads if h not in task_heads)))
+        config = dataclasses.replace(config, heads=dataclasses.replace(
+            config.heads, names=tuple(h for h in config.heads.names if h not in task_heads)))
     sentence = config.sentence
     modules = [{"idx": 0, "name": "0", "path": "", "type": _TRANSFORMER},
                {"idx": 1, "name": "1", "path": "1_Pooling", "type": _POOLING}]

@@ -32,7 +32,7 @@ from bertkit.jobs.finetune import FinetuneJob
 from bertkit.jobs.pretrain import PretrainJob
 from bertkit.jobs.ablate_report import write_report
 from bertkit.nn.model import Model
-from bertkit.recipes import apply_overrides, load_recipe, resolve_recipe, with_values
+from bertkit.recipes import FINETUNE_READS, apply_overrides, load_recipe, resolve_recipe, with_values
 from bertkit.run.directory import load_config
 from bertkit.run.files import atomic_file
 from bertkit.tasks.registry import finetune_task
@@ -86,7 +86,7 @@ def make_plan(spec: AblationJob) -> tuple[Plan, Budget]:
     if "model" not in tables:
         raise BertkitError(f"--recipe {spec.recipe}: has no [model] table; ablate a pretraining recipe (tiny, mini, "
                            "…) and give the finetuning one with --finetune-recipe")
-    varied = parse_vary(list(spec.vary), tables)
+    varied = parse_vary(list(spec.vary))
 
     def load(changes: list[str]) -> Config:
         config = load_recipe(path, [*spec.sets, *changes])
@@ -104,7 +104,7 @@ def _finetune_config(spec: AblationJob) -> Config | None:
     budget = Budget.parse(spec.finetune_budget)
     if budget.kind == "tokens":
         raise BertkitError(f"--finetune-budget {spec.finetune_budget!r}: give a time (2m) or steps (200steps)")
-    config = load_recipe(spec.finetune_recipe, [*spec.finetune_sets, *budget.overrides(1)])
+    config = load_recipe(spec.finetune_recipe, [*spec.finetune_sets, *budget.overrides(1)], FINETUNE_READS["classify"])
     if config.task.kind != "classify":
         raise BertkitError(f"--finetune-recipe {spec.finetune_recipe}: task.kind is {config.task.kind!r}, "
                            "--task classify needs a classify recipe")
@@ -113,7 +113,7 @@ def _finetune_config(spec: AblationJob) -> Config | None:
                            "task.train_file=FILE)")
 
     # a bad file or column stops here, before any training
-    finetune_task(config.task.kind).read(config.task, config.task.train_file)
+    finetune_task(config.task.kind).read(config, config.task.train_file)
     return config
 
 
@@ -219,5 +219,5 @@ def _write_json(path: Path, data: dict) -> None:
 
 def _backbone_params(run: Path) -> int:
     """Parameters of the backbone (embeddings and blocks; heads excluded: they are not what an ablation varies)."""
-    counts = Model(dataclasses.replace(load_config(run).model, heads=())).parameter_counts()
+    counts = Model(load_config(run).model).parameter_counts()
     return counts["total"]

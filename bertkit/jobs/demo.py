@@ -202,7 +202,7 @@ def _sentence(pretrained: Path, out: Path, max_len: int, max_time: str | None,
               console: Console) -> tuple[FinetuneResult, StsResult, StsResult]:
     """Step 7: SBERT (cosine loss) from the demo's encoder on STS-B train (or the bundled sample pairs)."""
     config = load_recipe("finetune-stsb")
-    values = {"sentence.max_length": max_len, "train.max_time": max_time or "1m", "train.eval_every": 100,
+    values = {"sentence.max_seq_length": max_len, "train.max_time": max_time or "1m", "train.eval_every": 100,
               "train.log_every": 25, "train.save_every": 1000}
     test = "stsb/sts-test.csv"
     try:

@@ -43,7 +43,7 @@ def run(job: FillMaskJob) -> FillMaskResult:
     """The model's top-k guesses for every [MASK] in the text."""
     model_dir, top_k = job.model, job.top_k
     config, model = load_run(model_dir)
-    if "mlm" not in config.model.heads and "generator" not in config.model.heads:
+    if "mlm" not in config.heads.names and "generator" not in config.heads.names:
         raise BertkitError(f"{model_dir}: this model has no MLM head (pretrain one with `bertkit pretrain`, or import "
                            "a BertForMaskedLM checkpoint)")
     tokenizer = load_run_tokenizer(model_dir, config)
@@ -58,7 +58,7 @@ def run(job: FillMaskJob) -> FillMaskResult:
         raise BertkitError(f"the text has no {MASK} token to fill")
     with torch.no_grad():
         # an ELECTRA run (objective rtd) fills masks with its generator: the MLM it trained beside the encoder
-        logits = model(input_ids, mlm_select=selected).logits if "mlm" in config.model.heads else \
+        logits = model(input_ids, mlm_select=selected).logits if "mlm" in config.heads.names else \
             model.generator_logits(input_ids, selected)
         probs = logits.float().softmax(-1)  # (n_masks, V)
     scores, candidates = probs.topk(min(top_k, probs.shape[-1]), dim=-1)

@@ -22,6 +22,7 @@ from rich.console import Console
 from bertkit.config import Config
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
+from bertkit.recipes import FINETUNE_READS
 from bertkit.run.directory import (CONFIG_FILE, LABELS_FILE, RESULTS_FILE, RESUMABLE_TRAIN_KEYS, check_run_output,
                                    load_config, load_run, load_run_tokenizer, read_labels, write_config, write_json,
                                    write_labels)
@@ -49,9 +50,15 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     task = finetune_task(task_config.kind)
     if task_config.train_file is None:
         raise BertkitError("task.train_file: no training file (pass --train FILE)")
+    if config.heads.names or config.heads.num_labels:
+        raise BertkitError("heads.names / heads.num_labels: finetuning sets them from the task and its labels (of "
+                           "[heads], only classifier_pooling is yours to set)")
     if resume and (out / CONFIG_FILE).is_file():  # an automatic learning rate is the one the run chose
         config = with_learning_rate(config, load_config(out).train.learning_rate)
-    check_run_output(out, config, resume, ("task", "train"), RESUMABLE_TRAIN_KEYS)
+    # what the kind reads must match the stored run ([sentence] is resolved against the base: the task checks it);
+    # the heads' names and sizes come from the task and its labels
+    sections = tuple(s for s in FINETUNE_READS[task.kind].sections if s != "sentence")
+    check_run_output(out, config, resume, sections, RESUMABLE_TRAIN_KEYS | {"heads.names", "heads.num_labels"})
     if resume:  # the run's own config and tokenizer; the weights come from its checkpoint
         model_dir, base = out, None
         base_config = load_config(out)
@@ -72,7 +79,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     set_seed(config.train.seed)
 
     # Data: read, label set, optional slice, validation split.
-    examples = task.read(task_config, task_config.train_file)
+    examples = task.read(config, task_config.train_file)
     if task_config.max_train_examples is not None:
         examples = examples[:task_config.max_train_examples]
     if resume:
@@ -82,9 +89,9 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     else:
         labels = task.label_set(examples)
     if task_config.validation_file is not None:
-        train_examples, validation = examples, task.read(task_config, task_config.validation_file)
+        train_examples, validation = examples, task.read(config, task_config.validation_file)
     else:
-        train_examples, validation = hold_out(examples, task_config.validation_fraction, config.train.seed)
+        train_examples, validation = hold_out(examples, task_config.validation_split, config.train.seed)
     max_length = task.max_length(config, base_config)
     if max_length > base_config.model.max_len:
         raise BertkitError(f"{task.length_key}: {max_length} is longer than the model's max_len "
@@ -105,13 +112,13 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
                                                                                * objective.steps_per_epoch)))
 
     # The model: the base backbone (or a random one) under a fresh task head.
-    dropout = base_config.model.dropout if task_config.dropout is None else task_config.dropout
-    attention_dropout = base_config.model.attention_dropout if task_config.dropout is None else task_config.dropout
-    model_cfg = dataclasses.replace(base_config.model, heads=task.heads(labels), num_labels=len(labels),
-                                    pooling=task_config.pooling, dropout=dropout, attention_dropout=attention_dropout)
-    config = dataclasses.replace(config, model=model_cfg, tokenizer=base_config.tokenizer,
+    dropout = task_config.finetune_dropout
+    model_cfg = base_config.model if dropout is None else dataclasses.replace(
+        base_config.model, dropout=dropout, attention_dropout=dropout)
+    heads = dataclasses.replace(config.heads, names=task.heads(labels), num_labels=len(labels))
+    config = dataclasses.replace(config, model=model_cfg, heads=heads, tokenizer=base_config.tokenizer,
                                  train=dataclasses.replace(config.train, max_steps=train_cfg.max_steps))
-    model = Model(model_cfg)
+    model = Model(model_cfg, heads)
     if task_config.init == "pretrained" and base is not None:
         model.backbone.load_state_dict(base.backbone.state_dict())
     del base

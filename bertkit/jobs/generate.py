@@ -28,7 +28,7 @@ def load_lm(run: Path, device: str | torch.device | None = None) -> tuple[Model,
     """A decoder run with its LM head, and its tokenizer; any other model is a clear error."""
     config, model = load_run(run, device)
     arch = config.model.architecture
-    if arch != "decoder" or "lm" not in config.model.heads:
+    if arch != "decoder" or "lm" not in config.heads.names:
         hint = ("an encoder predicts masked tokens: try `bertkit fill-mask`" if arch == "encoder" else
                 "an encoder-decoder translates: try `bertkit translate`" if arch == "encoder-decoder" else
                 "it has no LM head")

@@ -11,7 +11,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from bertkit.config import Config, ModelConfig
+from bertkit.config import Config, HeadsConfig, ModelConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.flops import train_flops
 from bertkit.nn.model import Model
@@ -31,8 +31,8 @@ def load_target(target: str, overrides: list[str] | tuple[str, ...] = ()) -> tup
     return load_recipe(target, overrides), "recipe"
 
 
-def describe(cfg: ModelConfig) -> list[str]:
-    """Human-readable lines for the stack: embeddings, one block, the stack shape."""
+def describe(cfg: ModelConfig, heads: HeadsConfig = HeadsConfig()) -> list[str]:
+    """Human-readable lines for the stack: embeddings, one block, the stack shape, and the heads on it."""
     attn = ("MHA" if cfg.n_kv_heads == cfg.n_heads else "MQA" if cfg.n_kv_heads == 1 else "GQA")
     kv = "" if cfg.n_kv_heads == cfg.n_heads else f", {cfg.n_kv_heads} kv heads"
     inside = {"relative": f" + relative positions (Shaw, clip ±{cfg.max_distance})",
@@ -59,19 +59,22 @@ def describe(cfg: ModelConfig) -> list[str]:
         lines.append(f"final {norm} after the last block")
     names = {"mlm": "MLM (dense + gelu + norm, decoder tied to the token embeddings)",
              "lm": "LM (next token: the final states projected onto the tied token embeddings)",
-             "pair_classifier": f"pair classifier (linear over u, v, |u - v|; {cfg.num_labels} labels)",
+             "pair_classifier": f"pair classifier (linear over u, v, |u - v|; {heads.num_labels} labels)",
              "pooler": "pooler (dense + tanh over [CLS])",
-             "classifier": f"classifier ({cfg.pooling} pooling, dense + tanh, {cfg.num_labels} labels)",
-             "tagger": f"tagger (linear per token, {cfg.num_labels} tags)"}
-    if cfg.heads:
-        lines.append("heads: " + "; ".join(names[h] for h in cfg.heads))
+             "classifier": f"classifier ({heads.classifier_pooling} pooling, dense + tanh, {heads.num_labels} labels)",
+             "tagger": f"tagger (linear per token, {heads.num_labels} tags)",
+             "rtd": "replaced-token detection (dense + gelu, one logit per token)",
+             "generator": f"generator (ELECTRA: {cfg.n_layers} × {cfg.generator_width} wide, tied to the token "
+                          "embeddings)"}
+    if heads.names:
+        lines.append("heads: " + "; ".join(names[h] for h in heads.names))
     return lines
 
 
-def parameter_counts(cfg: ModelConfig) -> dict[str, int]:
+def parameter_counts(cfg: ModelConfig, heads: HeadsConfig = HeadsConfig()) -> dict[str, int]:
     """Parameter counts by part, without allocating the weights (built on the meta device)."""
     with torch.device("meta"):
-        return Model(cfg).parameter_counts()
+        return Model(cfg, heads).parameter_counts()
 
 
 @dataclass(frozen=True)
@@ -101,10 +104,10 @@ def run(job: InfoJob, console: Console | None = None) -> InfoResult:
     target = job.target
     config, kind = load_target(target, list(job.overrides))
     cfg = config.model
-    counts = parameter_counts(cfg)
+    counts = parameter_counts(cfg, config.heads)
     console.print(f"[bold]{target}[/bold] ({kind}): {cfg.architecture}, vocab {cfg.vocab_size:,}, "
                   f"d_model {cfg.d_model}, max_len {cfg.max_len}")
-    for line in describe(cfg):
+    for line in describe(cfg, config.heads):
         console.print(f"  {line}", markup=False, highlight=False)
     table = Table(title="parameters", show_edge=False)
     table.add_column("part")

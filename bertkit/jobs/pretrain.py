@@ -37,9 +37,9 @@ from bertkit.train.results import as_stored
 
 
 def _check_output(out: Path, config: Config, resume: bool) -> None:
-    # model.vocab_size and model.heads are set by pretraining itself (from the tokenizer; the MLM head)
+    # model.vocab_size and the heads are set by pretraining itself (from the tokenizer; the objective's heads)
     check_run_output(out, config, resume, ("model", "tokenizer", "data", "train"),
-                     RESUMABLE_TRAIN_KEYS | {"model.vocab_size", "model.heads"})
+                     RESUMABLE_TRAIN_KEYS | {"model.vocab_size"})
 
 
 @dataclass(frozen=True)
@@ -134,8 +134,9 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
     elif vocab != config.model.vocab_size and main:
         console.print(f"model.vocab_size follows the tokenizer: {vocab:,} (the recipe said "
                       f"{config.model.vocab_size:,})")
-    heads = tuple(dict.fromkeys(PRETRAINING[config.train.objective].heads + config.model.heads))
-    config = dataclasses.replace(config, model=dataclasses.replace(config.model, vocab_size=vocab, heads=heads))
+    heads = tuple(dict.fromkeys(PRETRAINING[config.train.objective].heads + config.heads.names))
+    config = dataclasses.replace(config, model=dataclasses.replace(config.model, vocab_size=vocab),
+                                 heads=dataclasses.replace(config.heads, names=heads))
     special = special_ids(tokenizer)
     objective = PRETRAINING[config.train.objective].objective(packed, special, vocab, config.data, config.train,
                                                    accelerator.num_processes)
@@ -151,7 +152,7 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
                 write_json(tmp / BASELINE_FILE, {"unigram": objective.unigram_baseline()})
     accelerator.wait_for_everyone()
 
-    model = Model(config.model)
+    model = Model(config.model, config.heads)
     result = train(model, objective, config.train, out, accelerator, resume=resume, console=console,
                    progress=progress)
     results = {"step": result["state"]["step"], "evaluation": result["evaluation"],

@@ -1,7 +1,7 @@
 """`bertkit finetune seq2seq`: an encoder-decoder trained on parallel text (translation), by the one loop.
 
 Two starts, one code path: `--recipe` builds a new encoder-decoder from its [model] table and trains its BPE
-vocabulary on the training pairs (one joint vocabulary for both sides by default, `task.joint_vocab = false` for one
+vocabulary on the training pairs (one joint vocabulary for both sides by default, `seq2seq.joint_vocab = false` for one
 per side); `--model RUN` continues from an encoder-decoder run's weights and tokenizers. The output is a run
 directory like every other (model + `lm` head, tokenizer.json, target/tokenizer.json for a separate target
 vocabulary) plus results.json; model.safetensors holds the best checkpoint by validation BLEU (or loss).
@@ -16,7 +16,7 @@ from pathlib import Path
 from accelerate.utils import set_seed
 from rich.console import Console
 
-from bertkit.config import Config
+from bertkit.config import Config, HeadsConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
 from bertkit.run.directory import (RESULTS_FILE, RESUMABLE_TRAIN_KEYS, check_run_output, load_config, load_run,
@@ -37,12 +37,12 @@ def _tokenizers(config: Config, pairs: list[tuple[str, str]], console: Console) 
     tok, vocab = config.tokenizer, config.model.vocab_size
     options = {"byte_level": tok.byte_level, "lowercase": tok.lowercase, "nfkc": tok.nfkc,
                "min_frequency": tok.min_frequency}
-    if config.task.joint_vocab:
+    if config.seq2seq.joint_vocab:
         console.print(f"training a joint {vocab:,}-token BPE on both sides of {len(pairs):,} pairs")
         joint = train_bpe([t for pair in pairs for t in pair], vocab, **options)
         return PairTokenizers(joint, joint)
     if config.model.share_embeddings:
-        raise BertkitError("task.joint_vocab = false gives each side its own vocabulary: set "
+        raise BertkitError("seq2seq.joint_vocab = false gives each side its own vocabulary: set "
                            "model.share_embeddings = false too (one embedding table cannot index two vocabularies)")
     console.print(f"training a {vocab:,}-token BPE per side on {len(pairs):,} pairs")
     return PairTokenizers(train_bpe([s for s, _ in pairs], vocab, **options),
@@ -53,7 +53,7 @@ Seq2SeqJob = FinetuneJob  # the same fields: the recipe, an encoder-decoder run 
 
 
 def run(job: Seq2SeqJob, console: Console | None = None) -> FinetuneResult:
-    """Train an encoder-decoder on `task.train_source` / `task.train_target`; returns the kept checkpoint's
+    """Train an encoder-decoder on `seq2seq.train_source` / `seq2seq.train_target`; returns the kept checkpoint's
     validation scores and where the run is."""
     with locked(job.out):  # one writer per run directory, for the whole job
         return _run(job.config, job.model, Path(job.out), job.resume, job.progress, console or Console(stderr=True))
@@ -61,14 +61,14 @@ def run(job: Seq2SeqJob, console: Console | None = None) -> FinetuneResult:
 
 def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progress: bool,
          console: Console) -> FinetuneResult:
-    task = config.task
-    if task.train_source is None or task.train_target is None:
-        raise BertkitError("task.train_source / task.train_target: give both sides of the training text "
+    task, text = config.task, config.seq2seq
+    if text.train_source is None or text.train_target is None:
+        raise BertkitError("seq2seq.train_source / seq2seq.train_target: give both sides of the training text "
                            "(--train-source FILE --train-target FILE)")
-    if (task.validation_source is None) != (task.validation_target is None):
-        raise BertkitError("task.validation_source / task.validation_target: give both sides or neither")
+    if (text.validation_source is None) != (text.validation_target is None):
+        raise BertkitError("seq2seq.validation_source / seq2seq.validation_target: give both sides or neither")
     config = with_learning_rate(config, DEFAULT_LEARNING_RATE)
-    check_run_output(out, config, resume, ("task", "train"), RESUMABLE_TRAIN_KEYS)
+    check_run_output(out, config, resume, ("task", "seq2seq", "train"), RESUMABLE_TRAIN_KEYS)
     base = None
     if resume:
         stored = load_config(out)
@@ -84,14 +84,14 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     main = accelerator.is_main_process
     set_seed(config.train.seed)
 
-    pairs, skipped = read_parallel(task.train_source, task.train_target)
+    pairs, skipped = read_parallel(text.train_source, text.train_target)
     if task.max_train_examples is not None:
         pairs = pairs[:task.max_train_examples]
-    if task.validation_source is not None:
+    if text.validation_source is not None:
         train_pairs = pairs
-        validation, _ = read_parallel(task.validation_source, task.validation_target)
+        validation, _ = read_parallel(text.validation_source, text.validation_target)
     else:
-        train_pairs, validation = hold_out(pairs, task.validation_fraction, config.train.seed)
+        train_pairs, validation = hold_out(pairs, task.validation_split, config.train.seed)
     if skipped and main:
         console.print(f"[yellow]skipped {skipped:,} training pair(s) with an empty side")
 
@@ -114,10 +114,11 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
         console.print(f"[yellow]warning: {cut_s:,} source and {cut_t:,} target sentences are longer than "
                       f"{max_length} tokens and were truncated (task.max_length)")
 
-    model_cfg = dataclasses.replace(config.model, heads=("lm",), num_labels=0)
-    if model_dir is not None and task.dropout is not None:  # continuing a run: the task's dropout (as finetune)
-        model_cfg = dataclasses.replace(model_cfg, dropout=task.dropout, attention_dropout=task.dropout)
-    model = Model(model_cfg)
+    model_cfg, heads = config.model, HeadsConfig(names=("lm",))
+    if model_dir is not None and task.finetune_dropout is not None:  # continuing a run: the task's dropout, as finetune
+        model_cfg = dataclasses.replace(model_cfg, dropout=task.finetune_dropout,
+                                        attention_dropout=task.finetune_dropout)
+    model = Model(model_cfg, heads)
     if base is not None:
         model.load_state_dict(base.state_dict(), strict=False)  # the same architecture; heads hold no weights
     del base
@@ -126,20 +127,20 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
                             batch_size=max(64, config.train.batch_size), precision=run_precision(accelerator))
     world = accelerator.num_processes
     objective = Seq2SeqObjective(source, target, val_source, val_target, [t for _, t in validation], special.cls,
-                                 special.pad, task.label_smoothing, config.train, world, task.bleu_examples,
+                                 special.pad, text.label_smoothing, config.train, world, text.bleu_examples,
                                  translator)
     train_cfg = config.train
     if train_cfg.epochs is not None:
         train_cfg = dataclasses.replace(train_cfg, max_steps=max(1, math.ceil(train_cfg.epochs
                                                                                * objective.steps_per_epoch)))
-    config = dataclasses.replace(config, model=model_cfg, train=dataclasses.replace(config.train,
-                                                                                     max_steps=train_cfg.max_steps))
+    config = dataclasses.replace(config, model=model_cfg, heads=heads,
+                                 train=dataclasses.replace(config.train, max_steps=train_cfg.max_steps))
     metric = config.train.metric or objective.default_metric
     if metric not in objective.metric_names:
         raise BertkitError(f"train.metric: {metric!r} is not a validation metric of seq2seq (allowed: "
                            f"{'|'.join(objective.metric_names)})")
-    if metric == "bleu" and not task.bleu_examples:
-        raise BertkitError("train.metric: bleu needs task.bleu_examples > 0")
+    if metric == "bleu" and not text.bleu_examples:
+        raise BertkitError("train.metric: bleu needs seq2seq.bleu_examples > 0")
     if resume and (done := already_finished(out, train_cfg, console, accelerator)) is not None:
         return FinetuneResult.from_results(out, done, already_done=True)
     if main:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.config import ModelConfig
+from bertkit.config import HeadsConfig, ModelConfig
 from bertkit.nn.attention import build_mask
 from bertkit.nn.block import Block, make_norm
 from bertkit.nn.heads import HeadInput
@@ -25,15 +25,15 @@ def generator_config(cfg: ModelConfig) -> ModelConfig:
     """The generator's blocks: the discriminator's switches at `generator_d_model` width, with the head size kept
     where the width allows (ELECTRA-Small: 256 → 64, one head of 64) and a 4× FFN."""
     width, heads = cfg.generator_width, cfg.generator_heads
-    return dataclasses.replace(cfg, d_model=width, n_heads=heads, n_kv_heads=heads, d_ff=4 * width, heads=(),
-                               num_labels=0, generator_d_model=None)
+    return dataclasses.replace(cfg, d_model=width, n_heads=heads, n_kv_heads=heads, d_ff=4 * width,
+                               generator_d_model=None)
 
 
 class Generator(nn.Module):
     """(B, T, D) embeddings → project to G → blocks → [final norm] → MLM transform to D → tied vocabulary logits
     for the selected positions: (N, V)."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, heads: HeadsConfig):
         super().__init__()
         small = generator_config(cfg)
         self.project = nn.Linear(cfg.d_model, small.d_model) if small.d_model != cfg.d_model else nn.Identity()
@@ -60,7 +60,7 @@ class Generator(nn.Module):
 class ReplacedTokenHead(nn.Module):
     """The discriminator's head: dense → GELU → one logit per token, "replaced" > 0. (B, T, D) -> (B, T)"""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, heads: HeadsConfig):
         super().__init__()
         self.dense = nn.Linear(cfg.d_model, cfg.d_model)
         self.out = nn.Linear(cfg.d_model, 1)

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bertkit.config import ModelConfig
+from bertkit.config import HeadsConfig, ModelConfig
 from bertkit.nn.block import make_norm
 
 
@@ -37,7 +37,7 @@ class HeadInput:
 class DensePooler(nn.Module):
     """BERT's pooler: tanh(W h_[CLS] + b). (B, T, D) -> (B, D)"""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, heads: HeadsConfig):
         super().__init__()
         self.dense = nn.Linear(cfg.d_model, cfg.d_model)
 
@@ -52,7 +52,7 @@ class MLMHead(nn.Module):
     projection is the most expensive matrix in a small BERT, and 85% of the positions carry no label.
     """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, heads: HeadsConfig):
         super().__init__()
         self.dense = nn.Linear(cfg.d_model, cfg.d_model)
         self.norm = make_norm(cfg)
@@ -71,7 +71,7 @@ class LMHead(nn.Module):
     Pre-norm stacks end in a final norm, so the states arrive normalised; post-norm blocks end in one anyway.
     """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, heads: HeadsConfig):
         super().__init__()
 
     def forward(self, x: HeadInput) -> torch.Tensor:
@@ -114,12 +114,12 @@ class SequenceClassifier(nn.Module):
     backbone pretrained without a pooler classifies as well as one with it.
     """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, heads: HeadsConfig):
         super().__init__()
-        self.pool = Pooling(cfg.pooling)
+        self.pool = Pooling(heads.classifier_pooling)
         self.dropout = nn.Dropout(cfg.dropout)
         self.dense = nn.Linear(cfg.d_model, cfg.d_model)
-        self.out = nn.Linear(cfg.d_model, cfg.num_labels)
+        self.out = nn.Linear(cfg.d_model, heads.num_labels)
 
     def forward(self, x: HeadInput) -> torch.Tensor:
         pooled = self.dropout(self.pool(x.hidden, x.mask))  # (B, D)
@@ -130,9 +130,9 @@ class PairClassifier(nn.Module):
     """SBERT's softmax objective: linear(u, v, |u - v|) over two sentence embeddings. (2N, D) -> (N, num_labels),
     the first N rows being the u's and the last N the v's."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, heads: HeadsConfig):
         super().__init__()
-        self.out = nn.Linear(3 * cfg.d_model, cfg.num_labels)
+        self.out = nn.Linear(3 * cfg.d_model, heads.num_labels)
 
     def forward(self, x: HeadInput) -> torch.Tensor:
         if x.pooled is None:
@@ -144,10 +144,10 @@ class PairClassifier(nn.Module):
 class TokenClassifier(nn.Module):
     """dropout → linear on every position: (B, T, D) -> (B, T, num_labels)."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, heads: HeadsConfig):
         super().__init__()
         self.dropout = nn.Dropout(cfg.dropout)
-        self.out = nn.Linear(cfg.d_model, cfg.num_labels)
+        self.out = nn.Linear(cfg.d_model, heads.num_labels)
 
     def forward(self, x: HeadInput) -> torch.Tensor:
         return self.out(self.dropout(x.hidden))

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from bertkit.config import ModelConfig
+from bertkit.config import HeadsConfig, ModelConfig
 from bertkit.nn.electra import Generator, ReplacedTokenHead, sample_tokens
 from bertkit.nn.heads import (DensePooler, HeadInput, LMHead, MLMHead, PairClassifier, SequenceClassifier,
                                TokenClassifier)
@@ -25,12 +25,12 @@ from bertkit.nn.transformer import StackOutput, build_backbone
 class HeadSpec:
     """One entry of the head registry: the module, and what the rest of the package may do with it."""
 
-    module: type  # built as module(ModelConfig); called as module(HeadInput) -> Tensor
+    module: type  # built as module(ModelConfig, HeadsConfig); called as module(HeadInput) -> Tensor
     task: bool = False  # the head of a finetuned task model (`predict`, `evaluate`)
     logits: bool = False  # `Model.forward(head=name)` runs it and puts its output on `.logits`
 
 
-# Every head a model can carry, by the name `model.heads` lists (config.HEADS holds the same names, for validation).
+# Every head a model can carry, by the name `heads.names` lists (config.HEADS holds the same names, for validation).
 HEADS: dict[str, HeadSpec] = {
     "pooler": HeadSpec(DensePooler),  # BERT's [CLS] pooler (HF checkpoints round-trip)
     "mlm": HeadSpec(MLMHead),  # forward(mlm_select=...)
@@ -45,15 +45,17 @@ TASK_HEADS = tuple(name for name, spec in HEADS.items() if spec.task)
 
 
 class Model(nn.Module):
-    """Backbone + heads, built from a ModelConfig and initialised BERT-style (normal(0, init_std), zero biases)."""
+    """Backbone + heads, built from a ModelConfig (the architecture) and a HeadsConfig (what sits on it: none by
+    default) and initialised BERT-style (normal(0, init_std), zero biases)."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, heads: HeadsConfig = HeadsConfig()):
         super().__init__()
-        self.config = cfg
+        heads.check(cfg)
+        self.config, self.head_config = cfg, heads
         self.backbone = build_backbone(cfg)
         self.heads = nn.ModuleDict()
-        for name in cfg.heads:
-            self.heads[name] = HEADS[name].module(cfg)
+        for name in heads.names:
+            self.heads[name] = HEADS[name].module(cfg, heads)
         # the heads read the states of the stack's output side, so its padding mask: found by name or position
         self._mask_name = "decoder_attention_mask" if cfg.architecture == "encoder-decoder" else "attention_mask"
         self._mask_position = list(inspect.signature(self.backbone.forward).parameters).index(self._mask_name)

@@ -99,6 +99,8 @@ def read_labels(run: str | Path) -> tuple[str, list[str]]:
 
 def write_run_files(directory: Path, model: Model, config: Config, tokenizer_file: str | Path | None = None) -> None:
     """Write config.json, model.safetensors and (if given) tokenizer.json into an existing directory."""
+    if model.head_config != config.heads:  # load_run rebuilds the heads config.json names: they must be these
+        raise ValueError(f"the model's heads {model.head_config} are not the config's {config.heads}")
     write_config(directory, config)
     write_weights(Path(directory) / WEIGHTS_FILE, model)
     if tokenizer_file is not None:
@@ -133,7 +135,7 @@ def load_config(run: str | Path) -> Config:
     if "bertkit_version" not in data:
         raise BertkitError(f"{path}: not a bertkit config (a Hugging Face folder? use `bertkit import-hf`)")
     data.pop("bertkit_version")
-    return Config.from_dict(data, source=str(path))
+    return Config.from_dict(data, source=str(path), stored=True)
 
 
 # Train settings a resumed run may change without breaking its exact continuation (limits, logging, checkpoint
@@ -236,7 +238,7 @@ def load_run(run: str | Path, device: str | torch.device | None = "cpu") -> tupl
     weights = Path(run) / WEIGHTS_FILE
     if not weights.is_file():
         raise BertkitError(f"{run}: no {WEIGHTS_FILE}")
-    model = Model(config.model)
+    model = Model(config.model, config.heads)
     load_weights(model, weights)
     return config, model.to(default_device(device)).eval()
 

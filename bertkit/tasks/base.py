@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from bertkit.config import Config, TaskConfig
+from bertkit.config import Config
 from bertkit.nn.model import Model
 from bertkit.text.features import Encoded, TaskEncoder
 
@@ -45,7 +45,7 @@ class FinetuneTask:
         settings, so it still embeds as its base did."""
         return dataclasses.replace(config, sentence=base.sentence)
 
-    def read(self, task: TaskConfig, path: str | Path) -> list:
+    def read(self, config: Config, path: str | Path) -> list:
         """The examples of one task file (a data-root-relative path is fine), read with the task's columns."""
         raise NotImplementedError
 

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertkit.config import Config, ModelConfig, TaskConfig, TrainConfig
+from bertkit.config import Config, ModelConfig, TrainConfig
 from bertkit.errors import BertkitError
 from bertkit.inference import batched_logits, log_softmax
 from bertkit.metrics import classification_metrics
@@ -37,9 +37,8 @@ class ClassifyObjective(LabelledObjective):
         rows = self.sampler.rows(step).tolist()
         return {**self._inputs(rows), "labels": torch.tensor([self.targets[r] for r in rows])}
 
-    @staticmethod
-    def head_flops(config: ModelConfig, rows: int, t: int) -> int:
-        return 2 * rows * (config.d_model * config.d_model + config.d_model * config.num_labels)  # dense, out
+    def head_flops(self, config: ModelConfig, rows: int, t: int) -> int:
+        return 2 * rows * (config.d_model * config.d_model + config.d_model * len(self.label_names))  # dense, out
 
     @staticmethod
     def normalizer(batch: dict[str, torch.Tensor]) -> float:
@@ -76,7 +75,8 @@ class ClassifyTask(LabelledTask):
                                f"text (model.type_vocab_size = {base.model.type_vocab_size})")
         return super().settings(config, base, model_dir, out, resume)
 
-    def read(self, task: TaskConfig, path: str | Path) -> list[LabelledText]:
+    def read(self, config: Config, path: str | Path) -> list[LabelledText]:
+        task = config.task
         return read_labelled(resolve_data_path(path), task.text_column, task.label_column, task.text_pair_column)
 
     def label_set(self, examples: list) -> list[str]:

@@ -76,9 +76,8 @@ class LabelledObjective:
         rows, t = micro["input_ids"].shape
         return training(stack_flops(config, rows, t) + self.head_flops(config, rows, t))
 
-    @staticmethod
-    def head_flops(config: ModelConfig, rows: int, t: int) -> int:
-        """The task head's forward FLOPs on a (rows, t) batch."""
+    def head_flops(self, config: ModelConfig, rows: int, t: int) -> int:
+        """The task head's forward FLOPs on a (rows, t) batch (its size: the objective's own label set)."""
         raise NotImplementedError
 
     def _logits(self, model: torch.nn.Module, micro: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from bertkit.config import Config, ModelConfig, TaskConfig, TrainConfig
+from bertkit.config import Config, ModelConfig, TrainConfig
 from bertkit.errors import BertkitError
 from bertkit.inference import batched_logits, decode_tags, iob2_constraints, log_softmax
 from bertkit.metrics import entity_metrics
@@ -42,9 +42,8 @@ class TagObjective(LabelledObjective):
         return {**inputs, "labels": pad_sequences([self.targets[r] for r in rows], IGNORE_INDEX,
                                                   inputs["input_ids"].shape[1])}
 
-    @staticmethod
-    def head_flops(config: ModelConfig, rows: int, t: int) -> int:
-        return 2 * rows * t * config.d_model * config.num_labels  # one linear layer per token
+    def head_flops(self, config: ModelConfig, rows: int, t: int) -> int:
+        return 2 * rows * t * config.d_model * len(self.tag_names)  # one linear layer per token
 
     @staticmethod
     def normalizer(batch: dict[str, torch.Tensor]) -> float:
@@ -81,7 +80,8 @@ class NerTask(LabelledTask):
 
     kind = "ner"
 
-    def read(self, task: TaskConfig, path: str | Path) -> list[TaggedSentence]:
+    def read(self, config: Config, path: str | Path) -> list[TaggedSentence]:
+        task = config.task
         return read_conll(resolve_data_path(path), task.tag_column)
 
     def label_set(self, examples: list) -> list[str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from bertkit.config import Config, ModelConfig, TaskConfig, TrainConfig
+from bertkit.config import Config, ModelConfig, TrainConfig
 from bertkit.embedding import embed_encoded
 from bertkit.errors import BertkitError
 from bertkit.nn.flops import stack_flops, training
@@ -88,7 +88,7 @@ class SentenceObjective:
         then the loss's own products (MNRL's similarity matrix, the softmax objective's classifier)."""
         sides = len(self.sides)
         b, width = micro["len_0"].shape[0], max(micro[f"ids_{s}"].shape[1] for s in range(sides))
-        loss = self.criterion.flops(config.d_model, config.num_labels, b, sides)
+        loss = self.criterion.flops(config.d_model, len(self.criterion.label_names), b, sides)
         return training(stack_flops(config, sides * b, width) + loss)
 
     def _embed(self, model: torch.nn.Module, micro: dict[str, torch.Tensor]):
@@ -120,31 +120,33 @@ class SentenceTask(FinetuneTask):
 
     kind = "sentence"
     examples_name = "sentences"
-    length_key = "sentence.max_length"
+    length_key = "sentence.max_seq_length"
 
     def settings(self, config: Config, base: Config, model_dir: Path | None, out: Path, resume: bool) -> Config:
-        # the embedding length: what training saw (task.max_length) unless set, or the base model's
+        # one length for a sentence: what training cuts at is what the run embeds with (the base's unless set)
+        if config.task.max_length is not None:
+            raise BertkitError("task.max_length: sentence training cuts sentences at sentence.max_seq_length (--set "
+                               "max_seq_length=N), the length the run then embeds with")
         sentence = config.sentence
-        sentence = dataclasses.replace(sentence, max_length=sentence.max_length or config.task.max_length
-                                       or base.sentence.max_length)
-        if config.task.pooling != TaskConfig().pooling:
-            raise BertkitError("task.pooling is the classifier head's; sentence training pools with "
-                               "sentence.pooling (--pooling, or --set sentence.pooling=...)")
+        sentence = dataclasses.replace(sentence, max_seq_length=sentence.max_seq_length
+                                       or base.sentence.max_seq_length)
         if resume and sentence != base.sentence:
             raise BertkitError(f"{out}: holds a different run ([sentence] {dataclasses.asdict(base.sentence)}, "
                                f"now {dataclasses.asdict(sentence)}); resume with the same settings")
         return dataclasses.replace(config, sentence=sentence)
 
-    def read(self, task: TaskConfig, path: str | Path) -> list[SentencePair]:
+    def read(self, config: Config, path: str | Path) -> list[SentencePair]:
+        task = config.task
         if task.text_pair_column is None:
             raise BertkitError("task.text_pair_column: sentence training reads pairs; name the second sentence's "
                                "column (--text-pair-column)")
-        loss = LOSSES[task.loss]
+        settings = config.sentence_loss
+        loss = LOSSES[settings.loss]
         return read_pairs(resolve_data_path(path), task.text_column, task.text_pair_column, loss.target_column,
-                          task.label_column, task.negative_column if loss.negatives else None, task.max_score)
+                          task.label_column, settings.negative_column if loss.negatives else None, settings.max_score)
 
     def max_length(self, config: Config, base: Config) -> int:
-        return config.sentence.max_length or base.model.max_len
+        return config.sentence.max_seq_length or base.model.max_len
 
     def label_set(self, examples: list) -> list[str]:
         """Pairs with labels (the softmax loss): their names in head order; pairs with scores (or none): none."""
@@ -158,12 +160,12 @@ class SentenceTask(FinetuneTask):
     def objective(self, config: Config, train: list, validation: list, labels: list[str], encoder: TaskEncoder,
                   pad_id: int, world: int):
         """Each side of the pairs tokenised once (a hard-negative side when every row has one)."""
-        task = config.task
+        task = config.sentence_loss
         criterion = LOSSES[task.loss](task.scale, labels)
         negatives = criterion.negatives and all(e.negative for e in train)
         if criterion.negatives and task.negative_column and not negatives:
             missing = sum(not e.negative for e in train)
-            raise BertkitError(f"task.negative_column: {missing:,} training rows have no hard negative in "
+            raise BertkitError(f"sentence_loss.negative_column: {missing:,} training rows have no hard negative in "
                                f"'{task.negative_column}' (give one per row, or leave the column out)")
 
         def sides(examples: list, with_negatives: bool):
@@ -181,7 +183,7 @@ class SentenceTask(FinetuneTask):
         return objective, [e for side in train_sides for e in side]
 
     def summary(self, config: Config, labels: list[str]) -> str:
-        return (f"loss {config.task.loss}" + (f", {len(labels)} labels" if labels else "")
+        return (f"loss {config.sentence_loss.loss}" + (f", {len(labels)} labels" if labels else "")
                 + f", {config.sentence.pooling} pooling")
 
     def final_validation(self, out: Path, model: Model, objective, validation: list, device: torch.device,

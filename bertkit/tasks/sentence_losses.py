@@ -32,7 +32,7 @@ class SentenceLoss:
     head: str | None = None  # a task head the loss trains (nn/model.py HEADS), or None
     target_dtype: torch.dtype | None = None  # per-pair targets in the batch, or None (none needed)
     target_column: str | None = None  # what `text.tasks.read_pairs` reads per pair: "score", "label" or nothing
-    negatives = False  # reads a hard-negative column (task.negative_column)
+    negatives = False  # reads a hard-negative column (sentence_loss.negative_column)
     normalize = True  # validation embeddings normalised (cosine geometry)
 
     def __init__(self, scale: float = 20.0, label_names: list[str] | None = None):

@@ -272,7 +272,7 @@ def read_pairs(path: str | Path, text_column: str, pair_column: str, target: str
                                       if number == 1 and is_index(target_column) else "")) from None
             if max_score is not None and not 0.0 <= score <= max_score:
                 raise BertkitError(f"{path}: row {number}: score {score} is outside [0, {max_score}] "
-                                   "(give the scale's top: task.max_score, or --max-score for evaluate-sts)")
+                                   "(give the scale's top: sentence_loss.max_score, or --max-score for evaluate-sts)")
         elif target == "label":
             if raw is None or not str(raw).strip():
                 raise BertkitError(f"{path}: row {number} has no label")

@@ -86,7 +86,7 @@ def test_pytorch_bin_with_prefix_and_mlm_head(tmp_path):
                 p.add_(torch.randn_like(p) * 0.1)
     torch.save(mlm.state_dict(), tmp_path / "pytorch_model.bin")
     ours, skipped = model_from_hf(tmp_path)
-    assert skipped == [] and ours.config.heads == ("mlm",)
+    assert skipped == [] and ours.head_config.names == ("mlm",)
     ids, mask, _ = _batch(120, seed=1)
     with torch.no_grad():
         expected = mlm(input_ids=ids, attention_mask=mask)
@@ -185,6 +185,6 @@ def test_imported_minilm_finetunes_through_the_same_path(tmp_path, minilm_dir):
                                  "--out", str(out)])
     assert result.exit_code == 0, result.output
     config = json.loads((out / "config.json").read_text())
-    assert config["model"]["d_model"] == 384 and config["model"]["heads"] == ["classifier"]
+    assert config["model"]["d_model"] == 384 and config["heads"]["names"] == ["classifier"]
     predicted = runner.invoke(app, ["predict", "--model", str(out)], input="a wonderful film\n")
     assert json.loads(predicted.stdout.strip().splitlines()[-1])["label"] in ("negative", "positive")

@@ -61,7 +61,7 @@ def test_the_same_sts_spearman_as_sentence_transformers(minilm_dir, minilm_run, 
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
 def test_exported_bertkit_run_loads_in_sentence_transformers(tmp_path, base, pooling):
     config = json.loads((base / "config.json").read_text())
-    config["sentence"] = {"pooling": pooling, "normalize": pooling == "mean", "max_length": 48}
+    config["sentence"] = {"pooling": pooling, "normalize": pooling == "mean", "max_seq_length": 48}
     (base / "config.json").write_text(json.dumps(config))
     cli_ok("export", base, "--format", "sentence-transformers", "-o", tmp_path / "st")
     sentences = ["a short one", "a much longer sentence about films and the people who make them " * 4, "x"]

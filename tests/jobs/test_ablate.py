@@ -39,7 +39,7 @@ def test_budget_parses_time_tokens_and_steps():
 
 
 def _plan(vary, grid=False):
-    return build_plan(lambda changes: load_recipe("tiny", changes), parse_vary(vary, {"model"}), grid)
+    return build_plan(lambda changes: load_recipe("tiny", changes), parse_vary(vary), grid)
 
 
 def test_one_change_at_a_time_skips_the_base_value_and_keeps_invalid_variants():
@@ -63,11 +63,36 @@ def test_grid_crosses_every_value_once():
 
 def test_bad_vary_flags_name_the_problem():
     with pytest.raises(BertkitError, match="expected KEY=VALUE"):
-        parse_vary(["positions"], {"model"})
+        parse_vary(["positions"])
     with pytest.raises(BertkitError, match="given twice"):
-        parse_vary(["positions=rotary", "model.positions=none"], {"model"})
+        parse_vary(["positions=rotary", "model.positions=none"])
     with pytest.raises(Exception, match="positoins"):
-        parse_vary(["positoins=rotary"], {"model"})
+        parse_vary(["positoins=rotary"])
+
+
+def test_variant_names_and_plans_from_before_the_config_split_are_found_again(tmp_path):
+    from bertkit.ablation import _short, check_plan_file
+
+    assert _short("model.positions=rotary") == "positions=rotary"
+    assert _short("model.dropout=0") == "model.dropout=0"  # a key two sections shared then: named whole, as then
+    base = load_recipe("tiny").to_dict()
+    finetune = load_recipe("finetune-sst2").to_dict()
+    record = json.loads(json.dumps({"base": base, "budget": {"kind": "steps", "amount": 4}, "task": "classify",
+                                    "finetune": finetune}))
+    old = json.loads(json.dumps(record))  # the same plan as an earlier bertkit wrote it
+    for shape in (old["base"], old["finetune"]):
+        heads = shape.pop("heads")
+        shape["model"].update(heads=heads["names"], num_labels=heads["num_labels"], pooling="cls")
+        shape["task"].update(dropout=shape["task"].pop("finetune_dropout"),
+                             validation_fraction=shape["task"].pop("validation_split"), pooling="cls",
+                             **shape.pop("sentence_loss"), **shape.pop("seq2seq"))
+        shape["sentence"]["max_length"] = shape["sentence"].pop("max_seq_length")
+    (tmp_path / "plan.json").write_text(json.dumps(old))
+    check_plan_file(tmp_path / "plan.json", record)  # the same plan: no error
+    old["finetune"]["task"]["dropout"] = 0.3
+    (tmp_path / "plan.json").write_text(json.dumps(old))
+    with pytest.raises(BertkitError, match="different finetune .task.finetune_dropout: 0.3 there, 0.1 now"):
+        check_plan_file(tmp_path / "plan.json", record)
 
 
 def _rows(out):
@@ -125,7 +150,7 @@ def test_ablate_classify_adds_the_downstream_metric(tmp_path, corpus):
     out = tmp_path / "abl"
     cli_ok("ablate", *TINY, "--corpus", corpus, "--budget", "2steps", "--vary", "activation=relu", "--task",
            "classify", "--finetune-recipe", "finetune-classify", "--finetune-set",
-           f"task.train_file={ROOT / 'data/samples/sentiment.tsv'}", "--finetune-set", "task.validation_fraction=0.3",
+           f"task.train_file={ROOT / 'data/samples/sentiment.tsv'}", "--finetune-set", "task.validation_split=0.3",
            "--finetune-set", "task.text_column=sentence",
            "--finetune-budget", "3steps", "-o", out)
     rows = _rows(out)

@@ -51,7 +51,7 @@ def test_classify_learns_predicts_and_evaluates(tmp_path, base):
     assert load_file(out / "model.safetensors").keys() == load_file(
         out / "checkpoints" / "best" / "model.safetensors").keys()
     config = json.loads((out / "config.json").read_text())
-    assert config["model"]["heads"] == ["classifier"] and config["model"]["num_labels"] == 3
+    assert config["heads"]["names"] == ["classifier"] and config["heads"]["num_labels"] == 3
 
     # predict: a file in, JSONL out in input order (batches run sorted by length)
     inputs = tmp_path / "inputs.txt"
@@ -126,7 +126,7 @@ def test_finetune_resumes_exactly(tmp_path, base, monkeypatch):
     train = _reviews(tmp_path / "train.csv", 60)
     args = ["finetune", "classify", "--model", base, "--train", train, "--text-column", "review",
             "--label-column", "stars", "--max-steps", "8", *FAST, "--set", "log_every=1", "--set", "eval_every=2",
-            "--set", "save_every=2", "--set", "task.dropout=0.1"]
+            "--set", "save_every=2", "--set", "task.finetune_dropout=0.1"]
     _ok(*args, "--out", tmp_path / "straight")
 
     original = ClassifyObjective.batch
@@ -216,6 +216,13 @@ def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
     assert "no input texts" in _error("predict", "--model", done, blank)
     assert "not a bertkit run directory" in _error("finetune", "classify", "--model", tmp_path, "--train", train,
                                                    "--out", tmp_path / "d")
+    # settings finetuning does not read, or sets itself, are refused rather than ignored
+    assert "finetuning sets them from the task and its labels" in _error(*common, "--out", tmp_path / "f", "--set",
+                                                                           "num_labels=7")
+    assert "(did you mean task.finetune_dropout?)" in _error(*common, "--out", tmp_path / "f", "--set", "dropout=0.3")
+    assert "model.pooling is not read by finetune classify" in _error(*common, "--out", tmp_path / "f", "--set",
+                                                                        "model.pooling=mean")
+    assert not (tmp_path / "f").exists()
 
 
 def test_auto_learning_rate_is_recorded_and_resumes(tmp_path, base):

@@ -31,7 +31,7 @@ def lm(tmp_path_factory):
 
 def test_clm_pretraining_learns_and_reports_perplexity(lm):
     config = json.loads((lm / "config.json").read_text())
-    assert config["model"]["architecture"] == "decoder" and config["model"]["heads"] == ["lm"]
+    assert config["model"]["architecture"] == "decoder" and config["heads"]["names"] == ["lm"]
     assert config["train"]["objective"] == "clm"
     results = json.loads((lm / "results.json").read_text())
     evaluation, baseline = results["evaluation"], results["baseline"]

@@ -42,7 +42,7 @@ def test_pretrain_makes_a_complete_run(tmp_path, corpus):
     assert (run / "checkpoints" / "latest").read_text() == "step-20"
     assert list((run / "tensorboard").iterdir())
     config = json.loads((run / "config.json").read_text())
-    assert config["model"]["heads"] == ["mlm"] and config["model"]["vocab_size"] == 400
+    assert config["heads"]["names"] == ["mlm"] and config["model"]["vocab_size"] == 400
     losses = [loss for _, loss, _ in _losses(run) if loss is not None]
     assert len(losses) == 10 and losses[-1] < losses[0]
     results = json.loads((run / "results.json").read_text())

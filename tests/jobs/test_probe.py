@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import cli_error, cli_ok, tiny
+from conftest import cli_error, cli_ok, heads, tiny
 
 from bertkit.config import Config
 from bertkit.nn.model import Model
@@ -160,8 +160,8 @@ def test_probe_reads_decoders(tmp_path, sample_tokenizer):
     from bertkit.run.directory import save_run
 
     save_tokenizer(sample_tokenizer, tmp_path / "tok")
-    cfg = tiny(vocab_size=400, architecture="decoder", heads=("lm",))
-    run = save_run(tmp_path / "gpt", Model(cfg), Config(model=cfg), tmp_path / "tok" / "tokenizer.json")
+    cfg, lm = tiny(vocab_size=400, architecture="decoder"), heads("lm")
+    run = save_run(tmp_path / "gpt", Model(cfg, lm), Config(model=cfg, heads=lm), tmp_path / "tok" / "tokenizer.json")
     cli_ok("probe", "-m", run, "--task", "pos", "--data", _conll(tmp_path), "--max-iter", 50, "-o",
            tmp_path / "p", "--no-progress")
     assert len((tmp_path / "p" / "probe.csv").read_text().splitlines()) == 1 + 3

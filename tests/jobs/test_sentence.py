@@ -45,8 +45,8 @@ def test_cosine_training_learns_and_evaluate_sts_agrees(tmp_path, base):
            "--max-steps", "60", *FAST)
     results = json.loads((out / "results.json").read_text())
     config = json.loads((out / "config.json").read_text())
-    assert config["sentence"] == {"pooling": "mean", "normalize": True, "max_length": None}
-    assert config["model"]["heads"] == []
+    assert config["sentence"] == {"pooling": "mean", "normalize": True, "max_seq_length": None}
+    assert config["heads"]["names"] == []
     cli_ok("evaluate-sts", "--model", out, "--data", valid, "--out", tmp_path / "after.json")
     after = json.loads((tmp_path / "after.json").read_text())
     assert after["spearman"] == pytest.approx(results["validation"]["spearman"], abs=1e-6)  # one code path
@@ -63,14 +63,14 @@ def test_mnrl_with_hard_negatives_and_softmax_learn(tmp_path, base):
     train = _pairs(tmp_path / "train.jsonl", 400, kind="mnrl")
     out = tmp_path / "mnrl"
     cli_ok("finetune", "sentence", "--model", base, "--train", train, "--loss", "mnrl", "--negative-column",
-           "negative", "--out", out, "--max-steps", "40", *FAST, "--set", "validation_fraction=0.2")
+           "negative", "--out", out, "--max-steps", "40", *FAST, "--set", "validation_split=0.2")
     validation = json.loads((out / "results.json").read_text())["validation"]
     assert set(validation) == {"val_loss", "accuracy", "mrr"} and validation["mrr"] > 0
 
     labelled = _pairs(tmp_path / "nli.jsonl", 200)
     out = tmp_path / "softmax"
     cli_ok("finetune", "sentence", "--model", base, "--train", labelled, "--loss", "softmax", "--label-column",
-           "label", "--out", out, "--max-steps", "120", *FAST, "--set", "validation_fraction=0.2")
+           "label", "--out", out, "--max-steps", "120", *FAST, "--set", "validation_split=0.2")
     assert json.loads((out / "labels.json").read_text())["labels"] == ["different", "same"]
     assert json.loads((out / "results.json").read_text())["validation"]["accuracy"] >= 0.8
     assert "has no task head" in cli_error("predict", "--model", out, labelled)  # not a classifier for predict
@@ -79,7 +79,8 @@ def test_mnrl_with_hard_negatives_and_softmax_learn(tmp_path, base):
 def test_sentence_training_resumes_exactly(tmp_path, base, monkeypatch):
     train = _pairs(tmp_path / "train.jsonl", 80)
     args = ["finetune", "sentence", "--model", base, "--train", train, "--max-steps", "8", *FAST,
-            "--set", "log_every=1", "--set", "eval_every=2", "--set", "save_every=2", "--set", "task.dropout=0.1"]
+            "--set", "log_every=1", "--set", "eval_every=2", "--set", "save_every=2",
+            "--set", "task.finetune_dropout=0.1"]
     cli_ok(*args, "--out", tmp_path / "straight")
     original = SentenceObjective.batch
 
@@ -149,8 +150,12 @@ def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
     assert "loss" in cli_error(*common, "--train", train, "--loss", "triplet", "--out", tmp_path / "b")
     assert not (tmp_path / "b").exists()
     assert "cannot tell its columns" in cli_error("evaluate-sts", "--model", base, "--data", headed)
-    assert "task.pooling is the classifier head's" in cli_error(*common, "--train", train, "--set",
-                                                                 "task.pooling=mean", "--out", tmp_path / "b")
+    assert "task.pooling is now heads.classifier_pooling" in cli_error(*common, "--train", train, "--set",
+                                                                      "task.pooling=mean", "--out", tmp_path / "b")
+    assert "heads.classifier_pooling is not read by finetune sentence" in cli_error(
+        *common, "--train", train, "--set", "classifier_pooling=mean", "--out", tmp_path / "b")
+    assert "sentence training cuts sentences at sentence.max_seq_length" in cli_error(
+        *common, "--train", train, "--set", "max_length=32", "--out", tmp_path / "b")
     # a resumed run must pool as it began
     args = [*common, "--train", train, "--out", tmp_path / "r", "--set", "save_every=1", "--pooling", "cls"]
     cli_ok(*args)

@@ -52,7 +52,7 @@ def test_seq2seq_learns_through_cross_attention(mt):
     results = json.loads((run / "results.json").read_text())
     assert results["metric"] == "bleu" and results["validation"]["bleu"] > 80, results
     config = json.loads((run / "config.json").read_text())
-    assert config["model"]["architecture"] == "encoder-decoder" and config["model"]["heads"] == ["lm"]
+    assert config["model"]["architecture"] == "encoder-decoder" and config["heads"]["names"] == ["lm"]
     assert not (run / "target").exists()  # one joint vocabulary by default
 
 
@@ -107,9 +107,9 @@ def test_separate_vocabularies_and_continuing_from_a_run(mt, tmp_path):
 def test_label_smoothing_loss_is_the_smoothed_cross_entropy():
     from bertkit.config import TrainConfig
     from bertkit.nn.model import Model
-    from tests.conftest import tiny
+    from tests.conftest import tiny, heads
 
-    model = Model(tiny(architecture="encoder-decoder", heads=("lm",), type_vocab_size=0)).eval()
+    model = Model(tiny(architecture="encoder-decoder", type_vocab_size=0), heads("lm")).eval()
     objective = Seq2SeqObjective([[7, 8, 9, 3], [10, 3]], [[11, 12, 3], [13, 14, 15, 3]], [], [], [], 2, 0, 0.2,
                                  TrainConfig(batch_size=2))
     batch = objective.batch(0)

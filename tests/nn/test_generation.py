@@ -1,6 +1,5 @@
 """KV cache and decoding: cached == uncached, batched == alone, beam search against brute force."""
 
-import dataclasses
 import itertools
 
 import pytest
@@ -9,21 +8,20 @@ import torch
 from bertkit.generation import Sampling, beam_search, filter_logits, generate
 from bertkit.nn.attention import KVCache
 from bertkit.nn.model import Model
-from tests.conftest import POSITIONS, tiny
+from tests.conftest import POSITIONS, heads, tiny
 
 EOS, PAD, BOS = 3, 0, 2
 
 
 def _decoder(positions: str, **overrides) -> Model:
-    cfg = tiny(architecture="decoder", positions=positions, heads=("lm",), n_kv_heads=2, type_vocab_size=0,
-               **overrides)
-    return Model(cfg).eval()
+    cfg = tiny(architecture="decoder", positions=positions, n_kv_heads=2, type_vocab_size=0, **overrides)
+    return Model(cfg, heads("lm")).eval()
 
 
 def _seq2seq(positions: str = "sinusoidal", vocab_size: int = 101, **overrides) -> Model:
-    cfg = tiny(architecture="encoder-decoder", positions=positions, heads=("lm",), type_vocab_size=0,
-               vocab_size=vocab_size, **overrides)
-    return Model(cfg).eval()
+    cfg = tiny(architecture="encoder-decoder", positions=positions, type_vocab_size=0, vocab_size=vocab_size,
+               **overrides)
+    return Model(cfg, heads("lm")).eval()
 
 
 @pytest.mark.parametrize("positions", POSITIONS)
@@ -153,4 +151,4 @@ def test_the_lm_head_is_tied_and_refused_on_an_encoder():
     hidden = torch.randn(2, 3, 32)
     torch.testing.assert_close(model.lm_logits(hidden), hidden @ model.backbone.embeddings.token.weight.T)
     with pytest.raises(ConfigError, match="'lm'"):
-        dataclasses.replace(tiny(), heads=("lm",))
+        Model(tiny(), heads("lm"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny
+from conftest import tiny, heads
 
 from bertkit.config import HEADS as CONFIG_HEADS
 from bertkit.nn.heads import HeadInput
@@ -18,7 +18,7 @@ def test_the_registry_is_the_configs_list():
 
 
 def test_every_encoder_head_reads_one_bundle():
-    model = Model(tiny(heads=("pooler", "mlm", "classifier", "tagger", "rtd"), num_labels=3)).eval()
+    model = Model(tiny(), heads("pooler", "mlm", "classifier", "tagger", "rtd", num_labels=3)).eval()
     ids = torch.randint(5, 101, (2, 7))
     states = model.backbone(ids).last_hidden_state  # (2, 7, 32)
     select = torch.zeros(2, 7, dtype=torch.bool)
@@ -31,7 +31,7 @@ def test_every_encoder_head_reads_one_bundle():
 
 
 def test_forward_reads_the_mask_by_keyword_or_position():
-    model = Model(tiny(heads=("classifier",), num_labels=2)).eval()
+    model = Model(tiny(), heads("classifier", num_labels=2)).eval()
     ids, mask = torch.randint(5, 101, (2, 6)), torch.tensor([[1] * 6, [1, 1, 1, 0, 0, 0]])
     by_name = model(ids, attention_mask=mask, pool="mean", head="classifier")
     by_position = model(ids, mask, pool="mean", head="classifier")
@@ -43,7 +43,7 @@ def test_forward_reads_the_mask_by_keyword_or_position():
 def test_an_encoder_decoder_pools_with_its_decoder_mask():
     """Heads read the decoder's states, so its mask; the third positional argument is the encoder's mask, not it
     (the old rule took args[1], which for an encoder-decoder is decoder_input_ids)."""
-    model = Model(tiny(architecture="encoder-decoder", heads=("lm",))).eval()
+    model = Model(tiny(architecture="encoder-decoder"), heads("lm")).eval()
     src, tgt = torch.randint(5, 101, (2, 5)), torch.randint(5, 101, (2, 4))
     decoder_mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
     by_name = model(src, tgt, decoder_attention_mask=decoder_mask, pool="mean").pooled
@@ -54,6 +54,6 @@ def test_an_encoder_decoder_pools_with_its_decoder_mask():
 
 
 def test_a_head_without_logits_is_refused_by_name():
-    model = Model(tiny(heads=("mlm",)))
+    model = Model(tiny(), heads("mlm"))
     with pytest.raises(ValueError, match="no 'mlm' head with logits"):
         model(torch.randint(5, 101, (1, 4)), head="mlm")

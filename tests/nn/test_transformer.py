@@ -6,7 +6,7 @@ import torch
 from bertkit.nn.attention import set_attention_impl
 from bertkit.nn.heads import HeadInput
 from bertkit.nn.model import Model
-from conftest import POSITIONS, tiny
+from conftest import POSITIONS, tiny, heads
 
 
 def _forward(model, ids, mask=None, src=None, src_mask=None):
@@ -86,7 +86,7 @@ VARIANTS = [
     dict(),
     dict(architecture="decoder", norm_position="pre", norm="rmsnorm", activation="swiglu", positions="rotary",
          n_kv_heads=2, bias=False, type_vocab_size=0, embedding_norm=False),
-    dict(architecture="encoder", positions="relative", n_kv_heads=1, heads=("pooler", "mlm")),
+    dict(architecture="encoder", positions="relative", n_kv_heads=1, heads=heads("pooler", "mlm")),
     dict(architecture="encoder-decoder", positions="sinusoidal", activation="relu", scale_embeddings=True,
          n_decoder_layers=3),
     dict(architecture="encoder-decoder", positions="learned", share_embeddings=False, norm_position="pre"),
@@ -95,7 +95,9 @@ VARIANTS = [
 
 @pytest.mark.parametrize("overrides", VARIANTS, ids=lambda o: "-".join(f"{v}" for v in o.values()) or "bert")
 def test_every_parameter_gets_a_gradient(overrides):
-    model = Model(tiny(**overrides)).train()
+    overrides = dict(overrides)
+    on_top = overrides.pop("heads", heads())
+    model = Model(tiny(**overrides), on_top).train()
     ids = torch.randint(1, 101, (2, 7))
     types = torch.tensor([[0, 0, 0, 1, 1, 1, 1]] * 2)
     if model.config.architecture == "encoder-decoder":
@@ -137,7 +139,7 @@ def test_shared_and_separate_embeddings():
 
 
 def test_parameter_counts_add_up():
-    model = Model(tiny(heads=("pooler",)))
+    model = Model(tiny(), heads("pooler"))
     counts = model.parameter_counts()
     assert counts["total"] == sum(p.numel() for p in model.parameters())
     assert counts["heads"] == 32 * 32 + 32
@@ -173,7 +175,7 @@ def test_pooling_ignores_padding_and_heads_have_the_right_shapes():
     torch.testing.assert_close(Pooling("cls")(hidden, mask), hidden[:, 0])
     ids = torch.randint(5, 100, (2, 7))
     for pooling in ("cls", "mean", "max"):
-        model = Model(tiny(heads=("classifier",), num_labels=3, pooling=pooling)).eval()
+        model = Model(tiny(), heads("classifier", num_labels=3, pooling=pooling)).eval()
         out = model(ids, attention_mask=torch.ones_like(ids), head="classifier")
         assert out.logits.shape == (2, 3)
         # padding a row does not change its class scores
@@ -181,7 +183,7 @@ def test_pooling_ignores_padding_and_heads_have_the_right_shapes():
         mask = torch.cat([torch.ones_like(ids), torch.zeros(2, 3, dtype=torch.long)], 1)
         torch.testing.assert_close(model(padded, attention_mask=mask, head="classifier").logits, out.logits,
                                    atol=1e-5, rtol=1e-4)
-    tagger = Model(tiny(heads=("tagger",), num_labels=9))
+    tagger = Model(tiny(), heads("tagger", num_labels=9))
     assert tagger(ids, head="tagger").logits.shape == (2, 7, 9)
     with pytest.raises(ValueError, match="no 'classifier' head"):
         tagger(ids, head="classifier")

@@ -8,7 +8,7 @@ import torch
 from bertkit.nn import transformer
 from bertkit.nn.model import Model
 from bertkit.nn.transformer import set_unpad
-from conftest import tiny
+from conftest import tiny, heads
 
 
 def _batch():
@@ -46,7 +46,7 @@ def test_packed_equals_padded_at_every_real_token_forward_and_backward(overrides
 
 
 def test_task_heads_see_the_same_states_packed():
-    model = Model(tiny(positions="rotary", heads=("classifier",), num_labels=3, pooling="mean")).eval()
+    model = Model(tiny(positions="rotary"), heads("classifier", num_labels=3, pooling="mean")).eval()
     ids, mask = _batch()
     with torch.no_grad():
         set_unpad(model, "never")

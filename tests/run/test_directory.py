@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny
+from conftest import heads, tiny
 
 from bertkit.config import Config
 from bertkit.errors import BertkitError
@@ -19,9 +19,11 @@ from bertkit.run.files import atomic_dir
 @pytest.mark.parametrize("overrides", [dict(heads=("pooler", "mlm")), dict(architecture="decoder", positions="rotary"),
                                        dict(architecture="encoder-decoder", positions="relative")])
 def test_save_load_gives_identical_parameters(tmp_path, overrides):
+    overrides = dict(overrides)
+    on_top = heads(*overrides.pop("heads", ()))
     cfg = tiny(**overrides)
-    model = Model(cfg)
-    save_run(tmp_path / "run", model, Config(model=cfg))
+    model = Model(cfg, on_top)
+    save_run(tmp_path / "run", model, Config(model=cfg, heads=on_top))
     assert is_run_dir(tmp_path / "run")
     stored = json.loads((tmp_path / "run" / "config.json").read_text())
     assert stored["bertkit_version"] and stored["model"]["d_model"] == 32

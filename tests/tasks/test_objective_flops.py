@@ -21,7 +21,7 @@ from bertkit.tasks.ner import TagObjective
 from bertkit.tasks.rtd import RTDObjective
 from bertkit.tasks.sentence import SentenceObjective
 from bertkit.tasks.seq2seq import Seq2SeqObjective
-from conftest import tiny
+from conftest import tiny, heads
 
 TEXTS = ["the cat sat", "a dog ran far away", "birds", "the river is wide and slow", "a cat was sitting",
          "the dog runs", "many birds fly south", "a slow river"]
@@ -41,28 +41,27 @@ def test_pretraining_objectives(packed, sample_tokenizer, kind):
     train_cfg = TrainConfig(batch_size=4)
     cls = {"mlm": MLMObjective, "rtd": RTDObjective, "clm": CLMObjective}[kind]
     objective = cls(packed, special_ids(sample_tokenizer), 400, DataConfig(block_size=32), train_cfg)
-    heads = {"mlm": ("mlm",), "rtd": ("rtd", "generator"), "clm": ("lm",)}[kind]
-    cfg = tiny(vocab_size=400, heads=heads, **({"architecture": "decoder"} if kind == "clm" else {}))
+    on_top = heads(*{"mlm": ("mlm",), "rtd": ("rtd", "generator"), "clm": ("lm",)}[kind])
+    cfg = tiny(vocab_size=400, **({"architecture": "decoder"} if kind == "clm" else {}))
     micro = objective.batch(0)
-    assert objective.flops(cfg, micro) == counted(objective, Model(cfg), micro)
+    assert objective.flops(cfg, micro) == counted(objective, Model(cfg, on_top), micro)
 
 
 def test_classify_and_tag_objectives(sample_tokenizer):
     encoder = TaskEncoder(sample_tokenizer, 32)
     train_cfg = TrainConfig(batch_size=4)
-    cfg = tiny(vocab_size=400, heads=("classifier",), num_labels=3)
+    cfg = tiny(vocab_size=400)
     objective = ClassifyObjective(encoder.texts(TEXTS), [i % 3 for i in range(8)], [], [], ["a", "b", "c"], 0,
                                   train_cfg)
     micro = objective.batch(0)
-    assert objective.flops(cfg, micro) == counted(objective, Model(cfg), micro)
+    assert objective.flops(cfg, micro) == counted(objective, Model(cfg, heads("classifier", num_labels=3)), micro)
 
     spans = [[(i, i + 1) for i in range(0, len(t), 4)] for t in TEXTS]
     examples = encoder.words(TEXTS, spans)
-    cfg = tiny(vocab_size=400, heads=("tagger",), num_labels=5)
     objective = TagObjective(examples, [[j % 5 for j in range(len(s))] for s in spans], [], [], list("OBIXY"), 0,
                              train_cfg)
     micro = objective.batch(0)
-    assert objective.flops(cfg, micro) == counted(objective, Model(cfg), micro)
+    assert objective.flops(cfg, micro) == counted(objective, Model(cfg, heads("tagger", num_labels=5)), micro)
 
 
 @pytest.mark.parametrize("loss,sides", [("mnrl", 2), ("mnrl", 3), ("softmax", 2), ("cosine", 2)])
@@ -72,25 +71,26 @@ def test_sentence_objectives(sample_tokenizer, loss, sides):
     targets = {"mnrl": None, "softmax": [0, 1, 2, 0], "cosine": [0.9, 0.1, 0.5, 0.0]}[loss]
     objective = SentenceObjective(loss, [encoder.texts(t) for t in texts], targets, [], None, "mean", 20.0, 0,
                                   TrainConfig(batch_size=4), 1, ["a", "b", "c"])
-    cfg = tiny(vocab_size=400, **({"heads": ("pair_classifier",), "num_labels": 3} if loss == "softmax" else {}))
+    cfg = tiny(vocab_size=400)
+    on_top = heads("pair_classifier", num_labels=3) if loss == "softmax" else heads()
     micro = objective.batch(0)
-    assert objective.flops(cfg, micro) == counted(objective, Model(cfg), micro)
+    assert objective.flops(cfg, micro) == counted(objective, Model(cfg, on_top), micro)
 
 
 def test_seq2seq_objective():
     source = [[5, 6, 7, 8], [9, 10], [11, 12, 13], [14]]
     target = [[20, 21, 22], [23, 24, 25, 26, 27], [28], [29, 30]]
     objective = Seq2SeqObjective(source, target, [], [], [], 1, 0, 0.1, TrainConfig(batch_size=4))
-    cfg = tiny(architecture="encoder-decoder", heads=("lm",))
+    cfg = tiny(architecture="encoder-decoder")
     micro = objective.batch(0)
-    assert objective.flops(cfg, micro) == counted(objective, Model(cfg), micro)
+    assert objective.flops(cfg, micro) == counted(objective, Model(cfg, heads("lm")), micro)
 
 
 def test_the_loop_logs_model_tflops_and_mfu(tmp_path, packed, sample_tokenizer):
     cfg = TrainConfig(batch_size=8, accumulation_steps=2, max_steps=4, log_every=2, eval_every=100,
                       save_every=100)
     objective = MLMObjective(packed, special_ids(sample_tokenizer), 400, DataConfig(block_size=32), cfg)
-    model = Model(tiny(vocab_size=400, heads=("mlm",)))
+    model = Model(tiny(vocab_size=400), heads("mlm"))
     expected = sum(objective.flops(model.config, {k: v[i * 8:(i + 1) * 8] for k, v in objective.batch(s).items()})
                    for s in (2, 3) for i in range(2))  # the last window: steps 3 and 4 (0-based 2, 3), 2 micro each
     train(model, objective, cfg, tmp_path, make_accelerator("fp32"), progress=False)

@@ -16,7 +16,7 @@ from bertkit.nn.heads import HeadInput
 from bertkit.nn.model import Model
 from bertkit.text.collate import IGNORE_INDEX
 from bertkit.tasks.rtd import rtd_loss
-from conftest import cli_process, repeated_corpus, tiny
+from conftest import cli_process, repeated_corpus, tiny, heads
 
 TINY = ["--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set", "batch_size=4",
         "--set", "min_frequency=1", "--set", "log_every=2", "--set", "eval_every=10", "--no-progress",
@@ -25,7 +25,7 @@ TINY = ["--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32",
 
 def _model(**overrides) -> Model:
     torch.manual_seed(0)
-    return Model(tiny(heads=("rtd", "generator"), **overrides))
+    return Model(tiny(**overrides), heads("rtd", "generator"))
 
 
 def _batch(b: int = 3, t: int = 12) -> dict[str, torch.Tensor]:
@@ -94,7 +94,7 @@ def test_samples_are_seeded_and_carry_no_gradient():
 
 
 def test_generator_shape_and_bad_sizes():
-    cfg = tiny(heads=("rtd", "generator"))
+    cfg = tiny()
     small = generator_config(cfg)
     assert (small.d_model, small.n_heads, small.d_ff) == (8, 1, 32)  # a quarter of 32, one head of 8
     assert generator_config(ModelConfig(d_model=256, n_heads=4)).n_heads == 1  # ELECTRA-Small: 64 = one head of 64
@@ -105,8 +105,8 @@ def test_generator_shape_and_bad_sizes():
     assert generator_config(tiny(generator_d_model=12)).n_heads == 1  # narrower than two heads: one of 12
     ModelConfig(d_model=36, n_heads=2, positions="rotary")  # no generator, no generator checks (its 9 would be odd)
     with pytest.raises(ConfigError, match="needs an encoder"):
-        tiny(architecture="decoder", heads=("rtd", "generator"))
-    model = Model(dataclasses.replace(cfg, generator_d_model=16))
+        Model(tiny(architecture="decoder"), heads("rtd", "generator"))
+    model = Model(dataclasses.replace(cfg, generator_d_model=16), heads("rtd", "generator"))
     assert model.heads["generator"].project.out_features == 16
 
 
@@ -125,7 +125,7 @@ def test_rtd_run_resumes_exactly_fills_masks_and_finetunes(tmp_path):
     straight = tmp_path / "straight"
     _cli("pretrain", *args, "--out", straight)
     config = json.loads((straight / "config.json").read_text())
-    assert config["model"]["heads"] == ["rtd", "generator"] and config["train"]["objective"] == "rtd"
+    assert config["heads"]["names"] == ["rtd", "generator"] and config["train"]["objective"] == "rtd"
     results = json.loads((straight / "results.json").read_text())["evaluation"]
     assert {"val_loss", "val_accuracy", "val_rtd_accuracy", "val_rtd_loss"} <= set(results)
     train = [r for r in _records(straight) if r["kind"] == "train"]
@@ -154,7 +154,7 @@ def test_rtd_run_resumes_exactly_fills_masks_and_finetunes(tmp_path):
     tuned = tmp_path / "tuned"
     _cli("finetune", "classify", "--model", straight, "--train", sst, "--text-column", "sentence", "--out", tuned,
          "--max-steps", "3", "--no-progress", "--set", "batch_size=8")
-    heads = json.loads((tuned / "config.json").read_text())["model"]["heads"]
+    heads = json.loads((tuned / "config.json").read_text())["heads"]["names"]
     assert heads == ["classifier"]  # the discriminator's backbone under a fresh head; ELECTRA's heads are gone
 
 

@@ -11,7 +11,7 @@ from bertkit.nn.model import Model
 from bertkit.text.features import TaskEncoder
 from bertkit.tasks.sentence import SentenceObjective
 from bertkit.tasks.sentence_losses import ranking_scores
-from conftest import tiny
+from conftest import tiny, heads
 
 A = ["the cat sat", "a dog ran far away", "birds", "the river is wide and slow"]
 B = ["a cat was sitting", "the dog runs", "many birds fly south", "a slow river"]
@@ -73,7 +73,7 @@ def test_mnrl_is_cross_entropy_over_in_batch_candidates(setup, negatives):
 def test_softmax_classifies_u_v_and_their_difference(setup):
     encoder, train = setup
     labels = ["contradiction", "entailment"]
-    model = Model(tiny(vocab_size=400, heads=("pair_classifier",), num_labels=2)).eval()
+    model = Model(tiny(vocab_size=400), heads("pair_classifier", num_labels=2)).eval()
     objective = _objective("softmax", encoder, train, [A, B], [1, 0, 1, 0], labels)
     loss, _ = objective.loss(model, objective.batch(0))
     order = objective.sampler.rows(0)

@@ -13,7 +13,7 @@ from bertkit.nn.model import Model
 from bertkit.text.tokenizer import special_ids
 from bertkit.train.loop import lr_factor, make_accelerator, param_groups, train
 from bertkit.tasks.mlm import MLMObjective
-from conftest import tiny
+from conftest import tiny, heads
 
 
 def _run(tmp_path, packed, tokenizer, name="run", **train_overrides):
@@ -21,7 +21,7 @@ def _run(tmp_path, packed, tokenizer, name="run", **train_overrides):
     values.update(train_overrides)
     cfg = TrainConfig(**values)
     torch.manual_seed(0)
-    model = Model(tiny(vocab_size=400, heads=("mlm",)))
+    model = Model(tiny(vocab_size=400), heads("mlm"))
     objective = MLMObjective(packed, special_ids(tokenizer), 400, DataConfig(block_size=32), cfg)
     out = tmp_path / name
     out.mkdir()
@@ -51,7 +51,7 @@ def test_wsd_holds_the_peak_then_decays_linearly_over_its_last_share():
 
 
 def test_no_weight_decay_on_norms_and_biases():
-    model = Model(tiny(heads=("mlm",)))
+    model = Model(tiny(), heads("mlm"))
     decay, no_decay = param_groups(model, 0.01)
     assert all(p.ndim >= 2 for p in decay["params"]) and all(p.ndim < 2 for p in no_decay["params"])
     assert no_decay["weight_decay"] == 0.0
@@ -135,7 +135,7 @@ def test_train_config_validation():
 
 
 def test_layer_decay_scales_each_depth():
-    model = Model(tiny(n_layers=2, heads=("classifier",), num_labels=2))
+    model = Model(tiny(n_layers=2), heads("classifier", num_labels=2))
     groups = param_groups(model, 0.01, layer_decay=0.5)
     scale = {}
     for group in groups:
@@ -165,7 +165,7 @@ def test_best_checkpoint_is_kept_and_patience_stops_early(tmp_path, packed, samp
 
     cfg = TrainConfig(batch_size=8, max_steps=10, log_every=1, eval_every=1, save_every=100, learning_rate=1e-3,
                       patience=2)
-    model = Model(tiny(vocab_size=400, heads=("mlm",)))
+    model = Model(tiny(vocab_size=400), heads("mlm"))
     objective = _Scripted(packed, special_ids(sample_tokenizer), 400, DataConfig(block_size=32), cfg)
     out = tmp_path / "run"
     out.mkdir()
@@ -177,14 +177,14 @@ def test_best_checkpoint_is_kept_and_patience_stops_early(tmp_path, packed, samp
     best = json.loads((out / "checkpoints" / "best" / "state.json").read_text())
     assert best["step"] == 2 and load_file(out / "checkpoints" / "best" / "model.safetensors")
     # resuming an early-stopped run does not train on
-    again = train(Model(tiny(vocab_size=400, heads=("mlm",))), objective, cfg, out, make_accelerator("fp32"),
+    again = train(Model(tiny(vocab_size=400), heads("mlm")), objective, cfg, out, make_accelerator("fp32"),
                   resume=True, progress=False, metric="score")
     assert again["state"]["step"] == 4 and again["state"]["best_step"] == 2
     assert again["evaluation"]["score"] == 0.9  # evaluated again, never an empty evaluation
     with pytest.raises(BertkitError, match="train.metric: 'nope' is not a validation metric"):
         out2 = tmp_path / "run2"
         out2.mkdir()
-        train(Model(tiny(vocab_size=400, heads=("mlm",))), objective, cfg, out2, make_accelerator("fp32"),
+        train(Model(tiny(vocab_size=400), heads("mlm")), objective, cfg, out2, make_accelerator("fp32"),
               progress=False, metric="nope")
 
 
@@ -215,7 +215,7 @@ def test_compiled_training_matches_eager_and_resumes_exactly(tmp_path, packed, s
     (resumed / "results.json").unlink(missing_ok=True)
     cfg = TrainConfig(batch_size=8, max_steps=6, log_every=1, eval_every=3, save_every=3, learning_rate=1e-3,
                       compile="on")
-    model = Model(tiny(vocab_size=400, heads=("mlm",)))
+    model = Model(tiny(vocab_size=400), heads("mlm"))
     objective = MLMObjective(packed, special_ids(sample_tokenizer), 400, DataConfig(block_size=32), cfg)
     train(model, objective, cfg, resumed, make_accelerator("fp32"), resume=True, progress=False)
     records = [json.loads(line) for line in (resumed / "metrics.jsonl").read_text().splitlines()]
