@@ -18,7 +18,7 @@ from torch import nn
 from bertkit.config import HeadsConfig, ModelConfig
 from bertkit.nn.attention import build_mask
 from bertkit.nn.block import Block, make_norm
-from bertkit.nn.heads import HeadInput
+from bertkit.nn.heads import HeadInput, TiedProjection
 
 
 def generator_config(cfg: ModelConfig) -> ModelConfig:
@@ -43,9 +43,10 @@ class Generator(nn.Module):
         self.dense = nn.Linear(small.d_model, cfg.d_model)
         self.norm = make_norm(cfg)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.decoder = TiedProjection()
 
     def forward(self, x: HeadInput) -> torch.Tensor:
-        """x.hidden: the embeddings output (B, T, D); x.select (B, T) bool; x.mask; x.embedding (V, D)."""
+        """x.hidden: the embeddings output (B, T, D); x.select (B, T) bool; x.mask."""
         t = x.hidden.shape[1]
         mask, _ = build_mask(x.mask, t, t, causal=False, device=x.hidden.device)
         h = self.project(x.hidden)  # (B, T, G)
@@ -54,7 +55,7 @@ class Generator(nn.Module):
         if self.final_norm is not None:
             h = self.final_norm(h)
         h = self.norm(F.gelu(self.dense(h[x.select])))  # (N, D)
-        return F.linear(h, x.embedding, self.bias)  # (N, V)
+        return self.decoder(h, self.bias)  # (N, V)
 
 
 class ReplacedTokenHead(nn.Module):

@@ -1,6 +1,6 @@
 """Heads composed on top of a backbone's hidden states. Every head has one signature, `head(HeadInput) -> Tensor`:
-the model hands each the same bundle (states, mask, pooled vectors, selected positions, the tied embedding) and a
-head reads what it needs.
+the model hands each the same bundle (states, mask, pooled vectors, selected positions) and a head reads what it
+needs. Heads whose output layer is the token embedding (weight tying) hold a `TiedProjection` that the model ties.
 
 BERT's [CLS] pooler (kept so Hugging Face checkpoints round-trip), the tied MLM head, the tied next-token (LM)
 head of decoders, sequence pooling
@@ -25,13 +25,32 @@ class HeadInput:
     """What a head may read. `hidden`: the stack's last states (B, T, D) — or rows already selected (N, D) for the
     MLM head; ELECTRA's generator reads the embeddings output here. `mask` (B, T): 1 at real tokens. `pooled`
     (B, D): pooled sentence vectors (`forward(pool=...)`). `select` (B, T) bool: the positions a vocabulary head
-    scores. `embedding` (V, D): the token embedding that tied heads project onto."""
+    scores."""
 
     hidden: torch.Tensor | None = None
     mask: torch.Tensor | None = None
     pooled: torch.Tensor | None = None
     select: torch.Tensor | None = None
-    embedding: torch.Tensor | None = None
+
+
+class TiedProjection(nn.Module):
+    """Weight tying as a module: (…, D) -> (…, V) scores against the token embedding it is tied to (`tie`, done by
+    the Model), plus an optional bias. It holds the embedding by reference, not as a submodule, so the matrix is
+    stored once (under the backbone: state_dict keys unchanged), moves with it, and a copied model's projection
+    follows the copy's embedding."""
+
+    def __init__(self):
+        super().__init__()
+        self._tied: tuple[nn.Embedding, ...] = ()  # a tuple: nn.Module would register a bare Module as a child
+
+    def tie(self, embedding: nn.Embedding) -> None:
+        """Project onto `embedding`'s rows from now on."""
+        self._tied = (embedding,)
+
+    def forward(self, hidden: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if not self._tied:
+            raise RuntimeError("a TiedProjection must be tied to a token embedding before use")
+        return F.linear(hidden, self._tied[0].weight, bias)  # (…, V)
 
 
 class DensePooler(nn.Module):
@@ -57,11 +76,12 @@ class MLMHead(nn.Module):
         self.dense = nn.Linear(cfg.d_model, cfg.d_model)
         self.norm = make_norm(cfg)
         self.bias = nn.Parameter(torch.zeros(cfg.vocab_size))
+        self.decoder = TiedProjection()
 
     def forward(self, x: HeadInput) -> torch.Tensor:
         rows = x.hidden if x.select is None else x.hidden[x.select]  # (N, D)
         h = self.norm(F.gelu(self.dense(rows)))  # (N, D)
-        return F.linear(h, x.embedding, self.bias)  # (N, V)
+        return self.decoder(h, self.bias)  # (N, V)
 
 
 class LMHead(nn.Module):
@@ -73,9 +93,10 @@ class LMHead(nn.Module):
 
     def __init__(self, cfg: ModelConfig, heads: HeadsConfig):
         super().__init__()
+        self.decoder = TiedProjection()
 
     def forward(self, x: HeadInput) -> torch.Tensor:
-        return F.linear(x.hidden, x.embedding)  # (…, V)
+        return self.decoder(x.hidden)  # (…, V)
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None, mode: str) -> torch.Tensor:

@@ -1,12 +1,13 @@
 """`Model`: a backbone (Encoder | Decoder | EncoderDecoder) plus named heads — the unit a run directory stores.
 
-state_dict keys are frozen as `backbone.<stack keys>` and `heads.<name>.<head keys>`, so any job can take the
-backbone of any run and put its own head on it.
+`Model(ModelConfig, HeadsConfig)` builds the subclass for the stack the config names (`EncoderModel`,
+`DecoderModel`, `EncoderDecoderModel`), whose `forward` takes exactly that stack's inputs (typed, by name or
+position) and runs the heads on its output. state_dict keys are frozen as `backbone.<stack keys>` and
+`heads.<name>.<head keys>`, so any job can take the backbone of any run and put its own head on it.
 """
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import torch
@@ -15,8 +16,9 @@ from torch import nn
 from bertkit.config import HeadsConfig, ModelConfig
 from bertkit.nn.electra import Generator, ReplacedTokenHead, sample_tokens
 from bertkit.nn.heads import (DensePooler, HeadInput, LMHead, MLMHead, PairClassifier, SequenceClassifier,
-                               TokenClassifier)
+                               TiedProjection, TokenClassifier)
 from bertkit.nn.heads import pool as pool_states
+from bertkit.nn.attention import KVCache
 from bertkit.nn.transformer import StackOutput, build_backbone
 
 
@@ -46,7 +48,14 @@ TASK_HEADS = tuple(name for name, spec in HEADS.items() if spec.task)
 
 class Model(nn.Module):
     """Backbone + heads, built from a ModelConfig (the architecture) and a HeadsConfig (what sits on it: none by
-    default) and initialised BERT-style (normal(0, init_std), zero biases)."""
+    default) and initialised BERT-style (normal(0, init_std), zero biases). `Model(cfg, heads)` is an instance of
+    the subclass for `cfg.architecture`, whose forward is typed for that stack."""
+
+    def __new__(cls, cfg: ModelConfig | None = None, heads: HeadsConfig | None = None):
+        # one constructor for callers, one typed forward per stack (copy/pickle call __new__ with no arguments)
+        if cls is Model and cfg is not None:
+            cls = STACK_MODELS[cfg.architecture]
+        return super().__new__(cls)
 
     def __init__(self, cfg: ModelConfig, heads: HeadsConfig = HeadsConfig()):
         super().__init__()
@@ -56,9 +65,9 @@ class Model(nn.Module):
         self.heads = nn.ModuleDict()
         for name in heads.names:
             self.heads[name] = HEADS[name].module(cfg, heads)
-        # the heads read the states of the stack's output side, so its padding mask: found by name or position
-        self._mask_name = "decoder_attention_mask" if cfg.architecture == "encoder-decoder" else "attention_mask"
-        self._mask_position = list(inspect.signature(self.backbone.forward).parameters).index(self._mask_name)
+        for module in self.heads.modules():  # tied heads project onto the output side's token embedding
+            if isinstance(module, TiedProjection):
+                module.tie(self.token_embedding)
         self.apply(self._init_weights)
         if cfg.scale_embeddings:
             # Vaswani et al. scale token embeddings by sqrt(d_model) because they are initialised with std
@@ -78,20 +87,14 @@ class Model(nn.Module):
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
 
-    def forward(self, *args, mlm_select: torch.Tensor | None = None, head: str | None = None,
-                pool: str | None = None, rtd_labels: torch.Tensor | None = None, rtd_seed: int = 0, **kwargs):
-        """Runs the backbone with `args` / `kwargs` exactly as its own forward takes them (Encoder, Decoder:
-        input_ids, attention_mask, …; EncoderDecoder: input_ids, decoder_input_ids, attention_mask, …). With
-        `mlm_select` (B, T) bool, the MLM head also runs on the selected positions and `.logits` holds their (N, V)
-        scores. With `pool` (cls | mean | max) `.pooled` holds one (B, D) vector per sequence (not normalised).
-        With `head` (a registered head with `logits=True`) `.logits` is that head's output: classifier (B, C),
-        tagger (B, T, C), lm (B, T, V), pair_classifier (B/2, C) from the pooled [u; v]. Heads run inside forward
-        so that they stay under DistributedDataParallel's gradient hooks. With `rtd_labels` it is ELECTRA's pass
-        (`replaced_token_detection`)."""
-        if rtd_labels is not None:
-            return self.replaced_token_detection(*args, labels=rtd_labels, seed=rtd_seed, **kwargs)
-        out = self.backbone(*args, **kwargs)
-        mask = kwargs.get(self._mask_name, args[self._mask_position] if len(args) > self._mask_position else None)
+    def _on_top(self, out: StackOutput, mask: torch.Tensor | None, mlm_select: torch.Tensor | None,
+                head: str | None, pool: str | None) -> StackOutput:
+        """The heads on a stack's output (`mask`: its padding mask, 1 at real tokens). With `mlm_select` (B, T) bool,
+        the MLM head runs on the selected positions and `.logits` holds their (N, V) scores. With `pool` (cls |
+        mean | max) `.pooled` holds one (B, D) vector per sequence (not normalised). With `head` (a registered head
+        with `logits=True`) `.logits` is that head's output: classifier (B, C), tagger (B, T, C), lm (B, T, V),
+        pair_classifier (B/2, C) from the pooled [u; v]. Heads run inside forward so that they stay under
+        DistributedDataParallel's gradient hooks."""
         if mlm_select is not None:
             out.logits = self.mlm_logits(out.last_hidden_state[mlm_select])
         if pool is not None:
@@ -100,8 +103,7 @@ class Model(nn.Module):
             if head not in self.heads or not HEADS[head].logits:
                 raise ValueError(f"this model has no {head!r} head with logits (heads: "
                                  f"{', '.join(self.heads) or 'none'})")
-            out.logits = self.heads[head](HeadInput(out.last_hidden_state, mask, out.pooled,
-                                                    embedding=self.token_embedding.weight))
+            out.logits = self.heads[head](HeadInput(out.last_hidden_state, mask, out.pooled))
         return out
 
     def replaced_token_detection(self, input_ids: torch.Tensor, labels: torch.Tensor, seed: int,
@@ -132,8 +134,7 @@ class Model(nn.Module):
         if "generator" not in self.heads:
             raise ValueError("this model has no generator")
         embedded = self.backbone.embeddings(input_ids)
-        return self.heads["generator"](HeadInput(embedded, attention_mask, select=select,
-                                                 embedding=self.token_embedding.weight))
+        return self.heads["generator"](HeadInput(embedded, attention_mask, select=select))
 
     def layer_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                      token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -160,13 +161,13 @@ class Model(nn.Module):
         """Vocabulary logits for selected positions: (N, D) -> (N, V) through the tied MLM head."""
         if "mlm" not in self.heads:
             raise ValueError("this model has no MLM head")
-        return self.heads["mlm"](HeadInput(hidden, embedding=self.token_embedding.weight))
+        return self.heads["mlm"](HeadInput(hidden))
 
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Next-token logits: (…, D) -> (…, V) through the tied LM head."""
         if "lm" not in self.heads:
             raise ValueError("this model has no LM head")
-        return self.heads["lm"](HeadInput(hidden, embedding=self.token_embedding.weight))
+        return self.heads["lm"](HeadInput(hidden))
 
     def parameter_counts(self) -> dict[str, int]:
         """Parameters by part: embeddings / blocks (incl. final norm) / heads / total; tied weights counted once."""
@@ -184,3 +185,55 @@ class Model(nn.Module):
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
+
+
+class EncoderModel(Model):
+    """A Model over an Encoder (BERT): MLM, ELECTRA, classifier, tagger and sentence heads."""
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                output_hidden_states: bool = False, output_attentions: bool = False, *,
+                mlm_select: torch.Tensor | None = None, head: str | None = None, pool: str | None = None,
+                rtd_labels: torch.Tensor | None = None, rtd_seed: int = 0) -> StackOutput:
+        """input_ids (B, T); attention_mask (B, T), 1 at real tokens. The heads as `_on_top` says; with `rtd_labels`
+        it is ELECTRA's pass (`replaced_token_detection`)."""
+        if rtd_labels is not None:
+            return self.replaced_token_detection(input_ids, rtd_labels, rtd_seed, attention_mask)
+        out = self.backbone(input_ids, attention_mask, token_type_ids, position_ids, output_hidden_states,
+                            output_attentions)
+        return self._on_top(out, attention_mask, mlm_select, head, pool)
+
+
+class DecoderModel(Model):
+    """A Model over a causal Decoder (GPT): the tied next-token head."""
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                output_hidden_states: bool = False, output_attentions: bool = False, cache: KVCache | None = None, *,
+                head: str | None = None, pool: str | None = None) -> StackOutput:
+        """input_ids (B, T); attention_mask (B, T), 1 at real tokens (with a `cache`: cached and new tokens, as
+        `Decoder.forward` says). `head="lm"`: next-token logits (B, T, V)."""
+        out = self.backbone(input_ids, attention_mask, token_type_ids=token_type_ids, position_ids=position_ids,
+                            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+                            cache=cache)
+        return self._on_top(out, attention_mask, None, head, pool)
+
+
+class EncoderDecoderModel(Model):
+    """A Model over an EncoderDecoder (the original Transformer): the tied next-token head on the decoder."""
+
+    def forward(self, input_ids: torch.Tensor, decoder_input_ids: torch.Tensor,
+                attention_mask: torch.Tensor | None = None, decoder_attention_mask: torch.Tensor | None = None,
+                output_hidden_states: bool = False, output_attentions: bool = False,
+                memory: torch.Tensor | None = None, cache: KVCache | None = None,
+                decoder_position_ids: torch.Tensor | None = None, *,
+                head: str | None = None, pool: str | None = None) -> StackOutput:
+        """Source (B, S) with its mask, target prefix (B, T) with its: the decoder's states, and the heads on them
+        (`head="lm"`: (B, T, V)); `memory` and `cache` as `EncoderDecoder.forward` says."""
+        out = self.backbone(input_ids, decoder_input_ids, attention_mask, decoder_attention_mask,
+                            output_hidden_states=output_hidden_states, output_attentions=output_attentions,
+                            memory=memory, cache=cache, decoder_position_ids=decoder_position_ids)
+        return self._on_top(out, decoder_attention_mask, None, head, pool)
+
+
+STACK_MODELS = {"encoder": EncoderModel, "decoder": DecoderModel, "encoder-decoder": EncoderDecoderModel}

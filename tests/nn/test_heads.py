@@ -1,5 +1,6 @@
 """The head registry and the one head signature: every head the config can name is registered, each is called as
-head(HeadInput), and the padding mask a head reads is the output stack's, whether given by keyword or position."""
+head(HeadInput), and the padding mask a head reads is the output stack's, whether given by keyword or position;
+each stack's Model has a typed forward, and tied heads project onto their own model's token embedding."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def test_every_encoder_head_reads_one_bundle():
     states = model.backbone(ids).last_hidden_state  # (2, 7, 32)
     select = torch.zeros(2, 7, dtype=torch.bool)
     select[0, 2] = select[1, 4] = True
-    x = HeadInput(states, torch.ones(2, 7), select=select, embedding=model.token_embedding.weight)
+    x = HeadInput(states, torch.ones(2, 7), select=select)
     shapes = {name: tuple(model.heads[name](x).shape) for name in model.heads}
     assert shapes == {"pooler": (2, 32), "mlm": (2, 101), "classifier": (2, 3), "tagger": (2, 7, 3), "rtd": (2, 7)}
     # the MLM head on selected positions == on the rows selected beforehand
@@ -57,3 +58,40 @@ def test_a_head_without_logits_is_refused_by_name():
     model = Model(tiny(), heads("mlm"))
     with pytest.raises(ValueError, match="no 'mlm' head with logits"):
         model(torch.randint(5, 101, (1, 4)), head="mlm")
+
+
+@pytest.mark.parametrize("architecture,cls,inputs", [
+    ("encoder", "EncoderModel", ["input_ids", "attention_mask", "token_type_ids", "position_ids"]),
+    ("decoder", "DecoderModel", ["input_ids", "attention_mask", "token_type_ids", "position_ids"]),
+    ("encoder-decoder", "EncoderDecoderModel", ["input_ids", "decoder_input_ids", "attention_mask",
+                                                "decoder_attention_mask"]),
+])
+def test_each_stack_has_its_own_typed_forward(architecture, cls, inputs):
+    import inspect
+
+    model = Model(tiny(architecture=architecture))
+    assert type(model).__name__ == cls and isinstance(model, Model)
+    parameters = inspect.signature(type(model).forward).parameters
+    assert list(parameters)[1:len(inputs) + 1] == inputs  # by position exactly as the stack takes them
+    assert not any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters.values())
+    assert parameters["head"].kind == parameters["head"].KEYWORD_ONLY
+    with pytest.raises(TypeError, match="unexpected keyword argument 'decoder_input_ids'|'mlm_select'"):
+        model(torch.randint(5, 101, (1, 4)), torch.randint(5, 101, (1, 4)),
+              **({"mlm_select": None} if architecture == "encoder-decoder" else {"decoder_input_ids": None}))
+
+
+def test_tied_heads_project_onto_their_own_models_embedding():
+    import copy
+
+    model = Model(tiny(), heads("mlm", "rtd", "generator")).eval()
+    keys = set(model.state_dict())
+    assert {"heads.mlm.bias", "heads.generator.bias"} <= keys and not any(".decoder." in k for k in keys)
+    hidden = torch.randn(3, 32)
+    before = model.mlm_logits(hidden)
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        model.token_embedding.weight.mul_(2.0)  # the original's embedding changes; the copy's does not
+    assert not torch.allclose(model.mlm_logits(hidden), before)
+    torch.testing.assert_close(twin.mlm_logits(hidden), before)
+    decoder = Model(tiny(architecture="encoder-decoder", share_embeddings=False), heads("lm"))
+    torch.testing.assert_close(decoder.lm_logits(hidden), hidden @ decoder.backbone.decoder.embeddings.token.weight.T)
