@@ -21,6 +21,7 @@ OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*[a-z0-9](?![\w-])")
 # torchrun's --nproc_per_node or accelerate's --num_processes never match OPTION; pip's -e is a short option.)
 OTHER_TOOLS = {
     "--logdir",  # tensorboard --logdir runs/…/tensorboard
+    "--nnodes",  # torchrun --nnodes N (README › Scaling out)
 }
 # The README's reproduce lines run benchmarks/*.py, whose argparse options count there (and only there: on a line
 # that names benchmarks/, or within the two lines after one, where a long command wraps).

@@ -33,6 +33,7 @@ from bertkit.text.features import TaskEncoder
 from bertkit.text.tasks import hold_out
 from bertkit.text.tokenizer import save_tokenizer, special_ids
 from bertkit.train.defaults import finetune_learning_rate, with_learning_rate
+from bertkit.train.elastic import with_processes
 from bertkit.train.loop import already_finished, make_accelerator, plan_text, run_precision, train_best
 from bertkit.train.results import FinetuneJob, FinetuneResult
 
@@ -75,6 +76,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     tokenizer = load_run_tokenizer(model_dir, base_config)
     pad_id = special_ids(tokenizer).pad
     accelerator = make_accelerator(config.train.precision)
+    config = with_processes(config, out, resume, accelerator.num_processes, console, accelerator.is_main_process)
     main = accelerator.is_main_process
     set_seed(config.train.seed)
 

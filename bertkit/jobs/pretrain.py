@@ -32,6 +32,7 @@ from bertkit.text.corpus import corpus_fingerprint, find_files, load_corpus
 from bertkit.text.packing import pack_corpus
 from bertkit.text.tokenizer import check_vocab_matches, load_tokenizer, save_tokenizer, special_ids, vocab_span
 from bertkit.train.defaults import DEFAULT_LEARNING_RATE, with_learning_rate
+from bertkit.train.elastic import with_processes
 from bertkit.train.loop import already_finished, make_accelerator, train
 from bertkit.train.results import as_stored
 
@@ -109,6 +110,7 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
         config = dataclasses.replace(config, model=dataclasses.replace(
             config.model, vocab_size=load_config(out).model.vocab_size))
     _check_output(out, config, resume)
+    config = with_processes(config, out, resume, accelerator.num_processes, console, main)
     if resume and (done := already_finished(out, config.train, console, accelerator)) is not None:
         return PretrainResult.from_results(out, done, already_done=True)
 

@@ -27,6 +27,7 @@ from bertkit.tasks.seq2seq import Seq2SeqObjective
 from bertkit.text.tasks import hold_out, read_parallel
 from bertkit.text.tokenizer import check_vocab_matches, train_bpe
 from bertkit.train.defaults import DEFAULT_LEARNING_RATE, with_learning_rate
+from bertkit.train.elastic import with_processes
 from bertkit.train.loop import already_finished, make_accelerator, plan_text, run_precision, train_best
 from bertkit.train.results import FinetuneJob, FinetuneResult
 from bertkit.translation import PairTokenizers, Translator
@@ -81,6 +82,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
         raise BertkitError(f"model.architecture: seq2seq training needs an encoder-decoder, {where} has "
                            f"{config.model.architecture!r} (try --recipe translate-multi30k)")
     accelerator = make_accelerator(config.train.precision)
+    config = with_processes(config, out, resume, accelerator.num_processes, console, accelerator.is_main_process)
     main = accelerator.is_main_process
     set_seed(config.train.seed)
 

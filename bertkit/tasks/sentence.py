@@ -39,12 +39,13 @@ class SentenceObjective:
 
     def __init__(self, loss: str, sides: list[list[Encoded]], targets: list | None,
                  validation_sides: list[list[Encoded]], validation_targets: list | None, pooling: str,
-                 scale: float, pad_id: int, train: TrainConfig, world: int = 1, label_names: list[str] | None = None):
+                 scale: float, pad_id: int, train: TrainConfig, world: int = 1, label_names: list[str] | None = None,
+                 cross_process: bool = True):
         if loss not in LOSSES:
             raise ValueError(f"unknown sentence loss {loss!r}")
         if not sides or not sides[0]:
             raise BertkitError("no training pairs")
-        self.criterion = LOSSES[loss](scale, label_names)
+        self.criterion = LOSSES[loss](scale, label_names, world if cross_process else 1)
         self.sides, self.targets = sides, targets
         self.validation_sides, self.validation_targets = validation_sides, validation_targets
         self.pooling, self.pad_id = pooling, pad_id
@@ -179,7 +180,8 @@ class SentenceTask(FinetuneTask):
         objective = SentenceObjective(task.loss, train_sides, criterion.targets(train, task.max_score, False),
                                       sides(validation, validation_negatives),
                                       criterion.targets(validation, task.max_score, True),
-                                      config.sentence.pooling, task.scale, pad_id, config.train, world, labels)
+                                      config.sentence.pooling, task.scale, pad_id, config.train, world, labels,
+                                      task.cross_process_negatives)
         return objective, [e for side in train_sides for e in side]
 
     def summary(self, config: Config, labels: list[str]) -> str:

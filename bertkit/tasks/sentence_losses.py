@@ -4,7 +4,8 @@ extra FLOPs, and its validation metrics on embedded validation sides.
 
 - cosine   (Reimers & Gurevych 2019, regression): mean squared error of cos(u, v) against score / max_score;
 - mnrl     (multiple negatives ranking, Henderson et al. 2017): cross-entropy of scale * cos(a_i, c_j) over every
-           positive (and hard negative) c_j of the micro-batch, the i-th positive being the right answer;
+           positive (and hard negative) c_j of the micro-batch — of every process's micro-batch when
+           `sentence_loss.cross_process_negatives` — the i-th positive being the right answer;
 - softmax  (SBERT's NLI objective): cross-entropy of a linear classifier over (u, v, |u - v|).
 
 Adding a loss: a class here with the same members, one entry in `LOSSES`, and its name in `config.SentenceLoss`.
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 from bertkit.embedding import normalize_rows
 from bertkit.inference import log_softmax
 from bertkit.metrics import classification_metrics, correlation_metrics
+from bertkit.nn.distributed import gather_rows
 from bertkit.nn.heads import HeadInput
 from bertkit.nn.model import Model
 
@@ -35,8 +37,9 @@ class SentenceLoss:
     negatives = False  # reads a hard-negative column (sentence_loss.negative_column)
     normalize = True  # validation embeddings normalised (cosine geometry)
 
-    def __init__(self, scale: float = 20.0, label_names: list[str] | None = None):
-        self.scale, self.label_names = scale, label_names or []
+    def __init__(self, scale: float = 20.0, label_names: list[str] | None = None, world: int = 1):
+        # world: processes whose micro-batches are one pool of candidates (mnrl's cross-process negatives; 1: none)
+        self.scale, self.label_names, self.world = scale, label_names or [], world
 
     def targets(self, examples: list, max_score: float, gold: bool) -> list | None:
         """Per-pair training targets (`gold`: the validation form the metrics compare against), or None."""
@@ -86,12 +89,15 @@ class MNRLoss(SentenceLoss):
     negatives = True
 
     def flops(self, d_model, num_labels, rows, sides):
-        return 2 * rows * (sides - 1) * rows * d_model  # the (B, (k - 1) * B) similarity matrix
+        return 2 * rows * (sides - 1) * rows * self.world * d_model  # the (B, W * (k - 1) * B) similarity matrix
 
     def loss(self, out, target, rows):
         emb = F.normalize(out.pooled.float(), dim=-1)  # (k * B, D)
-        scores = self.scale * emb[:rows] @ emb[rows:].T  # (B, (k - 1) * B): every positive and negative a candidate
-        gold = torch.arange(rows, device=scores.device)
+        candidates, start = emb[rows:], 0  # (((k - 1) * B, D): this micro-batch's positives, then its negatives
+        if self.world > 1:  # every process's candidates, in rank order; gradients return to whoever embedded them
+            candidates, start = gather_rows(candidates)  # (W * (k - 1) * B, D)
+        scores = self.scale * emb[:rows] @ candidates.T  # (B, W * (k - 1) * B): every positive and negative
+        gold = start + torch.arange(rows, device=scores.device)  # this process's positives
         return F.cross_entropy(scores, gold, reduction="sum"), {"accuracy": (scores.argmax(-1) == gold).sum()}
 
     def evaluate(self, model, embedded, gold):

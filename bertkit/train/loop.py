@@ -97,6 +97,9 @@ class TrainState:
     max_steps: int = 0
     max_seconds: float | None = None
     precision: str = ""  # what the run trains at (train.precision resolved; auto differs between machines)
+    # processes at the run's first launch: with its batch_size and accumulation_steps, the global batch a resume
+    # with another process count keeps (train/elastic.py); 0 in a checkpoint written before it was recorded
+    processes: int = 0
 
 
 def layer_depth(name: str, n_layers: int) -> int:
@@ -304,6 +307,7 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                               + (f", train.max_time {cfg.max_time}" if cfg.max_time else "") + ")")
             state.total_steps, state.stopped_early, state.budget_spent, state.stale_evals = total, False, False, 0
         state.max_steps, state.max_seconds = cfg.max_steps, cfg.max_seconds
+        # a process that did not exist before (an elastic resume with more processes) takes the last one's stream
         set_rng_state(rngs[min(accelerator.process_index, len(rngs) - 1)])
         resume_step = state.step
         if main:  # the checkpoint loaded: now the run directory may say that the run goes on
@@ -326,6 +330,7 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                       f"(train.precision {cfg.precision} on another machine?); to continue exactly, resume with "
                       f"--set train.precision={state.precision}")
     state.precision = precision
+    state.processes = state.processes or world  # kept from the run's first launch (elastic resume)
     peak = peak_flops(accelerator.device, precision) if main else None  # what MFU is a fraction of
     if main:
         choice = resolve_precision(cfg.precision, accelerator.device)

@@ -83,9 +83,11 @@ def test_variant_names_and_plans_from_before_the_config_split_are_found_again(tm
     for shape in (old["base"], old["finetune"]):
         heads = shape.pop("heads")
         shape["model"].update(heads=heads["names"], num_labels=heads["num_labels"], pooling="cls")
+        loss = shape.pop("sentence_loss")
+        loss.pop("cross_process_negatives")  # newer than the split
         shape["task"].update(dropout=shape["task"].pop("finetune_dropout"),
                              validation_fraction=shape["task"].pop("validation_split"), pooling="cls",
-                             **shape.pop("sentence_loss"), **shape.pop("seq2seq"))
+                             **loss, **shape.pop("seq2seq"))
         shape["sentence"]["max_length"] = shape["sentence"].pop("max_seq_length")
     (tmp_path / "plan.json").write_text(json.dumps(old))
     check_plan_file(tmp_path / "plan.json", record)  # the same plan: no error

@@ -122,6 +122,92 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path, corpus):
     assert two == pytest.approx(one, rel=1e-4)
 
 
+def _torchrun(*args, check: bool = True) -> subprocess.CompletedProcess:
+    """`bertkit ARGS` in 2 gloo processes (torchrun on one machine), on a free port."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                             str(port), "-m", "bertkit", *map(str, args)], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert not check or result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def test_a_run_resumes_with_another_process_count_on_the_same_global_batches(tmp_path, corpus):
+    """Elastic resume: checkpointed with 2 processes and continued with 1 (or the other way), a run keeps its global
+    batch (the accumulation follows the process count) and logs the losses of the uninterrupted run."""
+    args = ["--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set", "min_frequency=1",
+            "--set", "log_every=1", "--set", "eval_every=100", "--set", "save_every=4", "--set", "dropout=0",
+            "--set", "attention_dropout=0", "--set", "schedule=constant", "--set", "warmup_ratio=0",
+            "--no-progress", "--corpus", corpus]
+    _cli("pretrain", *args, "--set", "batch_size=8", "--max-steps", "8", "--out", tmp_path / "straight")
+    straight = [loss for _, loss, _ in _losses(tmp_path / "straight") if loss is not None]
+
+    two_then_one = tmp_path / "two-then-one"
+    _torchrun("pretrain", *args, "--set", "batch_size=4", "--max-steps", "4", "--out", two_then_one)
+    resumed = _cli("pretrain", *args, "--set", "batch_size=4", "--max-steps", "8", "--out", two_then_one,
+                   "--resume")
+    assert "resuming a 2-process run with 1: accumulation_steps 1 -> 2 per step (global batch 8 kept)" in \
+        " ".join(resumed.stderr.split())  # (rich wraps long lines)
+    one_then_two = tmp_path / "one-then-two"
+    _cli("pretrain", *args, "--set", "batch_size=4", "--set", "accumulation_steps=2", "--max-steps", "4",
+         "--out", one_then_two)
+    _torchrun("pretrain", *args, "--set", "batch_size=4", "--set", "accumulation_steps=2", "--max-steps", "8",
+              "--out", one_then_two, "--resume")
+    for run in (two_then_one, one_then_two):
+        losses = [loss for _, loss, _ in _losses(run) if loss is not None]
+        assert len(losses) == 8 and losses == pytest.approx(straight, rel=1e-4), run.name
+        assert json.loads((run / "config.json").read_text())["train"]["accumulation_steps"] == \
+            (1 if run == two_then_one else 2)  # the run's own setting, not the resumed part's
+
+    # a global batch the new process count cannot divide: one line, the run untouched
+    small = tmp_path / "small"
+    _cli("pretrain", *args, "--set", "batch_size=4", "--max-steps", "4", "--out", small)
+    (small / "results.json").unlink()  # as if it had been stopped at its last checkpoint
+    before = {p: p.read_bytes() for p in small.rglob("*") if p.is_file()}
+    result = _torchrun("pretrain", *args, "--set", "batch_size=4", "--max-steps", "8", "--out", small, "--resume",
+                       check=False)
+    said = " ".join(result.stderr.split())  # each process's one error line (torchrun adds its own failure report)
+    assert result.returncode != 0 and "error: " in said, result.stderr[-3000:]
+    assert "began with 1 process(es) and a global batch of 4" in said
+    assert "resume with a process count that divides 1" in said
+    assert before == {p: p.read_bytes() for p in small.rglob("*") if p.is_file()}
+
+
+def test_two_nodes_on_loopback_match_one_process(tmp_path, corpus):
+    """The multi-node recipe of the README, simulated: two torchrun launches (--nnodes 2, one process each, node
+    ranks 0 and 1) meeting at one rendezvous address give the losses of one process holding the global batch."""
+    import socket
+
+    args = ["--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set", "min_frequency=1",
+            "--set", "log_every=1", "--set", "eval_every=100", "--set", "dropout=0", "--set", "attention_dropout=0",
+            "--no-progress", "--corpus", corpus, "--max-steps", "6"]
+    _cli("pretrain", *args, "--set", "batch_size=8", "--out", tmp_path / "one")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(rank),
+                               "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),
+                               "-m", "bertkit", "pretrain", *map(str, args), "--set", "batch_size=4",
+                               "--out", str(tmp_path / "nodes")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"}) for rank in (0, 1)]
+    try:
+        for node in nodes:
+            _, err = node.communicate(timeout=300)
+            assert node.returncode == 0, err[-3000:]
+    finally:  # a node whose peer failed would wait for it: never leave one behind
+        for node in nodes:
+            if node.poll() is None:
+                node.kill()
+    one = [loss for _, loss, _ in _losses(tmp_path / "one") if loss is not None]
+    two = [loss for _, loss, _ in _losses(tmp_path / "nodes") if loss is not None]
+    assert len(one) == len(two) == 6 and two == pytest.approx(one, rel=1e-4)
+
+
 def test_bad_inputs_are_one_line_and_never_damage_a_run(tmp_path, corpus):
     def fails(*args, match):
         result = _cli("pretrain", *TINY, *args, check=False)

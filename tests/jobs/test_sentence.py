@@ -76,6 +76,36 @@ def test_mnrl_with_hard_negatives_and_softmax_learn(tmp_path, base):
     assert "has no task head" in cli_error("predict", "--model", out, labelled)  # not a classifier for predict
 
 
+def test_two_processes_rank_against_every_process_negatives_like_one(tmp_path, base):
+    """mnrl's in-batch negatives span processes (sentence_loss.cross_process_negatives, on by default): 2 processes
+    of 4 rows log the losses of 1 process of 8 — without the gather each would rank against its own 4 only."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    train = _pairs(tmp_path / "train.jsonl", 120, kind="mnrl")
+    args = ["finetune", "sentence", "--model", str(base), "--train", str(train), "--loss", "mnrl",
+            "--negative-column", "negative", "--max-steps", "6", "--no-progress", "--set", "learning_rate=2e-3",
+            "--set", "log_every=1", "--set", "eval_every=100", "--set", "finetune_dropout=0",
+            "--set", "validation_split=0.2"]
+    cli_ok(*args, "--set", "batch_size=8", "--out", tmp_path / "one")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port)]
+    result = subprocess.run([*launch, "-m", "bertkit", *args, "--set", "batch_size=4", "--out", str(tmp_path / "two")],
+                            capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2],
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    def losses(run):
+        return [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+    one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
+    assert len(one) == len(two) == 6
+    assert two == pytest.approx(one, rel=1e-4)
+
+
 def test_sentence_training_resumes_exactly(tmp_path, base, monkeypatch):
     train = _pairs(tmp_path / "train.jsonl", 80)
     args = ["finetune", "sentence", "--model", base, "--train", train, "--max-steps", "8", *FAST,
