@@ -21,7 +21,8 @@ def world() -> tuple[int, int]:
 
 class _GatherRows(torch.autograd.Function):
     """all_gather forward; backward: the gathered gradient summed over processes (all_reduce), this process's slice.
-    An all_reduce of the whole gradient rather than a reduce_scatter: gloo, the CPU backend, has no reduce_scatter."""
+    An all_reduce of the whole gradient (a reduce_scatter would move less; all_reduce is the one collective every
+    backend and torch version has)."""
 
     @staticmethod
     def forward(ctx, rows: torch.Tensor) -> torch.Tensor:

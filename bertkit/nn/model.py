@@ -59,6 +59,8 @@ class Model(nn.Module):
 
     def __init__(self, cfg: ModelConfig, heads: HeadsConfig = HeadsConfig()):
         super().__init__()
+        if type(self) is not STACK_MODELS[cfg.architecture]:  # EncoderModel(decoder config) would mis-wire forward
+            raise ValueError(f"{type(self).__name__} cannot hold a {cfg.architecture} (build it as Model(cfg))")
         heads.check(cfg)
         self.config, self.head_config = cfg, heads
         self.backbone = build_backbone(cfg)

@@ -36,18 +36,24 @@ STATE_FILE = "state.json"
 
 
 def rng_state() -> dict:
-    """This process's RNG state (dropout draws): CPU and, where present, CUDA."""
+    """This process's RNG state (dropout draws): CPU and, where present, its current CUDA device's (one process per
+    GPU: a resume on a node with another number of GPUs must not index devices it lacks)."""
     state = {"cpu": torch.get_rng_state()}
     if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+        state["cuda_device"] = torch.cuda.get_rng_state()
     return state
 
 
 def set_rng_state(state: dict) -> None:
-    """Restore what `rng_state` captured."""
+    """Restore what `rng_state` captured (a checkpoint's "cuda" list of every device's state, from before the
+    current device's alone was kept, restores this process's device's entry where it has one)."""
     torch.set_rng_state(state["cpu"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if not torch.cuda.is_available():
+        return
+    if "cuda_device" in state:
+        torch.cuda.set_rng_state(state["cuda_device"])
+    elif "cuda" in state and torch.cuda.current_device() < len(state["cuda"]):
+        torch.cuda.set_rng_state(state["cuda"][torch.cuda.current_device()])
 
 
 def checkpoint_steps(run_dir: str | Path) -> list[int]:
@@ -143,6 +149,19 @@ def _torch_file(path: Path):
     except (RuntimeError, EOFError, ValueError, OSError) as exc:
         first = str(exc).strip().splitlines()[0].split(". ")[0] if str(exc).strip() else type(exc).__name__
         raise BertkitError(f"{path}: truncated or corrupt ({first})") from None
+
+
+def saved_processes(path: Path) -> int:
+    """How many processes wrote a checkpoint: its state's record of the run's first launch, or (a checkpoint from
+    before that record) the number of per-process RNG states it holds."""
+    recorded = read_state(path).get("processes", 0)
+    if recorded:
+        return recorded
+    try:
+        rng = _torch_file(path / RNG_FILE)
+    except BertkitError as exc:
+        raise _damaged(path, exc) from None
+    return len(rng) if isinstance(rng, list) and rng else 1
 
 
 def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> tuple[dict, list[dict]]:

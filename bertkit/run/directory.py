@@ -206,8 +206,10 @@ def record_train(out: str | Path, train) -> None:
                                                                    train.precision):
         # "fp32" resumed under an equivalent "auto" stays "fp32": on another machine auto may mean bf16
         train = dataclasses.replace(train, precision=stored.train.precision)
-    # an elastic resume runs another accumulation for another process count; the run's own stays (train/elastic.py)
-    train = dataclasses.replace(train, accumulation_steps=stored.train.accumulation_steps)
+    # an elastic resume runs another accumulation (or batch_size) for another process count; the run's own stays
+    # (train/elastic.py)
+    train = dataclasses.replace(train, accumulation_steps=stored.train.accumulation_steps,
+                                batch_size=stored.train.batch_size)
     if stored.train != train:
         write_config(Path(out), dataclasses.replace(stored, train=train))
 

@@ -309,6 +309,7 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
         state.max_steps, state.max_seconds = cfg.max_steps, cfg.max_seconds
         # a process that did not exist before (an elastic resume with more processes) takes the last one's stream
         set_rng_state(rngs[min(accelerator.process_index, len(rngs) - 1)])
+        state.processes = state.processes or len(rngs)  # a checkpoint from before the record: one state per process
         resume_step = state.step
         if main:  # the checkpoint loaded: now the run directory may say that the run goes on
             (Path(run_dir) / RESULTS_FILE).unlink(missing_ok=True)  # its presence always means "finished"

@@ -88,7 +88,8 @@ def test_two_processes_rank_against_every_process_negatives_like_one(tmp_path, b
     args = ["finetune", "sentence", "--model", str(base), "--train", str(train), "--loss", "mnrl",
             "--negative-column", "negative", "--max-steps", "6", "--no-progress", "--set", "learning_rate=2e-3",
             "--set", "log_every=1", "--set", "eval_every=100", "--set", "finetune_dropout=0",
-            "--set", "validation_split=0.2"]
+            "--set", "validation_split=0.2", "--set", "schedule=constant", "--set", "warmup_ratio=0",
+            "--set", "save_every=3"]
     cli_ok(*args, "--set", "batch_size=8", "--out", tmp_path / "one")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -104,6 +105,16 @@ def test_two_processes_rank_against_every_process_negatives_like_one(tmp_path, b
     one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
     assert len(one) == len(two) == 6
     assert two == pytest.approx(one, rel=1e-4)
+
+    # elastic resume keeps the pool: 3 steps on 2 processes of 4, then 1 process (batch_size 8) to the end
+    part = [a if a != "6" else "3" for a in args]
+    result = subprocess.run([*launch, "-m", "bertkit", *part, "--set", "batch_size=4", "--out", str(tmp_path / "e")],
+                            capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2],
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    resumed = cli_ok(*args, "--set", "batch_size=4", "--out", tmp_path / "e", "--resume")
+    assert "batch_size 4 -> 8 per process" in " ".join(resumed.output.split())
+    assert losses(tmp_path / "e") == pytest.approx(one, rel=1e-4)
 
 
 def test_sentence_training_resumes_exactly(tmp_path, base, monkeypatch):

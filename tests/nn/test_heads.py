@@ -75,6 +75,9 @@ def test_each_stack_has_its_own_typed_forward(architecture, cls, inputs):
     assert list(parameters)[1:len(inputs) + 1] == inputs  # by position exactly as the stack takes them
     assert not any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters.values())
     assert parameters["head"].kind == parameters["head"].KEYWORD_ONLY
+    other = next(c for c in ("EncoderModel", "DecoderModel") if c != cls)
+    with pytest.raises(ValueError, match=f"{other} cannot hold a {architecture}"):
+        getattr(__import__("bertkit.nn.model", fromlist=[other]), other)(tiny(architecture=architecture))
     with pytest.raises(TypeError, match="unexpected keyword argument 'decoder_input_ids'|'mlm_select'"):
         model(torch.randint(5, 101, (1, 4)), torch.randint(5, 101, (1, 4)),
               **({"mlm_select": None} if architecture == "encoder-decoder" else {"decoder_input_ids": None}))
