@@ -193,6 +193,30 @@ def minilm_run(minilm_dir, tmp_path_factory):
     return out
 
 
+def free_port() -> int:
+    """A TCP port on the loopback nobody listens on now (for a torch.distributed rendezvous)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_process(*args, check=True):
+    """`bertkit ARGS` in 2 gloo processes (torchrun on one machine, a free rendezvous port); must succeed when
+    `check`."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                             str(free_port()), "-m", "bertkit", *map(str, args)], capture_output=True, text=True,
+                            cwd=root, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if check:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
 def cli_process(*args, env=None, check=True):
     """`python cli.py ARGS` in a subprocess (a real process: kills, fault points, exit codes); must succeed when
     `check`."""

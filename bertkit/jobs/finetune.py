@@ -76,7 +76,8 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     tokenizer = load_run_tokenizer(model_dir, base_config)
     pad_id = special_ids(tokenizer).pad
     accelerator = make_accelerator(config.train.precision)
-    config = with_processes(config, out, resume, accelerator.num_processes, console, accelerator.is_main_process)
+    config = with_processes(config, out, resume, accelerator.num_processes, console, accelerator.is_main_process,
+                            task.pools_processes(config))
     main = accelerator.is_main_process
     set_seed(config.train.seed)
 

@@ -61,6 +61,11 @@ class FinetuneTask:
         """The labels one training example uses (a resumed run refuses ones its label set lacks)."""
         return [example.label] if example.label is not None else []
 
+    def pools_processes(self, config: Config) -> bool:
+        """Whether the loss couples every process's micro-batch of one step (an elastic resume then keeps that pool,
+        not the per-process batch: train/elastic.py)."""
+        return False
+
     def heads(self, labels: list[str]) -> tuple[str, ...]:
         """The heads the finetuned model carries."""
         raise NotImplementedError

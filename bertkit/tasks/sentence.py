@@ -155,6 +155,9 @@ class SentenceTask(FinetuneTask):
             return []
         return sorted_labels({e.label for e in examples})
 
+    def pools_processes(self, config: Config) -> bool:
+        return LOSSES[config.sentence_loss.loss].in_batch and config.sentence_loss.cross_process_negatives
+
     def heads(self, labels: list[str]) -> tuple[str, ...]:
         return ("pair_classifier",) if labels else ()
 

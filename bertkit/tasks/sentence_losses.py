@@ -35,6 +35,7 @@ class SentenceLoss:
     target_dtype: torch.dtype | None = None  # per-pair targets in the batch, or None (none needed)
     target_column: str | None = None  # what `text.tasks.read_pairs` reads per pair: "score", "label" or nothing
     negatives = False  # reads a hard-negative column (sentence_loss.negative_column)
+    in_batch = False  # scores each anchor against the other rows of the micro-batch (every process's, gathered)
     normalize = True  # validation embeddings normalised (cosine geometry)
 
     def __init__(self, scale: float = 20.0, label_names: list[str] | None = None, world: int = 1):
@@ -87,6 +88,7 @@ class MNRLoss(SentenceLoss):
     metric_names = ("val_loss", "accuracy", "mrr")
     default_metric = "accuracy"
     negatives = True
+    in_batch = True
 
     def flops(self, d_model, num_labels, rows, sides):
         return 2 * rows * (sides - 1) * rows * self.world * d_model  # the (B, W * (k - 1) * B) similarity matrix

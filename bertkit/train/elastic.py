@@ -52,10 +52,10 @@ def elastic_train(train: TrainConfig, out: str | Path, resume: bool, world: int,
             f"{accumulation} per step (global batch {global_batch} kept)")
 
 
-def with_processes(config: Config, out: str | Path, resume: bool, world: int, console: Console, main: bool) -> Config:
-    """`config` with its [train] section for `world` processes (`elastic_train`), saying so on the main process."""
-    keep_pool = (config.task.kind == "sentence" and config.sentence_loss.loss == "mnrl"
-                 and config.sentence_loss.cross_process_negatives)
+def with_processes(config: Config, out: str | Path, resume: bool, world: int, console: Console, main: bool,
+                   keep_pool: bool = False) -> Config:
+    """`config` with its [train] section for `world` processes (`elastic_train`; `keep_pool` as there: the task
+    says), saying so on the main process."""
     train, change = elastic_train(config.train, out, resume, world, keep_pool)
     if change and main:
         console.print(change)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bertkit.hardware import resolve_precision
-from conftest import cli_process, repeated_corpus
+from conftest import cli_process, free_port, repeated_corpus, torchrun_process
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set", "batch_size=4",
@@ -122,20 +122,6 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path, corpus):
     assert two == pytest.approx(one, rel=1e-4)
 
 
-def _torchrun(*args, check: bool = True) -> subprocess.CompletedProcess:
-    """`bertkit ARGS` in 2 gloo processes (torchrun on one machine), on a free port."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                             str(port), "-m", "bertkit", *map(str, args)], capture_output=True, text=True, cwd=ROOT,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert not check or result.returncode == 0, result.stderr[-3000:]
-    return result
-
-
 def test_a_run_resumes_with_another_process_count_on_the_same_global_batches(tmp_path, corpus):
     """Elastic resume: checkpointed with 2 processes and continued with 1 (or the other way), a run keeps its global
     batch (the accumulation follows the process count) and logs the losses of the uninterrupted run."""
@@ -147,7 +133,7 @@ def test_a_run_resumes_with_another_process_count_on_the_same_global_batches(tmp
     straight = [loss for _, loss, _ in _losses(tmp_path / "straight") if loss is not None]
 
     two_then_one = tmp_path / "two-then-one"
-    _torchrun("pretrain", *args, "--set", "batch_size=4", "--max-steps", "4", "--out", two_then_one)
+    torchrun_process("pretrain", *args, "--set", "batch_size=4", "--max-steps", "4", "--out", two_then_one)
     resumed = _cli("pretrain", *args, "--set", "batch_size=4", "--max-steps", "8", "--out", two_then_one,
                    "--resume")
     assert "resuming a 2-process run with 1: accumulation_steps 1 -> 2 per step (global batch 8 kept)" in \
@@ -155,7 +141,7 @@ def test_a_run_resumes_with_another_process_count_on_the_same_global_batches(tmp
     one_then_two = tmp_path / "one-then-two"
     _cli("pretrain", *args, "--set", "batch_size=4", "--set", "accumulation_steps=2", "--max-steps", "4",
          "--out", one_then_two)
-    _torchrun("pretrain", *args, "--set", "batch_size=4", "--set", "accumulation_steps=2", "--max-steps", "8",
+    torchrun_process("pretrain", *args, "--set", "batch_size=4", "--set", "accumulation_steps=2", "--max-steps", "8",
               "--out", one_then_two, "--resume")
     for run in (two_then_one, one_then_two):
         losses = [loss for _, loss, _ in _losses(run) if loss is not None]
@@ -168,8 +154,8 @@ def test_a_run_resumes_with_another_process_count_on_the_same_global_batches(tmp
     _cli("pretrain", *args, "--set", "batch_size=4", "--max-steps", "4", "--out", small)
     (small / "results.json").unlink()  # as if it had been stopped at its last checkpoint
     before = {p: p.read_bytes() for p in small.rglob("*") if p.is_file()}
-    result = _torchrun("pretrain", *args, "--set", "batch_size=4", "--max-steps", "8", "--out", small, "--resume",
-                       check=False)
+    result = torchrun_process("pretrain", *args, "--set", "batch_size=4", "--max-steps", "8", "--out", small,
+                              "--resume", check=False)
     said = " ".join(result.stderr.split())  # each process's one error line (torchrun adds its own failure report)
     assert result.returncode != 0 and "error: " in said, result.stderr[-3000:]
     assert "began with 1 process(es) and a global batch of 4" in said
@@ -180,15 +166,11 @@ def test_a_run_resumes_with_another_process_count_on_the_same_global_batches(tmp
 def test_two_nodes_on_loopback_match_one_process(tmp_path, corpus):
     """The multi-node recipe of the README, simulated: two torchrun launches (--nnodes 2, one process each, node
     ranks 0 and 1) meeting at one rendezvous address give the losses of one process holding the global batch."""
-    import socket
-
     args = ["--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set", "min_frequency=1",
             "--set", "log_every=1", "--set", "eval_every=100", "--set", "dropout=0", "--set", "attention_dropout=0",
             "--no-progress", "--corpus", corpus, "--max-steps", "6"]
     _cli("pretrain", *args, "--set", "batch_size=8", "--out", tmp_path / "one")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(rank),
                                "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),
                                "-m", "bertkit", "pretrain", *map(str, args), "--set", "batch_size=4",

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from bertkit.paths import find_dataset
 from bertkit.text.tasks import read_pairs
 from bertkit.tasks.sentence import SentenceObjective
-from conftest import cli_error, cli_invoke, cli_ok
+from conftest import cli_error, cli_invoke, cli_ok, torchrun_process
 
 TOPICS = {"animals": ["cat", "dog", "horse", "bird"], "weather": ["rain", "snow", "wind", "storm"],
           "food": ["bread", "soup", "rice", "cheese"]}
@@ -79,11 +79,6 @@ def test_mnrl_with_hard_negatives_and_softmax_learn(tmp_path, base):
 def test_two_processes_rank_against_every_process_negatives_like_one(tmp_path, base):
     """mnrl's in-batch negatives span processes (sentence_loss.cross_process_negatives, on by default): 2 processes
     of 4 rows log the losses of 1 process of 8 — without the gather each would rank against its own 4 only."""
-    import os
-    import socket
-    import subprocess
-    import sys
-
     train = _pairs(tmp_path / "train.jsonl", 120, kind="mnrl")
     args = ["finetune", "sentence", "--model", str(base), "--train", str(train), "--loss", "mnrl",
             "--negative-column", "negative", "--max-steps", "6", "--no-progress", "--set", "learning_rate=2e-3",
@@ -91,14 +86,7 @@ def test_two_processes_rank_against_every_process_negatives_like_one(tmp_path, b
             "--set", "validation_split=0.2", "--set", "schedule=constant", "--set", "warmup_ratio=0",
             "--set", "save_every=3"]
     cli_ok(*args, "--set", "batch_size=8", "--out", tmp_path / "one")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port)]
-    result = subprocess.run([*launch, "-m", "bertkit", *args, "--set", "batch_size=4", "--out", str(tmp_path / "two")],
-                            capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2],
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert result.returncode == 0, result.stderr[-3000:]
+    torchrun_process(*args, "--set", "batch_size=4", "--out", tmp_path / "two")
 
     def losses(run):
         return [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
@@ -108,10 +96,7 @@ def test_two_processes_rank_against_every_process_negatives_like_one(tmp_path, b
 
     # elastic resume keeps the pool: 3 steps on 2 processes of 4, then 1 process (batch_size 8) to the end
     part = [a if a != "6" else "3" for a in args]
-    result = subprocess.run([*launch, "-m", "bertkit", *part, "--set", "batch_size=4", "--out", str(tmp_path / "e")],
-                            capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2],
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert result.returncode == 0, result.stderr[-3000:]
+    torchrun_process(*part, "--set", "batch_size=4", "--out", tmp_path / "e")
     resumed = cli_ok(*args, "--set", "batch_size=4", "--out", tmp_path / "e", "--resume")
     assert "batch_size 4 -> 8 per process" in " ".join(resumed.output.split())
     assert losses(tmp_path / "e") == pytest.approx(one, rel=1e-4)

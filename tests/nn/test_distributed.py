@@ -5,7 +5,6 @@ averaging); without the gather they do not (each process ranks against its own h
 from __future__ import annotations
 
 import os
-import socket
 import time
 
 import pytest
@@ -14,7 +13,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
-from conftest import heads, tiny
+from conftest import free_port, heads, tiny
 
 from bertkit.config import TrainConfig
 from bertkit.nn.distributed import gather_rows, world
@@ -66,15 +65,9 @@ def _worker(rank: int, world_size: int, port: int, cross_process: bool, out: str
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _two_processes(tmp_path, cross_process: bool) -> dict:
     out = str(tmp_path / f"two-{cross_process}.pt")
-    context = mp.spawn(_worker, args=(2, _free_port(), cross_process, out), nprocs=2, join=False)
+    context = mp.spawn(_worker, args=(2, free_port(), cross_process, out), nprocs=2, join=False)
     deadline = time.monotonic() + 300  # a hung collective fails the test instead of the whole suite
     while not context.join(timeout=5):
         if time.monotonic() > deadline:
