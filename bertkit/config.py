@@ -27,6 +27,7 @@ Objective = Literal["mlm", "clm", "rtd"]  # masked LM (encoder) | causal LM (dec
 Schedule = Literal["linear", "cosine", "constant", "wsd"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 Compile = Literal["auto", "on", "off"]
+Sharding = Literal["none", "fsdp"]
 OnBadSteps = Literal["reload", "stop"]
 Pooling = Literal["cls", "mean", "max"]
 TaskKind = Literal["classify", "ner", "sentence", "seq2seq"]
@@ -243,6 +244,9 @@ class TrainConfig:
     # torch.compile the model for training: on, off, or auto (on where it was measured to win back its compile
     # time within the run's planned steps: bertkit/train/defaults.py)
     compile: Compile = "auto"
+    # none: data-parallel (every process holds the whole model); fsdp: FSDP2 shards weights, gradients and AdamW
+    # state over the processes (bertkit/train/sharding.py); an `accelerate launch` config with FSDP selects it too
+    sharding: Sharding = "none"
     seed: int = 0
     rtd_weight: float = 50.0  # objective rtd: the discriminator's loss weight (ELECTRA's lambda) next to the MLM's
     max_bad_steps: int = 3  # consecutive non-finite steps tolerated (each skipped) before on_bad_steps

@@ -202,16 +202,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun_process(*args, check=True):
-    """`bertkit ARGS` in 2 gloo processes (torchrun on one machine, a free rendezvous port); must succeed when
-    `check`."""
+def torchrun_process(*args, check=True, env=None):
+    """`bertkit ARGS` in 2 gloo processes (torchrun on one machine, a free rendezvous port; `env` added to the
+    environment); must succeed when `check`."""
     import subprocess
     import sys
 
     root = Path(__file__).resolve().parents[1]
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                              str(free_port()), "-m", "bertkit", *map(str, args)], capture_output=True, text=True,
-                            cwd=root, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            cwd=root, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
     return result

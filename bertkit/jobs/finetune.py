@@ -34,8 +34,10 @@ from bertkit.text.tasks import hold_out
 from bertkit.text.tokenizer import save_tokenizer, special_ids
 from bertkit.train.defaults import finetune_learning_rate, with_learning_rate
 from bertkit.train.elastic import with_processes
-from bertkit.train.loop import already_finished, make_accelerator, plan_text, run_precision, train_best
+from bertkit.train.accelerator import make_accelerator, run_precision, with_sharding
+from bertkit.train.loop import already_finished, plan_text, train_best
 from bertkit.train.results import FinetuneJob, FinetuneResult
+from bertkit.train.sharding import full_weights
 
 
 def run(job: FinetuneJob, console: Console | None = None) -> FinetuneResult:
@@ -75,7 +77,8 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     config = task.settings(config, base_config, model_dir, out, resume)
     tokenizer = load_run_tokenizer(model_dir, base_config)
     pad_id = special_ids(tokenizer).pad
-    accelerator = make_accelerator(config.train.precision)
+    config = with_sharding(config)
+    accelerator = make_accelerator(config.train.precision, config.train.sharding)
     config = with_processes(config, out, resume, accelerator.num_processes, console, accelerator.is_main_process,
                             task.pools_processes(config))
     main = accelerator.is_main_process
@@ -147,8 +150,9 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
 
     summary = train_best(model, objective, train_cfg, out, accelerator, metric, resume=resume, console=console,
                          progress=progress)
+    whole = full_weights(model)  # the best weights on the main process (gathered when sharded)
     if main:
-        summary["validation"] = task.final_validation(out, model, objective, validation, accelerator.device,
+        summary["validation"] = task.final_validation(out, whole, objective, validation, accelerator.device,
                                                       run_precision(accelerator))
         write_json(out / RESULTS_FILE, summary)
         headline = {k: v for k, v in summary["validation"].items() if isinstance(v, float)}

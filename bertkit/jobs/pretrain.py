@@ -33,8 +33,10 @@ from bertkit.text.packing import pack_corpus
 from bertkit.text.tokenizer import check_vocab_matches, load_tokenizer, save_tokenizer, special_ids, vocab_span
 from bertkit.train.defaults import DEFAULT_LEARNING_RATE, with_learning_rate
 from bertkit.train.elastic import with_processes
-from bertkit.train.loop import already_finished, make_accelerator, train
+from bertkit.train.accelerator import make_accelerator, with_sharding
+from bertkit.train.loop import already_finished, train
 from bertkit.train.results import as_stored
+from bertkit.train.sharding import full_weights
 
 
 def _check_output(out: Path, config: Config, resume: bool) -> None:
@@ -96,7 +98,8 @@ def run(job: PretrainJob, console: Console | None = None) -> PretrainResult:
                            f"{'an' if wanted == 'encoder' else 'a'} {wanted}, the recipe has "
                            f"{config.model.architecture!r} (use --objective "
                            f"{'clm' if config.model.architecture == 'decoder' else 'mlm or rtd'}, or another recipe)")
-    accelerator = make_accelerator(config.train.precision)
+    config = with_sharding(config)
+    accelerator = make_accelerator(config.train.precision, config.train.sharding)
     out = Path(job.out)
     with locked(out, enabled=accelerator.is_main_process):  # one writer per run directory, for the whole job
         return _run(config, out, accelerator, job.tokenizer, job.resume, job.progress, console)
@@ -160,8 +163,9 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
     results = {"step": result["state"]["step"], "evaluation": result["evaluation"],
                "skipped_steps": result["state"]["skipped_steps"], "precision": result["state"]["precision"],
                "baseline": read_json(out / BASELINE_FILE, "baseline").get("unigram") if main else None}
+    whole = full_weights(model)  # a sharded model is gathered into one model.safetensors (every process takes part)
     if main:
-        write_weights(out / WEIGHTS_FILE, model, step=str(result["state"]["step"]))
+        write_weights(out / WEIGHTS_FILE, whole, step=str(result["state"]["step"]))
         write_json(out / RESULTS_FILE, results)
         console.print(f"wrote {out} (step {result['state']['step']}): "
                       + "  ".join(f"{k} {v:.4f}" for k, v in result["evaluation"].items()))

@@ -28,8 +28,10 @@ from bertkit.text.tasks import hold_out, read_parallel
 from bertkit.text.tokenizer import check_vocab_matches, train_bpe
 from bertkit.train.defaults import DEFAULT_LEARNING_RATE, with_learning_rate
 from bertkit.train.elastic import with_processes
-from bertkit.train.loop import already_finished, make_accelerator, plan_text, run_precision, train_best
+from bertkit.train.accelerator import make_accelerator, run_precision, with_sharding
+from bertkit.train.loop import already_finished, plan_text, train_best
 from bertkit.train.results import FinetuneJob, FinetuneResult
+from bertkit.train.sharding import full_weights
 from bertkit.translation import PairTokenizers, Translator
 
 
@@ -81,7 +83,8 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
         where = f"{model_dir}" if model_dir is not None else "the recipe"
         raise BertkitError(f"model.architecture: seq2seq training needs an encoder-decoder, {where} has "
                            f"{config.model.architecture!r} (try --recipe translate-multi30k)")
-    accelerator = make_accelerator(config.train.precision)
+    config = with_sharding(config)
+    accelerator = make_accelerator(config.train.precision, config.train.sharding)
     config = with_processes(config, out, resume, accelerator.num_processes, console, accelerator.is_main_process)
     main = accelerator.is_main_process
     set_seed(config.train.seed)
@@ -160,9 +163,9 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
 
     summary = train_best(model, objective, train_cfg, out, accelerator, metric, resume=resume, console=console,
                          progress=progress)
+    whole = full_weights(model)  # the best weights on the main process (gathered when sharded)
     if main:
-        model.to(accelerator.device)
-        summary["validation"] = objective.evaluate(model)
+        summary["validation"] = objective.evaluate(whole.to(accelerator.device))
         if objective.last_bleu is not None:  # the evaluation's own decoding: sacrebleu's line and signature
             summary["validation"]["bleu_detail"] = objective.last_bleu
         write_json(out / RESULTS_FILE, summary)

@@ -1,7 +1,9 @@
 """Resumable checkpoints inside a run directory.
 
 checkpoints/
-  step-N/          model.safetensors, optimizer.pt (optimizer + scheduler tensors), rng.pt, state.json
+  step-N/          model.safetensors, optimizer.pt (optimizer + scheduler tensors), rng.pt, state.json; a sharded
+                   run (train.sharding = fsdp) has sharded/ (every process's shards of the model and optimiser,
+                   torch.distributed.checkpoint) instead of the weights, and only the scheduler in optimizer.pt
   latest           the name of the newest complete step-N, replaced in one durable rename
   best/            finetuning: the weights of the best validation metric so far, and its state.json
 
@@ -32,6 +34,7 @@ BEST = "best"
 _STEP = re.compile(r"step-(\d+)")
 OPTIMIZER_FILE = "optimizer.pt"
 RNG_FILE = "rng.pt"
+SHARDED_DIR = "sharded"  # a sharded run's (train.sharding = fsdp) model and optimiser shards, one file per process
 STATE_FILE = "state.json"
 
 
@@ -84,13 +87,19 @@ def clean_stale(run_dir: str | Path) -> int:
 
 
 def save_checkpoint(run_dir: str | Path, step: int, model, optimizer, scheduler, state: dict,
-                    keep: int, rng_states: list[dict]) -> Path:
-    """Write checkpoints/step-N atomically and durably, flip `latest` to it, then prune old ones."""
+                    keep: int, rng_states: list[dict], shards=None) -> Path:
+    """Write checkpoints/step-N atomically and durably, flip `latest` to it, then prune old ones. With `shards`
+    (a sharded run), `shards(folder)` writes the model and optimiser there (every process takes part) instead."""
     root = Path(run_dir) / CHECKPOINTS
     final = root / f"step-{step}"
     with atomic_dir(final, overwrite=True) as tmp:
-        write_weights(tmp / WEIGHTS_FILE, model, step=str(step))
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, tmp / OPTIMIZER_FILE)
+        if shards is not None:
+            shards(tmp)
+            torch.save({"scheduler": scheduler.state_dict()}, tmp / OPTIMIZER_FILE)
+        else:
+            write_weights(tmp / WEIGHTS_FILE, model, step=str(step))
+            torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+                       tmp / OPTIMIZER_FILE)
         torch.save(rng_states, tmp / RNG_FILE)
         write_json(tmp / STATE_FILE, state)
     write_atomic(root / LATEST, final.name)
@@ -166,14 +175,19 @@ def saved_processes(path: Path) -> int:
 
 def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> tuple[dict, list[dict]]:
     """Load weights (and optimizer/scheduler when given) from a checkpoint; returns (state, rng states). A damaged
-    file is one line naming it and the earlier checkpoint that is left, if any."""
+    file is one line naming it and the earlier checkpoint that is left, if any. A sharded checkpoint is loaded by
+    every process at once (`load_shards`: into a sharded model, or whole into a plain one)."""
     try:
         state = read_json(path / STATE_FILE, "checkpoint state")
-        load_weights(model, path / WEIGHTS_FILE, next(model.parameters()).device)
+        sharded = is_sharded_checkpoint(path)
+        if sharded:
+            load_shards(path, model, optimizer)
+        else:
+            load_weights(model, path / WEIGHTS_FILE, next(model.parameters()).device)
         if optimizer is not None or scheduler is not None:
             saved = _torch_file(path / OPTIMIZER_FILE)
             try:
-                if optimizer is not None:
+                if optimizer is not None and not sharded:
                     optimizer.load_state_dict(saved["optimizer"])
                 if scheduler is not None:
                     scheduler.load_state_dict(saved["scheduler"])
@@ -185,6 +199,44 @@ def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> tuple[
     except BertkitError as exc:
         raise _damaged(path, exc) from None
     return state, rng
+
+
+def is_sharded_checkpoint(path: Path) -> bool:
+    """Whether checkpoints/step-N holds shards (a run trained with train.sharding = fsdp) rather than one
+    model.safetensors and the optimiser in optimizer.pt."""
+    return (Path(path) / SHARDED_DIR).is_dir()
+
+
+def save_shards(folder: Path, model: torch.nn.Module, optimizer) -> None:
+    """Every process writes its shards of the model and optimiser into `folder`/sharded (collective; the files
+    are fsynced). Keys are parameter names, so a resume with another process count reshards them on load."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    dcp.save({"model": model_state, "optimizer": optimizer_state},
+             storage_writer=dcp.FileSystemWriter(str(Path(folder) / SHARDED_DIR), sync_files=True))
+
+
+def load_shards(folder: Path, model: torch.nn.Module, optimizer) -> None:
+    """Load what `save_shards` wrote into `model` and `optimizer` (collective), resharding to this launch's
+    processes; a damaged or mismatched checkpoint is one line."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    if optimizer is None:
+        state = {"model": get_state_dict(model, [])[0]}
+    else:
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        state = {"model": model_state, "optimizer": optimizer_state}
+    try:
+        dcp.load(state, storage_reader=dcp.FileSystemReader(str(Path(folder) / SHARDED_DIR)))
+    except (dcp.api.CheckpointException, RuntimeError, OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BertkitError(f"{Path(folder) / SHARDED_DIR}: damaged or from another model ({first[:200]})") from None
+    set_state_dict(model, optimizer if optimizer is not None else [], model_state_dict=state["model"],
+                   optim_state_dict=state.get("optimizer", {}))
+
 
 
 # ------------------------------------------------------------------------------------------ best weights

@@ -139,10 +139,11 @@ def load_config(run: str | Path) -> Config:
 
 
 # Train settings a resumed run may change without breaking its exact continuation (limits, logging, checkpoint
-# cadence, compilation, early stopping); every other stored setting must match.
+# cadence, compilation, early stopping, sharding: a sharded checkpoint also loads whole); every other stored
+# setting must match.
 RESUMABLE_TRAIN_KEYS = frozenset(f"train.{key}" for key in (
     "max_steps", "max_time", "log_every", "eval_every", "save_every", "keep_checkpoints", "compile", "patience",
-    "epochs"))
+    "epochs", "sharding"))
 
 
 def check_run_output(out: Path, config: Config, resume: bool, sections: tuple[str, ...],

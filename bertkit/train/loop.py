@@ -20,7 +20,6 @@ from typing import Protocol
 
 import torch
 from accelerate import Accelerator
-from accelerate.state import AcceleratorState
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -28,12 +27,15 @@ from bertkit.config import ModelConfig, TrainConfig
 from bertkit.errors import BertkitError
 from bertkit.hardware import Peak, peak_flops, resolve_precision
 from bertkit.nn.model import Model
-from bertkit.run.checkpoints import (best_weights, clean_stale, drop_newer_best, latest_checkpoint, load_checkpoint,
-                                     read_state, rng_state, save_best, save_checkpoint, set_rng_state)
-from bertkit.run.directory import (RESULTS_FILE, WEIGHTS_FILE, copy_weights, load_weights, read_json, record_train,
+from bertkit.run.checkpoints import (best_weights, clean_stale, drop_newer_best, is_sharded_checkpoint,
+                                     latest_checkpoint, load_checkpoint, read_state, rng_state, save_best,
+                                     save_checkpoint, save_shards, set_rng_state)
+from bertkit.run.directory import (RESULTS_FILE, WEIGHTS_FILE, copy_weights, read_json, record_train,
                                    write_weights)
 from bertkit.run.metrics import MetricsLog, truncate_metrics
 from bertkit.train.defaults import DEFAULT_LEARNING_RATE, use_compile
+from bertkit.train.accelerator import run_precision, sharding_text
+from bertkit.train.sharding import all_finite, broadcast_path, full_weights, load_full_weights
 
 _CALIBRATION_STEPS = 10  # steps timed before a --max-time budget fixes the number of steps
 
@@ -146,30 +148,6 @@ def lr_factor(step: int, total: int, warmup_ratio: float, schedule: str, decay_r
     if schedule == "cosine":
         return 0.5 * (1.0 + math.cos(math.pi * progress))
     return max(0.0, 1.0 - progress)
-
-
-def make_accelerator(precision: str) -> Accelerator:
-    """One Accelerator per process: CPU, one GPU or a distributed launch (accelerate launch / torchrun), at the
-    precision `precision` resolves to on that device ("auto": `hardware.resolve_precision`)."""
-    gpu = torch.cuda.is_available()
-    chosen = resolve_precision(precision, "cuda" if gpu else "cpu").precision
-    mixed = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[chosen]
-    # Accelerate keeps one state per process and refuses a second precision (demo, ablate and in-process callers
-    # run several jobs): a single process starts afresh; a distributed launch must keep one precision.
-    held = AcceleratorState._shared_state.get("_mixed_precision")
-    if held is not None and str(held) != mixed:
-        if AcceleratorState().num_processes > 1:
-            raise BertkitError(f"train.precision: this launch already trains at {held}, not {chosen}; give every "
-                               "job of one distributed launch the same precision")
-        AcceleratorState._reset_state(reset_partial_state=True)
-    # cpu=True where there is no GPU: Accelerate then runs a torchrun/accelerate launch as a gloo process group
-    # (without it, each CPU process would silently train alone).
-    return Accelerator(cpu=not gpu, mixed_precision=mixed)
-
-
-def run_precision(accelerator: Accelerator) -> str:
-    """The precision an Accelerator trains at: fp32, bf16 or fp16."""
-    return {"no": "fp32"}.get(str(accelerator.mixed_precision), str(accelerator.mixed_precision))
 
 
 class _Metrics:
@@ -295,8 +273,13 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
         resume_step = 0
         if main:
             console.print(f"{run_dir}: no checkpoint yet; starting the run again from step 0")
+    # Checkpoints load after `prepare`: a sharded model takes its own shards (every process reads its part).
+    ddp_model, prepared = accelerator.prepare(model, optimizer)
+    sharded = accelerator.is_fsdp2
     if checkpoint is not None:
-        model.to(accelerator.device)
+        if sharded and not is_sharded_checkpoint(checkpoint):
+            raise BertkitError(f"{checkpoint}: was written without sharding; resume it with --set "
+                               "train.sharding=none (a sharded checkpoint resumes either way)")
         saved, rngs = load_checkpoint(checkpoint, model, optimizer, scheduler)
         known = {f.name for f in dataclasses.fields(TrainState)}
         state = TrainState(**{k: (tuple(v) if k == "calibrated_at" else v) for k, v in saved.items() if k in known})
@@ -316,11 +299,12 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
             record_train(run_dir, cfg)  # the (possibly extended) limits
             drop_newer_best(run_dir, state.step)
             console.print(f"resuming from {checkpoint.name} (step {state.step} of {state.total_steps})")
-    ddp_model, optimizer = accelerator.prepare(model, optimizer)
     if resume and (state.step >= state.total_steps or state.stopped_early or state.budget_spent):
         # Killed after its last checkpoint, before its results: nothing left to train, the final evaluation again.
         return {"state": asdict(state), "evaluation": objective.evaluate(_plain(accelerator, ddp_model))}
     compiled, why = use_compile(cfg.compile, accelerator.device, state.total_steps - state.step)
+    if sharded and compiled:
+        compiled, why = False, "not with FSDP here: its units gather and free weights around every block"
     if compiled:  # training steps only: evaluation and checkpoints use the plain module (`_plain`)
         ddp_model = torch.compile(ddp_model)
     metrics = _Metrics(run_dir, main, resume_step, console)
@@ -337,6 +321,8 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
         choice = resolve_precision(cfg.precision, accelerator.device)
         console.print(f"precision: {precision}" + (f" ({choice.reason})" if choice.precision == precision else "")
                       + f"; torch.compile: {'on' if compiled else 'off'} ({why})", highlight=False)
+        if sharded:
+            console.print(sharding_text(world), highlight=False)
         console.print(f"MFU: model FLOPs per second as a share of {world} x {peak.flops / 1e12:.3g} TFLOP/s "
                       f"({peak.source})", highlight=False)
 
@@ -376,12 +362,12 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                 grad_norm = float(grad_norm)
                 finite = math.isfinite(totals["loss"]) and math.isfinite(grad_norm)
                 if finite:
-                    optimizer.step()
+                    prepared.step()
                     state.bad_in_row = 0
                 else:
                     state.bad_in_row += 1
                     state.skipped_steps += 1
-                optimizer.zero_grad(set_to_none=True)
+                prepared.zero_grad(set_to_none=True)
                 scheduler.step()
                 state.step += 1
                 step_time = time.perf_counter() - t0
@@ -468,8 +454,9 @@ def _track_best(metric: str, evaluation: dict, state: TrainState, cfg: TrainConf
     better = state.best_value is None or (value < state.best_value if lower_is_better else value > state.best_value)
     if better and math.isfinite(value):
         state.best_value, state.best_step, state.stale_evals = float(value), state.step, 0
+        whole = full_weights(_plain(accelerator, ddp_model))  # gathered when sharded: every process takes part
         if accelerator.is_main_process:
-            save_best(run_dir, _plain(accelerator, ddp_model), state.step, metric, value)
+            save_best(run_dir, whole, state.step, metric, value)
         accelerator.wait_for_everyone()
     else:
         state.stale_evals += 1
@@ -486,12 +473,13 @@ def train_best(model: Model, objective: SupervisedObjective, cfg: TrainConfig, r
                    metric=metric)
     best = best_weights(run_dir)
     if best is not None:
-        load_weights(model, best, next(model.parameters()).device)
+        load_full_weights(model, best)
+    whole = full_weights(model) if best is None else None
     if accelerator.is_main_process:
         if best is not None:
             copy_weights(best, Path(run_dir) / WEIGHTS_FILE)
         else:
-            write_weights(Path(run_dir) / WEIGHTS_FILE, model)
+            write_weights(Path(run_dir) / WEIGHTS_FILE, whole)
     return {"out": str(run_dir), "best_step": result["state"]["best_step"], "metric": metric,
             "steps": result["state"]["step"], "stopped_early": result["state"]["stopped_early"],
             "precision": result["state"]["precision"]}
@@ -547,13 +535,20 @@ def _refit_budget(cfg: TrainConfig, state: TrainState, objective: Objective) -> 
 
 
 def _checkpoint(run_dir, state, accelerator, ddp_model, optimizer, scheduler, keep) -> None:
+    """checkpoints/step-N (the main process writes it; under FSDP every process writes its shards into it)."""
     rngs = accelerator.gather_for_metrics([rng_state()], use_gather_object=True) if accelerator.num_processes > 1 \
         else [rng_state()]
+    model = _plain(accelerator, ddp_model)
+    if not all_finite(model):
+        raise BertkitError(f"step {state.step}: weights are not finite; refusing to write a NaN checkpoint")
+    shards = None
+    if accelerator.is_fsdp2:
+        def shards(folder: Path | None) -> None:  # the main process names the folder, every process writes to it
+            save_shards(broadcast_path(folder), model, optimizer)
     if accelerator.is_main_process:
-        model = _plain(accelerator, ddp_model)
-        if not all(torch.isfinite(p).all() for p in model.parameters()):
-            raise BertkitError(f"step {state.step}: weights are not finite; refusing to write a NaN checkpoint")
-        save_checkpoint(run_dir, state.step, model, optimizer, scheduler, asdict(state), keep, rngs)
+        save_checkpoint(run_dir, state.step, model, optimizer, scheduler, asdict(state), keep, rngs, shards)
+    elif shards is not None:
+        shards(None)
     accelerator.wait_for_everyone()
 
 

@@ -13,7 +13,8 @@ from bertkit.nn.attention import set_attention_impl
 from bertkit.nn.model import Model
 from bertkit.text.features import TaskEncoder
 from bertkit.text.tokenizer import special_ids
-from bertkit.train.loop import TrainState, _log_record, make_accelerator, train
+from bertkit.train.accelerator import make_accelerator
+from bertkit.train.loop import TrainState, _log_record, train
 from bertkit.tasks.classify import ClassifyObjective
 from bertkit.tasks.clm import CLMObjective
 from bertkit.tasks.mlm import MLMObjective

@@ -11,7 +11,8 @@ from bertkit.config import DataConfig, TrainConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
 from bertkit.text.tokenizer import special_ids
-from bertkit.train.loop import lr_factor, make_accelerator, param_groups, train
+from bertkit.train.accelerator import make_accelerator
+from bertkit.train.loop import lr_factor, param_groups, train
 from bertkit.tasks.mlm import MLMObjective
 from conftest import tiny, heads
 
@@ -238,7 +239,7 @@ def test_auto_compiles_only_where_it_was_measured_to_pay(monkeypatch):
 def test_one_process_may_run_jobs_at_different_precisions():
     """demo / ablate / the Python API run several jobs in one process: a job at another precision than the one
     before it gets its own Accelerator (Accelerate alone refuses a second precision)."""
-    from bertkit.train.loop import run_precision
+    from bertkit.train.accelerator import run_precision
 
     assert run_precision(make_accelerator("bf16")) == "bf16"
     assert run_precision(make_accelerator("fp32")) == "fp32"
