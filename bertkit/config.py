@@ -201,10 +201,14 @@ class DataConfig:
     whole_word_mask: bool = False  # mask every piece of a word together (words from the pre-tokenizer)
     tokenize_workers: int = 1  # processes for tokenising and packing (each also uses tokenizers' threads)
     skip_bad_lines: bool = False  # skip lines that are not valid UTF-8 (counted) instead of stopping
+    # read the corpus through datasets' streaming API and pack it on the fly (nothing cached on disk; a Hub dataset
+    # as corpus = ["hf:NAME"] or "hf:NAME@SPLIT"): bertkit/text/stream.py
+    streaming: bool = False
+    shuffle_window: int = 64  # streaming: global batches read and shuffled together
 
     def __post_init__(self) -> None:
         _check_types(self, "data")
-        _at_least(self, "data", block_size=8, max_validation_blocks=1, tokenize_workers=1)
+        _at_least(self, "data", block_size=8, max_validation_blocks=1, tokenize_workers=1, shuffle_window=1)
         if not 0.0 <= self.validation_fraction < 0.5:
             raise ConfigError(f"data.validation_fraction: must be in [0, 0.5), got {self.validation_fraction}")
         if not 0.0 < self.mlm_probability < 1.0:

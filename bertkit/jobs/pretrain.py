@@ -30,6 +30,7 @@ from bertkit.tasks.registry import PRETRAINING
 from bertkit.text.bpe import train_on_corpus
 from bertkit.text.corpus import corpus_fingerprint, find_files, load_corpus
 from bertkit.text.packing import pack_corpus
+from bertkit.text.stream import HUB_PREFIX, streamed_packed
 from bertkit.text.tokenizer import check_vocab_matches, load_tokenizer, save_tokenizer, special_ids, vocab_span
 from bertkit.train.defaults import DEFAULT_LEARNING_RATE, with_learning_rate
 from bertkit.train.elastic import with_processes
@@ -126,13 +127,17 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
         else:
             tokenizer = _cached_tokenizer(config, console if main else Console(quiet=True))
         quiet = console if main else Console(quiet=True)
-        dataset, stats, corpus_key = load_corpus(config.data.corpus, config.data.text_field,
-                                                 config.data.skip_bad_lines, console=quiet)
-        packed = pack_corpus(dataset, corpus_key, tokenizer, config.data.block_size,
-                             config.data.validation_fraction, config.data.max_validation_blocks,
-                             config.data.tokenize_workers, console=quiet)
-    if stats.bad_lines and main:
-        console.print(f"[yellow]skipped {stats.bad_lines:,} line(s) that are not valid UTF-8")
+        if config.data.streaming:  # tokenised and packed on the fly: nothing read whole, nothing cached
+            packed = streamed_packed(config.data.corpus, config.data.text_field, tokenizer, config.data.block_size,
+                                     config.data.validation_fraction, config.data.max_validation_blocks)
+        else:
+            dataset, stats, corpus_key = load_corpus(config.data.corpus, config.data.text_field,
+                                                     config.data.skip_bad_lines, console=quiet)
+            packed = pack_corpus(dataset, corpus_key, tokenizer, config.data.block_size,
+                                 config.data.validation_fraction, config.data.max_validation_blocks,
+                                 config.data.tokenize_workers, console=quiet)
+            if stats.bad_lines and main:
+                console.print(f"[yellow]skipped {stats.bad_lines:,} line(s) that are not valid UTF-8")
     vocab = vocab_span(tokenizer)
     if resume:
         check_vocab_matches(tokenizer, config.model.vocab_size, out)
@@ -147,8 +152,10 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
                                                    accelerator.num_processes)
 
     if main:
-        console.print(f"corpus: {stats.documents:,} documents, {packed.stats['train_blocks']:,} training and "
-                      f"{len(packed.validation):,} validation blocks of {config.data.block_size} tokens; "
+        corpus = (f"streamed corpus ({config.data.shuffle_window} batches shuffled together), "
+                  if config.data.streaming else
+                  f"corpus: {stats.documents:,} documents, {packed.stats['train_blocks']:,} training and ")
+        console.print(f"{corpus}{len(packed.validation):,} validation blocks of {config.data.block_size} tokens; "
                       f"vocab {vocab:,}; global batch {objective.global_batch}")
         if not resume:
             with atomic_dir(out, exists_hint="pass --resume to continue it, or choose another --out") as tmp:
@@ -175,6 +182,9 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
 
 def _cached_tokenizer(config: Config, console: Console):
     """Train a BPE tokenizer on the corpus once per (corpus, settings); later runs and other processes reuse it."""
+    if any(str(c).startswith(HUB_PREFIX) for c in config.data.corpus):
+        raise BertkitError("data.corpus: a streamed Hub dataset is not read whole to train a tokenizer; pass "
+                           "--tokenizer (train one on a sample with `bertkit tokenizer train`)")
     files = find_files(config.data.corpus)
     key = hashlib.sha256(json.dumps([corpus_fingerprint(files, config.data.text_field, config.data.skip_bad_lines),
                                      config.model.vocab_size, dataclasses.asdict(config.tokenizer)]).encode())

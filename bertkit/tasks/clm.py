@@ -13,8 +13,7 @@ from bertkit.config import DataConfig, ModelConfig, TrainConfig
 from bertkit.nn.flops import train_flops
 from bertkit.nn.model import Model
 from bertkit.tasks.base import PretrainTask
-from bertkit.tasks.packed import training_blocks, unigram_counts, validation_totals
-from bertkit.text.collate import EpochSampler
+from bertkit.tasks.packed import training_rows, validation_totals
 from bertkit.text.packing import Packed
 from bertkit.text.tokenizer import SpecialIds
 
@@ -27,10 +26,8 @@ class CLMObjective:
     def __init__(self, packed: Packed, special: SpecialIds, vocab_size: int, data: DataConfig, train: TrainConfig,
                  world: int = 1):
         self.global_batch = train.batch_size * train.accumulation_steps * world
-        self.blocks = training_blocks(packed, ["input_ids"], self.global_batch)
-        self.n = len(self.blocks)
+        self.source = training_rows(packed, ["input_ids"], self.global_batch, train.seed, data.shuffle_window)
         self.special, self.vocab_size = special, vocab_size
-        self.sampler = EpochSampler(self.n, self.global_batch, train.seed)
         val = packed.validation.with_format("numpy", columns=["input_ids"])
         rows = torch.from_numpy(val[:]["input_ids"].astype(np.int64)) if len(val) else None
         self.validation = [] if rows is None else [{"input_ids": rows[i:i + train.batch_size]}
@@ -38,12 +35,16 @@ class CLMObjective:
         # an evaluation in train-step units (forward only: about a third of a training step per batch)
         self.eval_cost_steps = len(self.validation) * 0.35 / max(1, train.accumulation_steps)
 
-    def rows(self, step: int) -> np.ndarray:
-        """Block indices of step `step`'s global batch."""
-        return self.sampler.rows(step)
+    def position(self, step: int) -> dict:
+        """Where step `step`'s batch comes from in a streamed corpus (kept in a checkpoint; {} when packed)."""
+        return self.source.position(step)
+
+    def seek(self, point: dict, step: int) -> None:
+        """Resume the batches at `step` from a checkpoint's `position(step)`."""
+        self.source.seek(point, step)
 
     def batch(self, step: int) -> dict[str, torch.Tensor]:
-        data = self.blocks[self.rows(step).tolist()]
+        data = self.source.rows(step)
         return {"input_ids": torch.from_numpy(data["input_ids"].astype(np.int64))}
 
     @staticmethod
@@ -74,7 +75,7 @@ class CLMObjective:
         perplexity) and its most frequent token (accuracy)."""
         if not self.validation:
             return {}
-        counts = unigram_counts(self.blocks, self.n, self.vocab_size, first=1)  # every token but the block's [CLS]
+        counts = self.source.unigram_counts(self.vocab_size, first=1)  # every token but the block's [CLS]
         log_p = np.log((counts + 1) / (counts + 1).sum())  # add-one smoothing: unseen targets stay finite
         targets = torch.cat([b["input_ids"][:, 1:].flatten() for b in self.validation]).numpy()
         loss = float(-log_p[targets].mean())

@@ -11,8 +11,8 @@ from bertkit.config import DataConfig, ModelConfig, TrainConfig
 from bertkit.nn.flops import train_flops
 from bertkit.nn.model import Model
 from bertkit.tasks.base import PretrainTask
-from bertkit.tasks.packed import EVAL_STREAM, training_blocks, unigram_counts, validation_totals
-from bertkit.text.collate import IGNORE_INDEX, EpochSampler, mlm_mask, step_generator
+from bertkit.tasks.packed import EVAL_STREAM, training_rows, validation_totals
+from bertkit.text.collate import IGNORE_INDEX, mlm_mask, step_generator
 from bertkit.text.packing import Packed
 from bertkit.text.tokenizer import SpecialIds
 
@@ -24,11 +24,10 @@ class MLMObjective:
     def __init__(self, packed: Packed, special: SpecialIds, vocab_size: int, data: DataConfig, train: TrainConfig,
                  world: int = 1):
         self.global_batch = train.batch_size * train.accumulation_steps * world
-        self.blocks = training_blocks(packed, ["input_ids", "word_start"], self.global_batch)
-        self.n = len(self.blocks)
+        self.source = training_rows(packed, ["input_ids", "word_start"], self.global_batch, train.seed,
+                                    data.shuffle_window)
         self.special, self.vocab_size, self.data, self.seed = special, vocab_size, data, train.seed
         self.eval_batch = train.batch_size
-        self.sampler = EpochSampler(self.n, self.global_batch, train.seed)
         self.validation = self._validation_batches(packed)
         # an evaluation costs about a third of a training step per batch (forward only), in train-step units
         self.eval_cost_steps = len(self.validation) * 0.35 / max(1, train.accumulation_steps)
@@ -47,12 +46,16 @@ class MLMObjective:
         return [{"input_ids": inputs[i:i + self.eval_batch], "labels": labels[i:i + self.eval_batch]}
                 for i in range(0, len(inputs), self.eval_batch)]
 
-    def rows(self, step: int) -> np.ndarray:
-        """Block indices of step `step`'s global batch."""
-        return self.sampler.rows(step)
+    def position(self, step: int) -> dict:
+        """Where step `step`'s batch comes from in a streamed corpus (kept in a checkpoint; {} when packed)."""
+        return self.source.position(step)
+
+    def seek(self, point: dict, step: int) -> None:
+        """Resume the batches at `step` from a checkpoint's `position(step)`."""
+        self.source.seek(point, step)
 
     def batch(self, step: int) -> dict[str, torch.Tensor]:
-        data = self.blocks[self.rows(step).tolist()]
+        data = self.source.rows(step)
         inputs, labels = self._mask(data["input_ids"], data["word_start"], step_generator(self.seed, step))
         return {"input_ids": inputs, "labels": labels}
 
@@ -85,7 +88,7 @@ class MLMObjective:
         distribution gives the loss, its most frequent token the accuracy."""
         if not self.validation:
             return {}
-        counts = unigram_counts(self.blocks, self.n, self.vocab_size, first=0)
+        counts = self.source.unigram_counts(self.vocab_size, first=0)
         counts[list(self.special.all)] = 0  # never a target
         log_p = np.log((counts + 1) / (counts + 1).sum())  # add-one smoothing: unseen targets stay finite
         targets = torch.cat([b["labels"][b["labels"] != IGNORE_INDEX] for b in self.validation]).numpy()

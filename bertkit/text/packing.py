@@ -49,7 +49,7 @@ def _tokenizer(tokenizer_json: str) -> Tokenizer:  # one parse per worker proces
     return Tokenizer.from_str(tokenizer_json)
 
 
-def _tokenize_batch(batch: dict, tokenizer_json: str, sep_id: int) -> dict:
+def tokenize_documents(batch: dict, tokenizer_json: str, sep_id: int) -> dict:
     """Documents -> token ids + [SEP], and per-token word-start flags (the [SEP] is a word of its own)."""
     encodings = _tokenizer(tokenizer_json).encode_batch(batch["text"], add_special_tokens=False)
     ids, starts = [], []
@@ -62,27 +62,37 @@ def _tokenize_batch(batch: dict, tokenizer_json: str, sep_id: int) -> dict:
     return {"ids": ids, "starts": starts}
 
 
+def cut_blocks(ids: list[np.ndarray], starts: list[np.ndarray], carry_ids: np.ndarray, carry_starts: np.ndarray,
+               block_size: int, cls_id: int, dtype) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The carried tokens and then tokenised documents (`tokenize_documents`), cut into [CLS] + (block_size - 1)
+    -token blocks: (blocks (n, block_size), their word starts, the ids and word starts left over for the next
+    documents). The one packing rule of the cached and the streamed corpus."""
+    body = block_size - 1
+    ids_all = np.concatenate([carry_ids, *ids])
+    starts_all = np.concatenate([carry_starts, *starts])
+    n = len(ids_all) // body
+    blocks = np.empty((n, block_size), dtype=dtype)
+    blocks[:, 0] = cls_id
+    blocks[:, 1:] = ids_all[: n * body].reshape(n, body)
+    block_starts = np.ones((n, block_size), dtype=bool)
+    block_starts[:, 1:] = starts_all[: n * body].reshape(n, body)
+    return blocks, block_starts, ids_all[n * body:], starts_all[n * body:]
+
+
 def _write_blocks(tokens: Dataset, path: Path, block_size: int, cls_id: int, dtype: str) -> int:
     """Stream tokenised documents in order into [CLS] + (block_size - 1)-token blocks, carrying the remainder
     from batch to batch (so the result does not depend on how tokenising was split over workers)."""
-    body = block_size - 1
     schema = pa.schema([("input_ids", pa.list_(pa.from_numpy_dtype(np.dtype(dtype)))),
                         ("word_start", pa.list_(pa.bool_()))])
     carry_ids, carry_starts = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
     count = 0
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
         for batch in tokens.with_format("numpy").iter(batch_size=_DOCS_PER_BATCH):
-            ids = np.concatenate([carry_ids, *batch["ids"]])
-            starts = np.concatenate([carry_starts, *batch["starts"]])
-            n = len(ids) // body
-            carry_ids, carry_starts = ids[n * body:], starts[n * body:]
+            blocks, block_starts, carry_ids, carry_starts = cut_blocks(batch["ids"], batch["starts"], carry_ids,
+                                                                       carry_starts, block_size, cls_id, dtype)
+            n = len(blocks)
             if n == 0:
                 continue
-            blocks = np.empty((n, block_size), dtype=dtype)
-            blocks[:, 0] = cls_id
-            blocks[:, 1:] = ids[: n * body].reshape(n, body)
-            block_starts = np.ones((n, block_size), dtype=bool)
-            block_starts[:, 1:] = starts[: n * body].reshape(n, body)
             writer.write_batch(pa.record_batch([
                 pa.FixedSizeListArray.from_arrays(blocks.ravel(), block_size).cast(schema.field(0).type),
                 pa.FixedSizeListArray.from_arrays(block_starts.ravel(), block_size).cast(schema.field(1).type)],
@@ -151,7 +161,7 @@ def _build(folder: Path, corpus: Dataset, tokenizer: Tokenizer, block_size: int,
             if len(docs) == 0:
                 files[name], stats[f"{name}_blocks"], stats[f"{name}_tokens"] = [], 0, 0
                 continue
-            tokens = docs.map(_tokenize_batch, batched=True, batch_size=_DOCS_PER_BATCH,
+            tokens = docs.map(tokenize_documents, batched=True, batch_size=_DOCS_PER_BATCH,
                               fn_kwargs=dict(tokenizer_json=tokenizer.to_str(), sep_id=ids.sep),
                               remove_columns=docs.column_names, features=features,
                               num_proc=workers if workers > 1 and len(docs) >= 2 * _DOCS_PER_BATCH else None,

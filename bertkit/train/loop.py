@@ -41,7 +41,9 @@ _CALIBRATION_STEPS = 10  # steps timed before a --max-time budget fixes the numb
 
 
 class Objective(Protocol):
-    """What a task gives the loop: everything the loop reads from it."""
+    """What a task gives the loop: everything the loop reads from it. An objective on a streamed corpus also has
+    `position(step) -> dict` (where that step's batch comes from: kept in each checkpoint) and `seek(point, step)`
+    (a resume continues there), since its batches need the stream's position besides the step."""
 
     global_batch: int  # rows of one optimiser step over all processes and micro-steps
     eval_cost_steps: float  # one `evaluate` call, in training-step units (for --max-time planning)
@@ -102,6 +104,8 @@ class TrainState:
     # processes at the run's first launch: with its batch_size and accumulation_steps, the global batch a resume
     # with another process count keeps (train/elastic.py); 0 in a checkpoint written before it was recorded
     processes: int = 0
+    # a streamed corpus (data.streaming): where the next step's batch comes from in the stream (objective.position)
+    stream: dict = field(default_factory=dict)
 
 
 def layer_depth(name: str, n_layers: int) -> int:
@@ -293,6 +297,8 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
         # a process that did not exist before (an elastic resume with more processes) takes the last one's stream
         set_rng_state(rngs[min(accelerator.process_index, len(rngs) - 1)])
         state.processes = state.processes or len(rngs)  # a checkpoint from before the record: one state per process
+        if state.stream and hasattr(objective, "seek"):  # a streamed corpus: seek, never replay the stream
+            objective.seek(state.stream, state.step)
         resume_step = state.step
         if main:  # the checkpoint loaded: now the run directory may say that the run goes on
             (Path(run_dir) / RESULTS_FILE).unlink(missing_ok=True)  # its presence always means "finished"
@@ -428,7 +434,8 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                                 console.print(f"early stop: {metric} has not improved for {state.stale_evals} "
                                               f"evaluations (best {state.best_value:.4f} at step {state.best_step})")
                 if state.step % cfg.save_every == 0 or last:
-                    _checkpoint(run_dir, state, accelerator, ddp_model, optimizer, scheduler, cfg.keep_checkpoints)
+                    _checkpoint(run_dir, state, accelerator, ddp_model, optimizer, scheduler, cfg.keep_checkpoints,
+                                objective)
                 bar.update(task, completed=state.step)
                 if last:
                     break
@@ -534,8 +541,9 @@ def _refit_budget(cfg: TrainConfig, state: TrainState, objective: Objective) -> 
     state.total_steps = max(state.step + 1, min(cfg.max_steps, state.step + extra))
 
 
-def _checkpoint(run_dir, state, accelerator, ddp_model, optimizer, scheduler, keep) -> None:
+def _checkpoint(run_dir, state, accelerator, ddp_model, optimizer, scheduler, keep, objective) -> None:
     """checkpoints/step-N (the main process writes it; under FSDP every process writes its shards into it)."""
+    state.stream = objective.position(state.step) if hasattr(objective, "position") else {}
     rngs = accelerator.gather_for_metrics([rng_state()], use_gather_object=True) if accelerator.num_processes > 1 \
         else [rng_state()]
     model = _plain(accelerator, ddp_model)

@@ -1,0 +1,227 @@
+"""Streaming corpora (`data.streaming = true`): documents read through `datasets`' streaming API, tokenised and
+packed on the fly, never written to the disk cache.
+
+The source is the corpus's local files (a builder per format: text, json, csv, parquet) or a Hub dataset
+(`hf:NAME` or `hf:NAME@SPLIT`, for users with internet). Documents are stripped and empty ones skipped, every k-th
+is validation (k = 1 / data.validation_fraction), and the training documents are packed into blocks exactly as the
+cached path packs them (text/packing.py), in the same order — the same blocks for the same corpus (tested).
+
+Batches: blocks are served in windows of `data.shuffle_window` global batches, each window shuffled with a seed of
+its own (seed, window), so a step's batch is still a pure function of (seed, step) and the corpus. Reading the
+stream records where each window starts (the source's `state_dict`, the document count and the tokens carried
+into the window's first block); a checkpoint stores that point for its step, and a resume seeks the source there
+and re-reads at most that window — never the stream from its start (datasets re-reads at most the current file).
+When the stream ends it starts again (the next epoch), its last partial block dropped like the cached path's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+from datasets import Dataset
+from tokenizers import Tokenizer
+
+from bertkit.errors import BertkitError
+from bertkit.text.corpus import file_format, find_files
+from bertkit.text.packing import Packed, cut_blocks, tokenize_documents
+from bertkit.text.tokenizer import special_ids
+
+HUB_PREFIX = "hf:"
+_DOCS = 256  # documents tokenised together (a resume point sits before each such batch)
+# datasets' builder per file format, read as text/corpus.py reads it (TSV without quote processing: QUOTE_NONE)
+_BUILDERS = {"text": ("text", {}), "jsonl": ("json", {}), "csv": ("csv", {}),
+             "tsv": ("csv", {"sep": "\t", "quoting": 3}), "parquet": ("parquet", {})}
+
+
+def open_source(corpus: tuple[str, ...] | list[str]):
+    """The corpus as a `datasets.IterableDataset` (streaming): one Hub dataset, or local files of one format."""
+    import datasets
+
+    hub = [c for c in corpus if str(c).startswith(HUB_PREFIX)]
+    if hub:
+        if len(corpus) != 1:
+            raise BertkitError(f"data.corpus: a Hub dataset ({hub[0]}) streams alone; give it as the only entry")
+        name, _, split = str(hub[0])[len(HUB_PREFIX):].partition("@")
+        try:
+            return datasets.load_dataset(name, split=split or "train", streaming=True)
+        except Exception as exc:  # the Hub's errors are many; each is one line to the user
+            raise BertkitError(f"data.corpus: cannot stream {hub[0]} ({str(exc).splitlines()[0][:200]})") from None
+    files = find_files(corpus)
+    formats = {file_format(f) for f in files}
+    if len(formats) != 1:
+        raise BertkitError(f"data.corpus: a streamed corpus is files of one format, found {', '.join(sorted(formats))}")
+    builder, options = _BUILDERS[formats.pop()]
+    return datasets.load_dataset(builder, data_files=[str(f) for f in files], split="train", streaming=True,
+                                 **options)
+
+
+@dataclass
+class Point:
+    """Where a run of blocks starts in the stream: the source's state before a batch of documents, how many
+    documents came before it, the tokens carried into it, and how many of its blocks to skip; the epoch."""
+
+    source: dict | None = None
+    doc: int = 0
+    carry_ids: list[int] = field(default_factory=list)
+    carry_starts: list[bool] = field(default_factory=list)
+    skip: int = 0
+    epoch: int = 0
+
+
+class BlockStream:
+    """The corpus as a stream of packed blocks (`blocks(point)`), and its first validation blocks."""
+
+    def __init__(self, corpus, text_field: str, tokenizer: Tokenizer, block_size: int, validation_fraction: float):
+        self.corpus, self.text_field, self.block_size = tuple(corpus), text_field, block_size
+        self.tokenizer_json = tokenizer.to_str()
+        self.ids = special_ids(tokenizer)
+        self.stride = max(2, round(1 / validation_fraction)) if validation_fraction > 0 else 0  # text/packing.py
+
+    def _documents(self, source, first_doc: int) -> Iterator[tuple[int, str]]:
+        """(document index, text) of every non-empty document from where `source` stands."""
+        doc = first_doc
+        for row in source:
+            if self.text_field not in row:
+                raise BertkitError(f"data.text_field: the streamed corpus {', '.join(map(str, self.corpus[:2]))} has "
+                                   f"no field {self.text_field!r} (fields: {', '.join(map(str, row))}); set "
+                                   "data.text_field")
+            text = str(row[self.text_field] or "").strip()
+            if text:
+                yield doc, text
+                doc += 1
+
+    def _pack(self, texts: list[str], carry_ids: np.ndarray, carry_starts: np.ndarray):
+        """Blocks of `texts` after the carried tokens, as text/packing.py packs them; the new carry."""
+        tokens = tokenize_documents({"text": texts}, self.tokenizer_json, self.ids.sep)
+        return cut_blocks(tokens["ids"], tokens["starts"], carry_ids, carry_starts, self.block_size, self.ids.cls,
+                          np.int64)
+
+    def blocks(self, point: Point, validation: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray, Point]]:
+        """(input_ids, word_start, the point a resume restarts this block from) for every training (or
+        validation) block from `point` on; training wraps around at the end of the stream (the next epoch)."""
+        while True:
+            source = open_source(self.corpus)
+            if point.source is not None:
+                source.load_state_dict(point.source)
+            docs = self._documents(source, point.doc)
+            carry_ids = np.asarray(point.carry_ids, dtype=np.int64)
+            carry_starts = np.asarray(point.carry_starts, dtype=bool)
+            skip, produced, next_doc = point.skip, 0, point.doc
+            while True:
+                # a resume point before each batch of documents: the source's state, the documents read, the carry
+                before = Point(source.state_dict(), next_doc, carry_ids.tolist(), carry_starts.tolist(), 0,
+                               point.epoch)
+                texts = []
+                for doc, text in docs:
+                    next_doc = doc + 1
+                    if bool(self.stride) and doc % self.stride == self.stride - 1:  # every k-th: validation
+                        if validation:
+                            texts.append(text)
+                    elif not validation:
+                        texts.append(text)
+                    if len(texts) == _DOCS:
+                        break
+                if not texts:
+                    break
+                blocks, starts, carry_ids, carry_starts = self._pack(texts, carry_ids, carry_starts)
+                for i in range(skip, len(blocks)):
+                    produced += 1
+                    yield blocks[i], starts[i], Point(before.source, before.doc, before.carry_ids,
+                                                      before.carry_starts, i, point.epoch)
+                skip = 0
+            if validation:
+                return
+            if produced == 0 and point == Point(epoch=point.epoch):
+                raise BertkitError(f"corpus too small: the streamed corpus does not fill one training block of "
+                                   f"{self.block_size} tokens (add text or lower data.block_size)")
+            point = Point(epoch=point.epoch + 1)  # the stream again from its start; the last partial block dropped
+
+    def validation(self, limit: int) -> Dataset:
+        """The first `limit` validation blocks (the cached path's, for the same corpus): a prefix of the stream."""
+        ids, starts = [], []
+        if self.stride:
+            for block, start, _ in self.blocks(Point(), validation=True):
+                ids.append(block)
+                starts.append(start)
+                if len(ids) == limit:
+                    break
+        return Dataset.from_dict({"input_ids": [b.tolist() for b in ids], "word_start": [s.tolist() for s in starts]})
+
+
+class StreamedBatches:
+    """Global batches from a `BlockStream`: windows of `window` batches, each shuffled with its own seed; a step's
+    rows are a pure function of (seed, step). `position(step)` is the point a resume at that step seeks to."""
+
+    def __init__(self, stream: BlockStream, columns: list[str], global_batch: int, seed: int, window: int):
+        self.stream, self.columns, self.global_batch = stream, columns, global_batch
+        self.seed, self.window = seed, window
+        self.starts: dict[int, Point] = {0: Point()}  # window -> where it starts in the stream (as far as known)
+        self._current: tuple[int, dict[str, np.ndarray]] | None = None  # the window in memory
+        self._reader: Iterator | None = None
+        self._next: tuple[int, tuple] | None = None  # (window of the reader's next block, that block)
+
+    def seek(self, point: dict, step: int) -> None:
+        """Continue from a checkpoint: `point` is `position(step)` as stored."""
+        self.starts = {step // self.window: Point(**point)}
+        self._current = self._reader = self._next = None
+
+    def position(self, step: int) -> dict:
+        """Where the window of `step` starts (JSON-ready)."""
+        window = step // self.window
+        if window not in self.starts:
+            self._load(window)
+        return dict(vars(self.starts[window]))
+
+    def _load(self, window: int) -> None:
+        """Read window `window`: on from the reader when it is the next one, else from its recorded start (or,
+        never in a run that goes step by step, from the nearest earlier start, skipping blocks)."""
+        if self._next is None or self._next[0] != window:
+            known = max((w for w in self.starts if w <= window), default=None)
+            start = Point() if known is None else self.starts[known]
+            known = known or 0
+            self._reader = self.stream.blocks(start)
+            for _ in range((window - known) * self.window * self.global_batch):
+                next(self._reader)
+            self._next = (window, next(self._reader))
+        block = self._next[1]
+        ids, starts = [], []
+        self.starts[window] = block[2]
+        for _ in range(self.window * self.global_batch):
+            ids.append(block[0])
+            starts.append(block[1])
+            block = next(self._reader)
+        self._next = (window + 1, block)
+        self.starts = {window: self.starts[window], window + 1: block[2]}
+        order = np.random.default_rng([self.seed, window]).permutation(len(ids))
+        rows = {"input_ids": np.stack(ids)[order], "word_start": np.stack(starts)[order]}
+        self._current = (window, {c: rows[c] for c in self.columns})
+
+    def rows(self, step: int) -> dict[str, np.ndarray]:
+        """Step `step`'s global batch, {column: (global_batch, block_size)}."""
+        window, within = divmod(step, self.window)
+        if self._current is None or self._current[0] != window:
+            self._load(window)
+        part = slice(within * self.global_batch, (within + 1) * self.global_batch)
+        return {c: v[part] for c, v in self._current[1].items()}
+
+    def first_rows(self) -> dict[str, np.ndarray]:
+        """The first window's blocks (what the unigram baseline counts when the corpus streams)."""
+        if self._current is None or self._current[0] != 0:
+            self._load(0)
+        return self._current[1]
+
+
+def streamed_packed(corpus, text_field: str, tokenizer: Tokenizer, block_size: int, validation_fraction: float,
+                    max_validation_blocks: int) -> Packed:
+    """A `Packed` whose training blocks stream (`packed.train` is the BlockStream) and whose validation blocks
+    are the stream's first ones (read now: a missing text field or an empty corpus is an error before anything is
+    written)."""
+    stream = BlockStream(corpus, text_field, tokenizer, block_size, validation_fraction)
+    validation = stream.validation(max_validation_blocks)
+    next(stream.blocks(Point()))  # one training block, or the corpus-too-small error now
+    return Packed(stream, validation, block_size, {"train_blocks": None, "validation_blocks": len(validation)})
+
+
+__all__ = ["BlockStream", "HUB_PREFIX", "Point", "StreamedBatches", "open_source", "streamed_packed"]

@@ -1,0 +1,124 @@
+"""Streaming corpora (data.streaming): local files read through `datasets`' streaming API give exactly the cached
+path's training and validation blocks; a resume seeks to its window instead of replaying the stream; a streamed
+pretraining resumes exactly and gives the same losses on 1 and 2 processes; what a stream cannot do is one line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bertkit.errors import BertkitError
+from bertkit.text.corpus import load_corpus
+from bertkit.text.packing import pack_corpus
+from bertkit.text.stream import _DOCS, BlockStream, Point, StreamedBatches
+from bertkit.text.tokenizer import save_tokenizer
+from conftest import SAMPLE_CORPUS, cli_error, cli_process, repeated_corpus, torchrun_process
+
+LINES = [line for line in SAMPLE_CORPUS.read_text().splitlines() if line]
+
+
+def _jsonl(path, copies=30, field="text"):
+    rows = [{field: f"{i}: {line}", "id": i} for i in range(copies) for line in LINES]
+    rows.insert(3, {field: "   ", "id": -1})  # an empty document: skipped by both paths
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def _streamed(stream: BlockStream) -> tuple[np.ndarray, np.ndarray]:
+    ids, starts = [], []
+    for block, start, point in stream.blocks(Point()):
+        if point.epoch:  # the stream begins again: one epoch read
+            break
+        ids.append(block)
+        starts.append(start)
+    return np.stack(ids), np.stack(starts)
+
+
+@pytest.mark.parametrize("kind", ["txt", "jsonl"])
+def test_streamed_blocks_are_the_cached_blocks(tmp_path, sample_tokenizer, kind):
+    corpus = repeated_corpus(tmp_path / "c.txt", 30) if kind == "txt" else _jsonl(tmp_path / "c.jsonl")
+    dataset, _, key = load_corpus([str(corpus)])
+    packed = pack_corpus(dataset, key, sample_tokenizer, block_size=32, validation_fraction=0.05)
+    stream = BlockStream([str(corpus)], "text", sample_tokenizer, 32, 0.05)
+    ids, starts = _streamed(stream)
+    cached = packed.train.with_format("numpy")[:]
+    assert len(ids) == len(cached["input_ids"]) > 2 * _DOCS // 10  # more than one batch of documents
+    assert np.array_equal(ids, cached["input_ids"]) and np.array_equal(starts, cached["word_start"])
+    validation = stream.validation(1000)
+    assert len(validation) == len(packed.validation) > 0
+    assert np.array_equal(np.array(validation["input_ids"]), packed.validation.with_format("numpy")[:]["input_ids"])
+
+
+def test_a_resume_seeks_to_its_window_instead_of_replaying_the_stream(tmp_path, sample_tokenizer):
+    corpus = repeated_corpus(tmp_path / "c.txt", 400)  # 4,000 documents
+    stream = BlockStream([str(corpus)], "text", sample_tokenizer, 16, 0.05)
+    batches = StreamedBatches(stream, ["input_ids"], 4, 0, 2)
+    straight, point = [], None
+    for step in range(1020):
+        straight.append(batches.rows(step)["input_ids"])
+        if step == 1000:
+            point = json.loads(json.dumps(batches.position(1001)))  # as a checkpoint stores it
+    read = []
+    documents = stream._documents
+    stream._documents = lambda source, first: (read.append(d) or d for d in documents(source, first))
+    resumed = StreamedBatches(stream, ["input_ids"], 4, 0, 2)
+    resumed.seek(point, 1001)
+    assert all(np.array_equal(resumed.rows(step)["input_ids"], straight[step]) for step in range(1001, 1020))
+    # read from the batch of documents step 1001's window starts in (not from the start: ~1,000 documents
+    # before), and no further than the batch after it
+    assert min(doc for doc, _ in read) == point["doc"] >= 3 * _DOCS
+    assert len(read) <= 2 * _DOCS
+    assert all(np.array_equal(batches.rows(step)["input_ids"], straight[step]) for step in (3, 1010))  # any order
+
+
+@pytest.fixture(scope="module")
+def streamed_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("streamed")
+    corpus = repeated_corpus(root / "corpus.txt", 30)
+    args = ["--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set", "min_frequency=1",
+            "--set", "log_every=1", "--set", "eval_every=4", "--set", "save_every=4", "--set", "dropout=0",
+            "--set", "attention_dropout=0", "--set", "data.streaming=true", "--set", "shuffle_window=2",
+            "--no-progress", "--corpus", str(corpus), "--max-steps", "12"]
+    cli_process("pretrain", *args, "--set", "batch_size=4", "--out", root / "straight")
+    return root, args
+
+
+def test_streamed_pretraining_resumes_exactly_and_splits_over_processes(streamed_runs):
+    root, args = streamed_runs
+    straight = root / "straight"
+    log = (straight / "metrics.jsonl").read_text().splitlines()
+    losses = [r["loss"] for r in map(json.loads, log) if "loss" in r]
+    assert len(losses) == 12
+    state = json.loads((straight / "checkpoints" / "step-12" / "state.json").read_text())
+    assert state["stream"]["source"] is not None  # where step 12's window starts
+    killed = root / "killed"  # killed while logging step 7, after checkpoints/step-4
+    died = cli_process("pretrain", *args, "--set", "batch_size=4", "--out", killed, check=False,
+                       env={"BERTKIT_FAULT": "metrics-append@8"})
+    assert died.returncode != 0 and (killed / "checkpoints" / "latest").read_text() == "step-4"
+    cli_process("pretrain", *args, "--set", "batch_size=4", "--out", killed, "--resume")
+    resumed = [r["loss"] for r in map(json.loads, (killed / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+    assert resumed == pytest.approx(losses, rel=1e-6)
+    torchrun_process("pretrain", *args, "--set", "batch_size=2", "--out", root / "two")
+    two = [r["loss"] for r in map(json.loads, (root / "two" / "metrics.jsonl").read_text().splitlines()) if "loss" in r]
+    assert two == pytest.approx(losses, rel=1e-4)
+
+
+def test_what_a_stream_cannot_do_is_one_line(streamed_runs, tmp_path, sample_tokenizer):
+    root, args = streamed_runs
+    save_tokenizer(sample_tokenizer, tmp_path / "tok")
+    wrong = _jsonl(tmp_path / "wrong.jsonl", copies=3, field="body")
+    base = [a for a in args if a != args[args.index("--corpus") + 1]]
+    base.remove("--corpus")
+    line = cli_error("pretrain", *base, "--corpus", wrong, "--tokenizer", tmp_path / "tok", "--out", tmp_path / "r")
+    assert "data.text_field: the streamed corpus" in line and "has no field 'text' (fields: body, id)" in line
+    assert not (tmp_path / "r").exists()
+    line = cli_error("pretrain", *base, "--corpus", "hf:someone/corpus", "--out", tmp_path / "r")
+    assert "a streamed Hub dataset is not read whole to train a tokenizer; pass --tokenizer" in line
+    (tmp_path / "more.txt").write_text("a few words\n\nand a few more\n")
+    with pytest.raises(BertkitError, match="a streamed corpus is files of one format, found jsonl, text"):
+        next(BlockStream([str(wrong), str(tmp_path / "more.txt")], "text", sample_tokenizer, 32, 0.05)
+             .blocks(Point()))
+    with pytest.raises(BertkitError, match="corpus too small: the streamed corpus does not fill one training block"):
+        next(BlockStream([str(tmp_path / "more.txt")], "text", sample_tokenizer, 64, 0.0).blocks(Point()))
