@@ -213,6 +213,9 @@ class DataConfig:
             raise ConfigError(f"data.validation_fraction: must be in [0, 0.5), got {self.validation_fraction}")
         if not 0.0 < self.mlm_probability < 1.0:
             raise ConfigError(f"data.mlm_probability: must be in (0, 1), got {self.mlm_probability}")
+        if self.streaming and self.skip_bad_lines:
+            raise ConfigError("data.skip_bad_lines: a streamed corpus cannot skip lines of invalid UTF-8 (its reader "
+                              "is datasets'); fix the files, or pack the corpus (data.streaming = false)")
 
 
 @dataclass(frozen=True)

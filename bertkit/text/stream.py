@@ -57,6 +57,16 @@ def open_source(corpus: tuple[str, ...] | list[str]):
                                  **options)
 
 
+def _decoded(source, corpus) -> Iterator[dict]:
+    """The source's rows; a file that is not valid UTF-8 is one line (a stream cannot skip such lines)."""
+    try:
+        yield from source
+    except UnicodeDecodeError as exc:
+        raise BertkitError(f"data.corpus: {', '.join(map(str, corpus[:2]))} is not valid UTF-8 ({exc.reason} at byte "
+                           f"{exc.start} of a chunk); a streamed corpus cannot skip bad lines: fix the file or pack it "
+                           "(data.streaming = false, --skip-bad-lines)") from None
+
+
 @dataclass
 class Point:
     """Where a run of blocks starts in the stream: the source's state before a batch of documents, how many
@@ -82,7 +92,7 @@ class BlockStream:
     def _documents(self, source, first_doc: int) -> Iterator[tuple[int, str]]:
         """(document index, text) of every non-empty document from where `source` stands."""
         doc = first_doc
-        for row in source:
+        for row in _decoded(source, self.corpus):
             if self.text_field not in row:
                 raise BertkitError(f"data.text_field: the streamed corpus {', '.join(map(str, self.corpus[:2]))} has "
                                    f"no field {self.text_field!r} (fields: {', '.join(map(str, row))}); set "
@@ -109,10 +119,12 @@ class BlockStream:
             carry_ids = np.asarray(point.carry_ids, dtype=np.int64)
             carry_starts = np.asarray(point.carry_starts, dtype=bool)
             skip, produced, next_doc = point.skip, 0, point.doc
+            seeked = point.source  # datasets reports a loaded state only once iteration has begun: keep our own
             while True:
                 # a resume point before each batch of documents: the source's state, the documents read, the carry
-                before = Point(source.state_dict(), next_doc, carry_ids.tolist(), carry_starts.tolist(), 0,
-                               point.epoch)
+                before = Point(seeked if seeked is not None else source.state_dict(), next_doc, carry_ids.tolist(),
+                               carry_starts.tolist(), 0, point.epoch)
+                seeked = None
                 texts = []
                 for doc, text in docs:
                     next_doc = doc + 1

@@ -373,6 +373,8 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                 else:
                     state.bad_in_row += 1
                     state.skipped_steps += 1
+                    if accelerator.scaler is not None:  # fp16: the step that would have updated the scale is
+                        accelerator.scaler.update()     # skipped; lower it now (clipping already unscaled)
                 prepared.zero_grad(set_to_none=True)
                 scheduler.step()
                 state.step += 1

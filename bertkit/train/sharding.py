@@ -18,6 +18,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from bertkit.nn.model import Model
+from bertkit.run.directory import load_weights
+
 
 def is_sharded(model: torch.nn.Module) -> bool:
     """Whether `model` was prepared with FSDP2 (its parameters are DTensor shards)."""
@@ -33,7 +36,9 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 def all_finite(model: torch.nn.Module) -> bool:
     """Whether every weight is finite, on every process (each checks its own shards; collective when the model is
     sharded: every process must call it)."""
-    bad = torch.tensor([float(any(not torch.isfinite(_local(p)).all() for p in model.parameters()))])
+    # on the parameters' device: a NCCL-only process group cannot reduce a CPU tensor
+    bad = torch.tensor([float(any(not torch.isfinite(_local(p)).all() for p in model.parameters()))],
+                       device=_local(next(model.parameters())).device)
     if is_sharded(model):
         dist.all_reduce(bad, op=dist.ReduceOp.MAX)
     return not bad.item()
@@ -42,8 +47,6 @@ def all_finite(model: torch.nn.Module) -> bool:
 def _plain_copy(model: torch.nn.Module) -> torch.nn.Module:
     """An unsharded CPU model of `model`'s architecture, built without drawing from the random stream (the run's
     dropout must not depend on whether it is sharded)."""
-    from bertkit.nn.model import Model
-
     with torch.random.fork_rng(devices=[]):
         return Model(model.config, model.head_config)
 
@@ -65,8 +68,6 @@ def full_weights(model: torch.nn.Module) -> torch.nn.Module | None:
 
 def load_full_weights(model: torch.nn.Module, weights: Path) -> None:
     """Load a model.safetensors into `model`; a sharded model takes its own shards of it (collective)."""
-    from bertkit.run.directory import load_weights
-
     if not is_sharded(model):
         load_weights(model, weights, next(model.parameters()).device)
         return

@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+from bertkit.config import ConfigError, DataConfig
 from bertkit.errors import BertkitError
 from bertkit.text.corpus import load_corpus
 from bertkit.text.packing import pack_corpus
@@ -55,22 +56,34 @@ def test_a_resume_seeks_to_its_window_instead_of_replaying_the_stream(tmp_path, 
     corpus = repeated_corpus(tmp_path / "c.txt", 400)  # 4,000 documents
     stream = BlockStream([str(corpus)], "text", sample_tokenizer, 16, 0.05)
     batches = StreamedBatches(stream, ["input_ids"], 4, 0, 2)
-    straight, point = [], None
+    straight, point, later = [], None, None
     for step in range(1020):
         straight.append(batches.rows(step)["input_ids"])
         if step == 1000:
             point = json.loads(json.dumps(batches.position(1001)))  # as a checkpoint stores it
+        if step == 1002:
+            later = json.loads(json.dumps(batches.position(1003)))
     read = []
     documents = stream._documents
     stream._documents = lambda source, first: (read.append(d) or d for d in documents(source, first))
     resumed = StreamedBatches(stream, ["input_ids"], 4, 0, 2)
     resumed.seek(point, 1001)
-    assert all(np.array_equal(resumed.rows(step)["input_ids"], straight[step]) for step in range(1001, 1020))
+    again = None
+    for step in range(1001, 1020):
+        assert np.array_equal(resumed.rows(step)["input_ids"], straight[step]), step
+        if step == 1002:  # a checkpoint written after the resume, in the next window
+            again = json.loads(json.dumps(resumed.position(1003)))
     # read from the batch of documents step 1001's window starts in (not from the start: ~1,000 documents
     # before), and no further than the batch after it
     assert min(doc for doc, _ in read) == point["doc"] >= 3 * _DOCS
     assert len(read) <= 2 * _DOCS
     assert all(np.array_equal(batches.rows(step)["input_ids"], straight[step]) for step in (3, 1010))  # any order
+    # a checkpoint written after a resume (in the next window, read from the seeked batch of documents) resumes
+    # exactly too: the stored point is where that window really starts, not the source's start
+    assert again == later
+    second = StreamedBatches(stream, ["input_ids"], 4, 0, 2)
+    second.seek(again, 1003)
+    assert all(np.array_equal(second.rows(step)["input_ids"], straight[step]) for step in range(1003, 1020))
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +129,11 @@ def test_what_a_stream_cannot_do_is_one_line(streamed_runs, tmp_path, sample_tok
     assert not (tmp_path / "r").exists()
     line = cli_error("pretrain", *base, "--corpus", "hf:someone/corpus", "--out", tmp_path / "r")
     assert "a streamed Hub dataset is not read whole to train a tokenizer; pass --tokenizer" in line
+    (tmp_path / "bad.txt").write_bytes(b"a good line\n\xff\xfe a bad one\n")
+    with pytest.raises(BertkitError, match="is not valid UTF-8 .* a streamed corpus cannot skip bad lines"):
+        next(BlockStream([str(tmp_path / "bad.txt")], "text", sample_tokenizer, 8, 0.0).blocks(Point()))
+    with pytest.raises(ConfigError, match="data.skip_bad_lines: a streamed corpus cannot skip"):
+        DataConfig(streaming=True, skip_bad_lines=True)
     (tmp_path / "more.txt").write_text("a few words\n\nand a few more\n")
     with pytest.raises(BertkitError, match="a streamed corpus is files of one format, found jsonl, text"):
         next(BlockStream([str(wrong), str(tmp_path / "more.txt")], "text", sample_tokenizer, 32, 0.05)
