@@ -1,9 +1,10 @@
 """Resumable checkpoints inside a run directory.
 
 checkpoints/
-  step-N/          model.safetensors, optimizer.pt (optimizer + scheduler tensors), rng.pt, state.json; a sharded
-                   run (train.sharding = fsdp) has sharded/ (every process's shards of the model and optimiser,
-                   torch.distributed.checkpoint) instead of the weights, and only the scheduler in optimizer.pt
+  step-N/          model.safetensors, optimizer.pt (optimizer, scheduler, fp16's loss scale), rng.pt,
+                   state.json; a sharded run (train.sharding = fsdp) has sharded/ (every process's shards of the
+                   model and optimiser, torch.distributed.checkpoint) instead of the weights, and no optimizer
+                   in optimizer.pt
   latest           the name of the newest complete step-N, replaced in one durable rename
   best/            finetuning: the weights of the best validation metric so far, and its state.json
 
@@ -87,19 +88,22 @@ def clean_stale(run_dir: str | Path) -> int:
 
 
 def save_checkpoint(run_dir: str | Path, step: int, model, optimizer, scheduler, state: dict,
-                    keep: int, rng_states: list[dict], shards=None) -> Path:
+                    keep: int, rng_states: list[dict], shards=None, scaler=None) -> Path:
     """Write checkpoints/step-N atomically and durably, flip `latest` to it, then prune old ones. With `shards`
-    (a sharded run), `shards(folder)` writes the model and optimiser there (every process takes part) instead."""
+    (a sharded run), `shards(folder)` writes the model and optimiser there (every process takes part) instead.
+    `scaler`: fp16's GradScaler, whose loss scale a resume continues with."""
     root = Path(run_dir) / CHECKPOINTS
     final = root / f"step-{step}"
     with atomic_dir(final, overwrite=True) as tmp:
+        schedules = {"scheduler": scheduler.state_dict()}
+        if scaler is not None:
+            schedules["scaler"] = scaler.state_dict()
         if shards is not None:
             shards(tmp)
-            torch.save({"scheduler": scheduler.state_dict()}, tmp / OPTIMIZER_FILE)
+            torch.save(schedules, tmp / OPTIMIZER_FILE)
         else:
             write_weights(tmp / WEIGHTS_FILE, model, step=str(step))
-            torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
-                       tmp / OPTIMIZER_FILE)
+            torch.save({"optimizer": optimizer.state_dict(), **schedules}, tmp / OPTIMIZER_FILE)
         torch.save(rng_states, tmp / RNG_FILE)
         write_json(tmp / STATE_FILE, state)
     write_atomic(root / LATEST, final.name)
@@ -173,8 +177,9 @@ def saved_processes(path: Path) -> int:
     return len(rng) if isinstance(rng, list) and rng else 1
 
 
-def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> tuple[dict, list[dict]]:
-    """Load weights (and optimizer/scheduler when given) from a checkpoint; returns (state, rng states). A damaged
+def load_checkpoint(path: Path, model, optimizer=None, scheduler=None, scaler=None) -> tuple[dict, list[dict]]:
+    """Load weights (and optimizer/scheduler/fp16 scaler when given; a checkpoint without a scaler's state leaves
+    the scaler as it is) from a checkpoint; returns (state, rng states). A damaged
     file is one line naming it and the earlier checkpoint that is left, if any. A sharded checkpoint is loaded by
     every process at once (`load_shards`: into a sharded model, or whole into a plain one)."""
     try:
@@ -191,6 +196,8 @@ def load_checkpoint(path: Path, model, optimizer=None, scheduler=None) -> tuple[
                     optimizer.load_state_dict(saved["optimizer"])
                 if scheduler is not None:
                     scheduler.load_state_dict(saved["scheduler"])
+                if scaler is not None and "scaler" in saved:
+                    scaler.load_state_dict(saved["scaler"])
             except (KeyError, TypeError, ValueError, RuntimeError) as exc:
                 raise BertkitError(f"{path / OPTIMIZER_FILE}: does not fit this run ({exc})") from None
         rng = _torch_file(path / RNG_FILE)

@@ -284,7 +284,7 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
         if sharded and not is_sharded_checkpoint(checkpoint):
             raise BertkitError(f"{checkpoint}: was written without sharding; resume it with --set "
                                "train.sharding=none (a sharded checkpoint resumes either way)")
-        saved, rngs = load_checkpoint(checkpoint, model, optimizer, scheduler)
+        saved, rngs = load_checkpoint(checkpoint, model, optimizer, scheduler, accelerator.scaler)
         known = {f.name for f in dataclasses.fields(TrainState)}
         state = TrainState(**{k: (tuple(v) if k == "calibrated_at" else v) for k, v in saved.items() if k in known})
         total = planned_total(saved, cfg)
@@ -556,7 +556,8 @@ def _checkpoint(run_dir, state, accelerator, ddp_model, optimizer, scheduler, ke
         def shards(folder: Path | None) -> None:  # the main process names the folder, every process writes to it
             save_shards(broadcast_path(folder), model, optimizer)
     if accelerator.is_main_process:
-        save_checkpoint(run_dir, state.step, model, optimizer, scheduler, asdict(state), keep, rngs, shards)
+        save_checkpoint(run_dir, state.step, model, optimizer, scheduler, asdict(state), keep, rngs, shards,
+                        accelerator.scaler)
     elif shards is not None:
         shards(None)
     accelerator.wait_for_everyone()

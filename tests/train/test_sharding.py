@@ -119,6 +119,23 @@ def test_finetuning_runs_sharded_like_data_parallel(runs, tmp_path):
     assert (fsdp["best_step"], fsdp["validation"]["accuracy"]) == (ddp["best_step"], ddp["validation"]["accuracy"])
 
 
+def test_an_encoder_decoder_trains_and_decodes_sharded_like_data_parallel(tmp_path):
+    """seq2seq's validation decodes greedily (BLEU) through the decoder's own modules: under FSDP too."""
+    samples = ROOT / "data" / "samples"
+    args = ["finetune", "seq2seq", "--train-source", samples / "parallel.en", "--train-target", samples / "parallel.de",
+            "--recipe", "translate-multi30k", "--max-steps", "6", "--no-progress", "--set", "d_model=32",
+            "--set", "n_layers=2", "--set", "n_heads=2", "--set", "d_ff=64", "--set", "max_len=32",
+            "--set", "batch_size=4", "--set", "log_every=1", "--set", "eval_every=3", "--set", "save_every=3",
+            "--set", "vocab_size=300", "--set", "min_frequency=1", "--set", "bleu_examples=4"]
+    torchrun_process(*args, "--out", tmp_path / "ddp")
+    torchrun_process(*args, *FSDP, "--out", tmp_path / "fsdp")
+    assert _losses(tmp_path / "fsdp") == pytest.approx(_losses(tmp_path / "ddp"), rel=1e-5)
+    evals = [r for r in map(json.loads, (tmp_path / "fsdp" / "metrics.jsonl").read_text().splitlines())
+             if r["kind"] == "eval"]
+    assert len(evals) == 2 and all("bleu" in r for r in evals)  # the greedy decoding ran, sharded
+    _same_weights(tmp_path / "ddp", tmp_path / "fsdp")
+
+
 def test_what_sharding_cannot_do_is_one_line(runs, tmp_path):
     line = cli_error("pretrain", *runs["args"], *FSDP, "--out", tmp_path / "alone")
     assert "train.sharding: fsdp shards the model over processes and this launch has 1" in line

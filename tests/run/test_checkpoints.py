@@ -1,0 +1,44 @@
+"""checkpoints/step-N round trips: weights, optimiser, scheduler, RNG states and fp16's GradScaler (whose loss scale
+an fp16 run on a GPU resumes with; the scaler itself runs on the CPU here)."""
+
+from __future__ import annotations
+
+import torch
+from conftest import heads, tiny
+
+from bertkit.nn.model import Model
+from bertkit.run.checkpoints import latest_checkpoint, load_checkpoint, rng_state, save_checkpoint
+
+
+def _parts(seed: int):
+    torch.manual_seed(seed)
+    model = Model(tiny(vocab_size=60), heads("mlm"))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 / (s + 1))
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+    return model, optimizer, scheduler, scaler
+
+
+def test_a_checkpoint_round_trips_the_training_state_and_the_loss_scale(tmp_path):
+    model, optimizer, scheduler, scaler = _parts(0)
+    loss = model(torch.randint(5, 60, (2, 8)), mlm_select=torch.ones(2, 8, dtype=torch.bool)).logits.sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scheduler.step()
+    scaler.update(2.0 ** 7)  # as after overflows: the scale went down
+    save_checkpoint(tmp_path, 1, model, optimizer, scheduler, {"step": 1}, 2, [rng_state()], scaler=scaler)
+
+    fresh, fresh_optimizer, fresh_scheduler, fresh_scaler = _parts(1)
+    state, rngs = load_checkpoint(latest_checkpoint(tmp_path), fresh, fresh_optimizer, fresh_scheduler,
+                                  fresh_scaler)
+    assert state["step"] == 1 and len(rngs) == 1
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), fresh.state_dict().values()))
+    assert fresh_scheduler.state_dict()["last_epoch"] == 1
+    assert fresh_optimizer.state_dict()["state"][0]["step"] == 1
+    assert fresh_scaler.get_scale() == 2.0 ** 7
+
+    # a checkpoint written without a scaler (fp32 / bf16) leaves a given scaler as it is
+    save_checkpoint(tmp_path, 2, model, optimizer, scheduler, {"step": 2}, 2, [rng_state()])
+    untouched = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
+    load_checkpoint(latest_checkpoint(tmp_path), fresh, scaler=untouched)
+    assert untouched.get_scale() == 2.0 ** 10
