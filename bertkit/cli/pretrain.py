@@ -59,6 +59,10 @@ def pretrain(recipe: Annotated[str | None, typer.Option(
              max_time: Annotated[str | None, typer.Option(help="train.max_time: a wall-clock budget such as 30m; "
                                                                "the schedule is fitted to it.")] = None,
              text_field: TextFieldOption = None, skip_bad_lines: SkipBadOption = False,
+             streaming: Annotated[bool, typer.Option(
+                 "--streaming", help="data.streaming: read the corpus through datasets' streaming API and pack it "
+                                     "on the fly (nothing read whole or cached: corpora larger than the disk; "
+                                     "--corpus hf:NAME streams a Hub dataset).")] = False,
              progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
              set_: SetOption = None) -> None:
     """Pretrain on your corpus: a BERT with masked LM (or ELECTRA's replaced-token detection, --objective rtd), or a
@@ -71,7 +75,7 @@ def pretrain(recipe: Annotated[str | None, typer.Option(
     config = with_values(config, {"train.objective": objective, "data.corpus": tuple(corpus) if corpus else None,
                                   "train.max_steps": max_steps,
                                   "train.max_time": max_time, "data.text_field": text_field,
-                                  "data.skip_bad_lines": skip_bad_lines or None})
+                                  "data.skip_bad_lines": skip_bad_lines or None, "data.streaming": streaming or None})
     if resume:  # the run's own limits unless this command changes them
         from bertkit.run.directory import keep_run_limits
 

@@ -114,9 +114,10 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
         config = dataclasses.replace(config, model=dataclasses.replace(
             config.model, vocab_size=load_config(out).model.vocab_size))
     _check_output(out, config, resume)
-    config = with_processes(config, out, resume, accelerator.num_processes, console, main)
+    # a finished run is "already finished" under any process count (its limits do not depend on it)
     if resume and (done := already_finished(out, config.train, console, accelerator)) is not None:
         return PretrainResult.from_results(out, done, already_done=True)
+    config = with_processes(config, out, resume, accelerator.num_processes, console, main)
 
     # Tokenizer: the run's own on resume, a given one, or a new one trained on the corpus.
     with accelerator.main_process_first():

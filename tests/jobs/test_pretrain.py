@@ -152,6 +152,10 @@ def test_a_run_resumes_with_another_process_count_on_the_same_global_batches(tmp
     # a global batch the new process count cannot divide: one line, the run untouched
     small = tmp_path / "small"
     _cli("pretrain", *args, "--set", "batch_size=4", "--max-steps", "4", "--out", small)
+    # finished, it is "already finished" under any process count
+    finished = torchrun_process("pretrain", *args, "--set", "batch_size=4", "--max-steps", "4", "--out", small,
+                                "--resume")
+    assert "already finished at step 4" in " ".join(finished.stderr.split())
     (small / "results.json").unlink()  # as if it had been stopped at its last checkpoint
     before = {p: p.read_bytes() for p in small.rglob("*") if p.is_file()}
     result = torchrun_process("pretrain", *args, "--set", "batch_size=4", "--max-steps", "8", "--out", small,

@@ -92,7 +92,7 @@ def streamed_runs(tmp_path_factory):
     corpus = repeated_corpus(root / "corpus.txt", 30)
     args = ["--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set", "min_frequency=1",
             "--set", "log_every=1", "--set", "eval_every=4", "--set", "save_every=4", "--set", "dropout=0",
-            "--set", "attention_dropout=0", "--set", "data.streaming=true", "--set", "shuffle_window=2",
+            "--set", "attention_dropout=0", "--streaming", "--set", "shuffle_window=2",
             "--no-progress", "--corpus", str(corpus), "--max-steps", "12"]
     cli_process("pretrain", *args, "--set", "batch_size=4", "--out", root / "straight")
     return root, args
