@@ -37,7 +37,6 @@ from bertkit.train.elastic import with_processes
 from bertkit.train.accelerator import make_accelerator, run_precision, with_sharding
 from bertkit.train.loop import already_finished, plan_text, train_best
 from bertkit.train.results import FinetuneJob, FinetuneResult
-from bertkit.train.sharding import full_weights
 
 
 def run(job: FinetuneJob, console: Console | None = None) -> FinetuneResult:
@@ -148,9 +147,8 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
                 write_labels(tmp, task.kind, labels)
     accelerator.wait_for_everyone()
 
-    summary = train_best(model, objective, train_cfg, out, accelerator, metric, resume=resume, console=console,
-                         progress=progress)
-    whole = full_weights(model)  # the best weights on the main process (gathered when sharded)
+    summary, whole = train_best(model, objective, train_cfg, out, accelerator, metric, resume=resume,
+                                console=console, progress=progress)
     if main:
         summary["validation"] = task.final_validation(out, whole, objective, validation, accelerator.device,
                                                       run_precision(accelerator))

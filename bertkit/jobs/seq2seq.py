@@ -31,7 +31,6 @@ from bertkit.train.elastic import with_processes
 from bertkit.train.accelerator import make_accelerator, run_precision, with_sharding
 from bertkit.train.loop import already_finished, plan_text, train_best
 from bertkit.train.results import FinetuneJob, FinetuneResult
-from bertkit.train.sharding import full_weights
 from bertkit.translation import PairTokenizers, Translator
 
 
@@ -161,9 +160,8 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
                 tokenizers.save(tmp)
     accelerator.wait_for_everyone()
 
-    summary = train_best(model, objective, train_cfg, out, accelerator, metric, resume=resume, console=console,
-                         progress=progress)
-    whole = full_weights(model)  # the best weights on the main process (gathered when sharded)
+    summary, whole = train_best(model, objective, train_cfg, out, accelerator, metric, resume=resume,
+                                console=console, progress=progress)
     if main:
         summary["validation"] = objective.evaluate(whole.to(accelerator.device))
         if objective.last_bleu is not None:  # the evaluation's own decoding: sacrebleu's line and signature

@@ -30,12 +30,12 @@ from bertkit.nn.model import Model
 from bertkit.run.checkpoints import (best_weights, clean_stale, drop_newer_best, is_sharded_checkpoint,
                                      latest_checkpoint, load_checkpoint, read_state, rng_state, save_best,
                                      save_checkpoint, save_shards, set_rng_state)
-from bertkit.run.directory import (RESULTS_FILE, WEIGHTS_FILE, copy_weights, read_json, record_train,
-                                   write_weights)
+from bertkit.run.directory import (RESULTS_FILE, WEIGHTS_FILE, copy_weights, load_weights, read_json,
+                                   record_train, write_weights)
 from bertkit.run.metrics import MetricsLog, truncate_metrics
 from bertkit.train.defaults import DEFAULT_LEARNING_RATE, use_compile
 from bertkit.train.accelerator import run_precision, sharding_text
-from bertkit.train.sharding import all_finite, broadcast_path, full_weights, load_full_weights
+from bertkit.train.sharding import all_finite, broadcast_path, full_weights, is_sharded, plain_copy
 
 _CALIBRATION_STEPS = 10  # steps timed before a --max-time budget fixes the number of steps
 
@@ -474,24 +474,32 @@ def _track_best(metric: str, evaluation: dict, state: TrainState, cfg: TrainConf
 
 
 def train_best(model: Model, objective: SupervisedObjective, cfg: TrainConfig, run_dir: Path, accelerator: Accelerator,
-               metric: str, resume: bool = False, console: Console | None = None, progress: bool = True) -> dict:
-    """`train` with a validation `metric` (finetuning), then the best checkpoint's weights loaded into `model` and
-    written as RUN/model.safetensors (main process). Returns the summary a finetuning run's results.json starts
-    from."""
+               metric: str, resume: bool = False, console: Console | None = None, progress: bool = True,
+               ) -> tuple[dict, Model | None]:
+    """`train` with a validation `metric` (finetuning), then the best checkpoint's weights written as
+    RUN/model.safetensors (main process). Returns the summary a finetuning run's results.json starts from, and the
+    best weights as a whole model on the main process (None on the others): `model` itself with them loaded, or
+    under FSDP a plain copy read from the best file (the shards are not loaded back: nothing reads them again)."""
     result = train(model, objective, cfg, run_dir, accelerator, resume=resume, console=console, progress=progress,
                    metric=metric)
     best = best_weights(run_dir)
-    if best is not None:
-        load_full_weights(model, best)
-    whole = full_weights(model) if best is None else None
-    if accelerator.is_main_process:
+    main = accelerator.is_main_process
+    if best is None:
+        whole = full_weights(model)  # the last weights (gathered when sharded: every process takes part)
+    elif is_sharded(model):
+        whole = plain_copy(model, best) if main else None
+    else:
+        load_weights(model, best, next(model.parameters()).device)
+        whole = model
+    if main:
         if best is not None:
             copy_weights(best, Path(run_dir) / WEIGHTS_FILE)
         else:
             write_weights(Path(run_dir) / WEIGHTS_FILE, whole)
-    return {"out": str(run_dir), "best_step": result["state"]["best_step"], "metric": metric,
-            "steps": result["state"]["step"], "stopped_early": result["state"]["stopped_early"],
-            "precision": result["state"]["precision"]}
+    summary = {"out": str(run_dir), "best_step": result["state"]["best_step"], "metric": metric,
+               "steps": result["state"]["step"], "stopped_early": result["state"]["stopped_early"],
+               "precision": result["state"]["precision"]}
+    return summary, whole if main else None
 
 
 def _fast_adamw_kwargs(device: torch.device) -> dict:

@@ -7,8 +7,8 @@ unit. The loss, gradients and updates are the data-parallel run's (tested: tests
 
 `bertkit.train.accelerator` selects it; what the loop needs besides Accelerate's `prepare` lives here (the shard
 files themselves: `bertkit.run.checkpoints.save_shards` / `load_shards`): the full weights for a run's
-model.safetensors (gathered to the main process) or loaded into the shards, and a finiteness check every process
-takes part in.
+model.safetensors (gathered to the main process), a plain copy to read one into, and a finiteness check every
+process takes part in.
 """
 
 from __future__ import annotations
@@ -44,11 +44,14 @@ def all_finite(model: torch.nn.Module) -> bool:
     return not bad.item()
 
 
-def _plain_copy(model: torch.nn.Module) -> torch.nn.Module:
-    """An unsharded CPU model of `model`'s architecture, built without drawing from the random stream (the run's
-    dropout must not depend on whether it is sharded)."""
+def plain_copy(model: torch.nn.Module, weights: Path | None = None) -> torch.nn.Module:
+    """An unsharded CPU model of `model`'s architecture (with `weights`, a model.safetensors, loaded), built without
+    drawing from the random stream (the run's dropout must not depend on whether it is sharded)."""
     with torch.random.fork_rng(devices=[]):
-        return Model(model.config, model.head_config)
+        plain = Model(model.config, model.head_config)
+    if weights is not None:
+        load_weights(plain, weights)
+    return plain
 
 
 def full_weights(model: torch.nn.Module) -> torch.nn.Module | None:
@@ -61,21 +64,9 @@ def full_weights(model: torch.nn.Module) -> torch.nn.Module | None:
     state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if dist.get_rank() != 0:
         return None
-    plain = _plain_copy(model)
+    plain = plain_copy(model)
     plain.load_state_dict(state)
     return plain
-
-
-def load_full_weights(model: torch.nn.Module, weights: Path) -> None:
-    """Load a model.safetensors into `model`; a sharded model takes its own shards of it (collective)."""
-    if not is_sharded(model):
-        load_weights(model, weights, next(model.parameters()).device)
-        return
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-    plain = _plain_copy(model)
-    load_weights(plain, weights)
-    set_model_state_dict(model, plain.state_dict(), options=StateDictOptions(full_state_dict=True))
 
 
 def broadcast_path(path: Path | None) -> Path:

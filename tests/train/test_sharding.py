@@ -103,7 +103,9 @@ def test_an_accelerate_config_with_fsdp_selects_sharding(runs, tmp_path):
     assert "from the accelerate config" in " ".join(result.stderr.split())
     assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["sharding"] == "fsdp"
     assert (tmp_path / "run" / "checkpoints" / "step-4" / "sharded").is_dir()
-    _same_weights(tmp_path / "run", tmp_path / "run", atol=0)  # one whole model.safetensors
+    # one whole model.safetensors with the same tensors as the torchrun-sharded run's
+    assert {k: v.shape for k, v in load_file(tmp_path / "run" / "model.safetensors").items()} == \
+        {k: v.shape for k, v in load_file(runs["root"] / "fsdp" / "model.safetensors").items()}
 
 
 def test_finetuning_runs_sharded_like_data_parallel(runs, tmp_path):
