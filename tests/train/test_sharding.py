@@ -103,7 +103,8 @@ def test_an_accelerate_config_with_fsdp_selects_sharding(runs, tmp_path):
     assert "from the accelerate config" in " ".join(result.stderr.split())
     assert json.loads((tmp_path / "run" / "config.json").read_text())["train"]["sharding"] == "fsdp"
     assert (tmp_path / "run" / "checkpoints" / "step-4" / "sharded").is_dir()
-    # one whole model.safetensors with the same tensors as the torchrun-sharded run's
+    # one whole model.safetensors: the same tensor names and shapes as the torchrun-sharded run's (its values differ:
+    # that run took 8 steps, this one 4)
     assert {k: v.shape for k, v in load_file(tmp_path / "run" / "model.safetensors").items()} == \
         {k: v.shape for k, v in load_file(runs["root"] / "fsdp" / "model.safetensors").items()}
 
