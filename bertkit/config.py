@@ -256,6 +256,10 @@ class TrainConfig:
     sharding: Sharding = "none"
     seed: int = 0
     rtd_weight: float = 50.0  # objective rtd: the discriminator's loss weight (ELECTRA's lambda) next to the MLM's
+    # objective mlm: > 0 adds SimCSE's in-batch contrastive loss between two maskings of each block, this weight x
+    # its mean; each block then takes two rows of batch_size (bertkit/tasks/contrast.py)
+    contrastive_weight: float = 0.0
+    contrastive_scale: float = 20.0  # the contrastive loss's cosine scale (1 / SimCSE's temperature 0.05)
     max_bad_steps: int = 3  # consecutive non-finite steps tolerated (each skipped) before on_bad_steps
     on_bad_steps: OnBadSteps = "reload"  # reload the last good checkpoint, or stop
 
@@ -270,12 +274,20 @@ class TrainConfig:
         for key in ("learning_rate", "adam_eps"):
             if getattr(self, key) is not None and getattr(self, key) <= 0:
                 raise ConfigError(f"train.{key}: must be > 0, got {getattr(self, key)}")
-        for key in ("weight_decay", "max_grad_norm", "rtd_weight"):
+        for key in ("weight_decay", "max_grad_norm", "rtd_weight", "contrastive_weight"):
             if getattr(self, key) < 0:
                 raise ConfigError(f"train.{key}: must be >= 0, got {getattr(self, key)}")
         for key in ("adam_beta1", "adam_beta2", "warmup_ratio"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 raise ConfigError(f"train.{key}: must be in [0, 1), got {getattr(self, key)}")
+        if self.contrastive_scale <= 0:
+            raise ConfigError(f"train.contrastive_scale: must be > 0, got {self.contrastive_scale}")
+        if self.contrastive_weight > 0 and self.objective != "mlm":
+            raise ConfigError(f"train.contrastive_weight: the contrastive term trains with objective mlm only, not "
+                              f"{self.objective!r} (set it to 0)")
+        if self.contrastive_weight > 0 and self.batch_size % 2:
+            raise ConfigError(f"train.batch_size: must be even with train.contrastive_weight > 0 (each block takes "
+                              f"two rows, one per masking), got {self.batch_size}")
         if not 0.0 < self.decay_ratio <= 1.0:
             raise ConfigError(f"train.decay_ratio: must be in (0, 1], got {self.decay_ratio}")
         if self.schedule == "wsd" and self.warmup_ratio + self.decay_ratio > 1.0:

@@ -11,6 +11,7 @@ from bertkit.config import DataConfig, ModelConfig, TrainConfig
 from bertkit.nn.flops import train_flops
 from bertkit.nn.model import Model
 from bertkit.tasks.base import PretrainTask
+from bertkit.tasks.contrast import VIEW_STREAM, interleave, view_contrast
 from bertkit.tasks.packed import EVAL_STREAM, training_rows, validation_totals
 from bertkit.text.collate import IGNORE_INDEX, mlm_mask, step_generator
 from bertkit.text.packing import Packed
@@ -19,13 +20,17 @@ from bertkit.text.tokenizer import SpecialIds
 
 class MLMObjective:
     """BERT's masked LM on packed blocks: the MLM head runs on masked positions only; loss and accuracy are per
-    masked token of the whole global batch."""
+    masked token of the whole global batch. With `train.contrastive_weight` > 0 each block comes twice, under two
+    maskings, and the loss adds that weight × the mean in-batch contrastive loss of their pooled vectors
+    (tasks/contrast.py)."""
 
     def __init__(self, packed: Packed, special: SpecialIds, vocab_size: int, data: DataConfig, train: TrainConfig,
                  world: int = 1):
-        self.global_batch = train.batch_size * train.accumulation_steps * world
-        self.source = training_rows(packed, ["input_ids", "word_start"], self.global_batch, train.seed,
-                                    data.shuffle_window)
+        self.global_batch = train.batch_size * train.accumulation_steps * world  # rows (views)
+        self.contrastive_weight, self.contrastive_scale = train.contrastive_weight, train.contrastive_scale
+        self.views = 2 if self.contrastive_weight > 0 else 1  # rows per block
+        self.source = training_rows(packed, ["input_ids", "word_start"], self.global_batch // self.views,
+                                    train.seed, data.shuffle_window)
         self.special, self.vocab_size, self.data, self.seed = special, vocab_size, data, train.seed
         self.eval_batch = train.batch_size
         self.validation = self._validation_batches(packed)
@@ -57,7 +62,15 @@ class MLMObjective:
     def batch(self, step: int) -> dict[str, torch.Tensor]:
         data = self.source.rows(step)
         inputs, labels = self._mask(data["input_ids"], data["word_start"], step_generator(self.seed, step))
-        return {"input_ids": inputs, "labels": labels}
+        if self.views == 1:
+            return {"input_ids": inputs, "labels": labels}
+        other, other_labels = self._mask(data["input_ids"], data["word_start"],
+                                         step_generator(self.seed, step, VIEW_STREAM))
+        inputs, labels = interleave(inputs, other), interleave(labels, other_labels)  # (2N, T): views adjacent
+        # each row carries the global batch's masked tokens per row: the loop divides the summed loss by the global
+        # masked-token count, which this factor turns into a mean over rows for the per-row contrastive term
+        per_row = float((labels != IGNORE_INDEX).sum()) / len(labels)
+        return {"input_ids": inputs, "labels": labels, "masked_per_row": torch.full((len(labels),), per_row)}
 
     @staticmethod
     def normalizer(batch: dict[str, torch.Tensor]) -> float:
@@ -74,14 +87,21 @@ class MLMObjective:
         rows, t = micro["input_ids"].shape
         return train_flops(config, self.kind, rows, t, masked=int((micro["labels"] != IGNORE_INDEX).sum()))
 
-    @staticmethod
-    def loss(model: torch.nn.Module, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+    def loss(self, model: torch.nn.Module, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        """Summed MLM loss over the micro-batch's masked tokens (+ the weighted contrastive term on two-view
+        batches; validation batches have one view and score MLM alone, comparable with a plain MLM run)."""
         selected = micro["labels"] != IGNORE_INDEX  # (B, L)
-        logits = model(micro["input_ids"], mlm_select=selected).logits  # (N, V)
+        paired = "masked_per_row" in micro
+        out = model(micro["input_ids"], mlm_select=selected, pool="mean" if paired else None)
         targets = micro["labels"][selected]  # (N,)
-        loss_sum = F.cross_entropy(logits.float(), targets, reduction="sum")
-        correct = (logits.argmax(-1) == targets).sum()
-        return loss_sum, {"accuracy": correct}
+        loss_sum = F.cross_entropy(out.logits.float(), targets, reduction="sum")
+        stats = {"accuracy": (out.logits.argmax(-1) == targets).sum()}
+        if paired:
+            rows_loss, hits = view_contrast(out.pooled, self.contrastive_scale)  # (B,) each
+            share = micro["masked_per_row"]  # (B,)
+            loss_sum = loss_sum + self.contrastive_weight * (share * rows_loss).sum()
+            stats.update(contrastive_loss=(share * rows_loss.detach()).sum(), contrastive_accuracy=(share * hits).sum())
+        return loss_sum, stats
 
     def unigram_baseline(self) -> dict[str, float]:
         """What a model that ignores context scores on the validation masks: the training set's unigram

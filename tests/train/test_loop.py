@@ -72,14 +72,14 @@ def test_non_finite_steps_are_skipped_and_counted(tmp_path, packed, sample_token
     real = MLMObjective.loss
     calls = {"n": 0}
 
-    def sometimes_nan(model, micro):
-        loss, stats = real(model, micro)
+    def sometimes_nan(self, model, micro):
+        loss, stats = real(self, model, micro)
         if not model.training:  # evaluation stays clean
             return loss, stats
         calls["n"] += 1
         return (loss * float("nan"), stats) if calls["n"] in (3, 4) else (loss, stats)
 
-    monkeypatch.setattr(MLMObjective, "loss", staticmethod(sometimes_nan))
+    monkeypatch.setattr(MLMObjective, "loss", sometimes_nan)
     result, records, model = _run(tmp_path, packed, sample_tokenizer, max_bad_steps=3)
     assert result["state"]["skipped_steps"] == 2 and result["state"]["step"] == 6
     assert all(torch.isfinite(p).all() for p in model.parameters())
@@ -90,14 +90,14 @@ def test_too_many_bad_steps_reload_or_stop(tmp_path, packed, sample_tokenizer, m
     real = MLMObjective.loss
     calls = {"n": 0}
 
-    def nan_from_step_5(model, micro):
-        loss, stats = real(model, micro)
+    def nan_from_step_5(self, model, micro):
+        loss, stats = real(self, model, micro)
         if not model.training:
             return loss, stats
         calls["n"] += 1
         return (loss * float("nan"), stats) if 5 <= calls["n"] <= 6 else (loss, stats)
 
-    monkeypatch.setattr(MLMObjective, "loss", staticmethod(nan_from_step_5))
+    monkeypatch.setattr(MLMObjective, "loss", nan_from_step_5)
     with pytest.raises(BertkitError, match="no checkpoint to reload"):
         _run(tmp_path, packed, sample_tokenizer, "none", max_bad_steps=2)
     calls["n"] = 0

@@ -1,0 +1,42 @@
+"""A sentence-level signal inside masked-LM pretraining (`train.contrastive_weight` > 0): SimCSE's unsupervised
+objective (Gao et al. 2021) with two maskings of the same block as the two views.
+
+Each training block appears twice in the step's batch, in adjacent rows, under two independent MLM maskings; both
+rows train MLM as usual, so the second view is not wasted compute. The mean-pooled last hidden states of the two
+views are pulled together and pushed away from every other row of the micro-batch by an in-batch cross-entropy
+over scaled cosines — the same geometry `sentence_loss = "mnrl"` and `bertkit embed` use. MLM alone at a small
+budget leaves mean-pooled vectors crowded in one direction; this term spreads them (the frozen probe and STS-B
+read exactly those vectors).
+
+`train.batch_size` counts rows, so a step of 64 rows holds 32 blocks, each twice: the step costs what a plain MLM
+step of 64 rows costs.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+VIEW_STREAM = 3  # the second masking's seeds, apart from the first (0), validation (1) and RTD sampling (2)
+
+
+def interleave(first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
+    """Rows of two (N, T) tensors alternated: (2N, T) with row 2i from `first`, row 2i + 1 from `second` (a
+    contiguous slice of even length, as a micro-batch is, then holds both views of each of its blocks)."""
+    return torch.stack([first, second], dim=1).reshape(-1, *first.shape[1:])
+
+
+def view_contrast(pooled: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row in-batch contrastive loss and hits for interleaved views.
+
+    pooled (2n, D): rows 2i and 2i + 1 are two views of block i. Row 2i's candidates are the n second views and
+    row 2i + 1's the n first views; the other view of its own block is the answer. Returns (loss (2n,), correct
+    (2n,) as 0/1 floats)."""
+    emb = F.normalize(pooled.float(), dim=-1)  # (2n, D)
+    first, second = emb[0::2], emb[1::2]  # (n, D) each
+    scores = scale * first @ second.T  # (n, n): first view i against every second view
+    gold = torch.arange(len(first), device=emb.device)
+    loss = torch.stack([F.cross_entropy(scores, gold, reduction="none"),
+                        F.cross_entropy(scores.T, gold, reduction="none")], dim=1).reshape(-1)  # (2n,)
+    correct = torch.stack([scores.argmax(-1) == gold, scores.T.argmax(-1) == gold], dim=1).reshape(-1)
+    return loss, correct.float()
