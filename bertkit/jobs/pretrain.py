@@ -156,9 +156,9 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
         corpus = (f"streamed corpus ({config.data.shuffle_window} batches shuffled together), "
                   if config.data.streaming else
                   f"corpus: {stats.documents:,} documents, {packed.stats['train_blocks']:,} training and ")
-        views = getattr(objective, "views", 1)
-        batch = (f"{objective.global_batch} ({objective.global_batch // views} blocks x {views} maskings, "
-                 f"contrastive weight {config.train.contrastive_weight:g})" if views > 1 else objective.global_batch)
+        weight = config.train.contrastive_weight  # > 0: every block takes two rows (tasks/contrast.py)
+        batch = (f"{objective.global_batch} ({objective.global_batch // 2} blocks x 2 maskings, contrastive weight "
+                 f"{weight:g})" if weight > 0 else objective.global_batch)
         console.print(f"{corpus}{len(packed.validation):,} validation blocks of {config.data.block_size} tokens; "
                       f"vocab {vocab:,}; global batch {batch}")
         if not resume:

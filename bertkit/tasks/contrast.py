@@ -8,8 +8,8 @@ over scaled cosines — the same geometry `sentence_loss = "mnrl"` and `bertkit 
 budget leaves mean-pooled vectors crowded in one direction; this term spreads them (the frozen probe and STS-B
 read exactly those vectors).
 
-`train.batch_size` counts rows, so a step of 64 rows holds 32 blocks, each twice: the step costs what a plain MLM
-step of 64 rows costs.
+`train.batch_size` counts rows, so a step of 64 rows holds 32 blocks, each twice: the same rows and masked positions
+as a plain MLM step of 64 rows, plus one (32, 32) similarity per micro-batch.
 """
 
 from __future__ import annotations
