@@ -111,3 +111,16 @@ def test_bad_contrastive_settings_are_one_line(tmp_path):
         errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
         assert result.returncode == 2 and len(errors) == 1 and match in errors[0], result.stderr[-2000:]
     assert not (tmp_path / "a").exists()
+
+
+def test_a_pretrain_run_with_the_term_says_so_and_logs_it(tmp_path):
+    corpus = repeated_corpus(tmp_path / "corpus.txt", 3)
+    out = tmp_path / "run"
+    result = cli_process("pretrain", "--recipe", "tiny", "--corpus", corpus, "--no-progress", "--out", out,
+                         "--max-steps", "4", "--set", "log_every=1", "--set", "batch_size=8", "--set", "vocab_size=400",
+                         "--set", "block_size=32", "--set", "min_frequency=1",
+                         "--set", "contrastive_weight=0.5")
+    assert "global batch 8 (4 blocks x 2 maskings, contrastive weight 0.5)" in " ".join(result.stderr.split())
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all("contrastive_loss" in r for r in records if r["kind"] == "train")
+    assert json.loads((out / "config.json").read_text())["train"]["contrastive_weight"] == 0.5
