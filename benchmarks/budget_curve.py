@@ -21,7 +21,7 @@ import json
 import statistics
 from pathlib import Path
 
-from budget_table import finetune_cells, probe_cells, task_epochs
+from budget_table import PRECISION, finetune_cells, probe_cells, same_settings, task_epochs
 from common import load_results, save_results
 
 NAMES = {"sst2": "SST-2 dev %", "conll": "CoNLL-2003 test F1", "stsb": "STS-B test Spearman",
@@ -34,7 +34,7 @@ def find_cell(stores: list[dict], task: str, run: Path, seed: int, settings: dic
     for store in stores:
         for cell in store.values():
             if (cell.get("task") == task and cell.get("model") == "pretrained" and cell.get("seed") == seed
-                    and cell.get("pretrained") == str(run) and all(cell.get(k) == v for k, v in settings.items())):
+                    and cell.get("pretrained") == str(run) and same_settings(cell, settings)):
                 return cell
     return None
 
@@ -68,6 +68,8 @@ def main() -> None:
     parser.add_argument("--epochs", default="sst2=0.5,conll=0.34,stsb=0.5",
                         help="the share of each recipe's epochs (as in the budget table)")
     parser.add_argument("--probe-examples", type=int, default=8000)
+    parser.add_argument("--precision", default=PRECISION, choices=("fp32", "bf16", "auto"),
+                        help="what every cell finetunes, scores and probes in (default fp32: comparable across CPUs)")
     args = parser.parse_args()
     runs = [Path(r) for r in args.pretrained.split(",")]
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -79,8 +81,9 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"error: --tasks: unknown {', '.join(unknown)} (choose from {', '.join(NAMES)})")
     fractions = {k: float(v) for k, v in (item.split("=") for item in args.epochs.split(","))}
-    settings = {task: {"train_examples": args.probe_examples} if task == "probe" else
-                {"epochs": task_epochs(task, fractions[task])} for task in tasks}
+    settings = {task: ({"train_examples": args.probe_examples} if task == "probe" else
+                       {"epochs": task_epochs(task, fractions[task])}) | {"precision": args.precision}
+                for task in tasks}
     table, results = load_results(args.table), load_results(args.out)
     for run in runs:
         for seed in seeds:
@@ -88,10 +91,11 @@ def main() -> None:
                 if find_cell([results, table], task, run, seed, settings[task]) is not None:
                     continue
                 if task == "probe":
-                    new = probe_cells(seed, run, args.probe_examples, models=("pretrained",))
+                    new = probe_cells(seed, run, args.probe_examples, models=("pretrained",),
+                                      precision=args.precision)
                 else:
                     new = finetune_cells(task, seed, settings[task]["epochs"], run, args.out / run.name,
-                                         side_by_side=False, models=("pretrained",))
+                                         side_by_side=False, models=("pretrained",), precision=args.precision)
                 results.update({f"{run.name}-{key}": cell for key, cell in new.items()})
                 save_results(args.out, results)
 
@@ -104,7 +108,7 @@ def main() -> None:
         print(f"| {run} | {p['steps']:,} | {p['tokens'] / 1e6:.1f} M | {p['val_loss']:.3f} ({p['unigram']:.3f}) | "
               + " | ".join(cell_text(c) for c in cells) + " |")
     random = [sorted((c for c in table.values() if c.get("task") == task and c.get("model") == "random"
-                      and c.get("seed") in seeds and all(c.get(k) == v for k, v in settings[task].items())),
+                      and c.get("seed") in seeds and same_settings(c, settings[task])),
                      key=lambda c: c["seed"]) for task in tasks]
     print(f"| random init ({args.table}) | 0 | 0 | – | " + " | ".join(cell_text(c) for c in random) + " |")
 

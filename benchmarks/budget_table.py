@@ -10,7 +10,9 @@ from random weights (`--init random`), each finetuned the same way, for every se
 
 Finetunes use the automatic learning rate (`train.learning_rate = none`) and a fixed share of the recipe's epochs
 (`--epochs`) with no time cap (`max_time = none`), so a cell is the same number of steps on any machine and
-under any load. The two cells of a (task, seed) — pretrained and random — run side by side, one thread each (the
+under any load. Cells finetune, score and probe in fp32 (`--precision`): `auto` would mean bf16 on a CPU with
+native bf16 and fp32 elsewhere, and the cells must compare across the machines they were filled on.
+The two cells of a (task, seed) — pretrained and random — run side by side, one thread each (the
 default; `--one-at-a-time` runs them one after the other on all threads): on 2 cores
 that takes about half the wall time of running them one after the other, and both see the same conditions.
 Finished cells are reused on a re-run (remove a cell's entry from OUT/results.json to redo it), so the table
@@ -41,6 +43,12 @@ TASKS = {
 }
 PROBE_GOAL = 8.0
 MODELS = ("pretrained", "random")
+PRECISION = "fp32"  # the cells' default precision (cells stored before it was recorded ran in fp32)
+
+
+def same_settings(cell: dict, settings: dict) -> bool:
+    """Whether a stored cell was measured with `settings` (a cell without a precision ran in fp32)."""
+    return all(cell.get(key, PRECISION if key == "precision" else None) == value for key, value in settings.items())
 
 
 def run_side_by_side(commands: list[list[str]]) -> list[float]:
@@ -64,8 +72,9 @@ def task_epochs(task: str, fraction: float) -> float:
 
 
 def finetune_cells(task: str, seed: int, epochs: float, pretrained: Path, out: Path, side_by_side: bool,
-                   models: tuple[str, ...] = MODELS) -> dict:
-    """Finetune and score the pretrained and the random-init cell (or only `models`) of one (task, seed)."""
+                   models: tuple[str, ...] = MODELS, precision: str = PRECISION) -> dict:
+    """Finetune and score, at `precision`, the pretrained and the random-init cell (or only `models`) of one
+    (task, seed)."""
     kind, recipe, scored, command, metric, _ = TASKS[task]
     commands, runs = [], []
     for model in models:
@@ -76,24 +85,26 @@ def finetune_cells(task: str, seed: int, epochs: float, pretrained: Path, out: P
                          *(["--init", "random"] if model == "random" else []),
                          "--set", "learning_rate=none", "--set", f"epochs={epochs:g}", "--set", f"seed={seed}",
                          "--set", "max_time=none",  # the recipe's 25-minute cap would make steps depend on load
+                         "--set", f"precision={precision}",
                          "--out", str(run), "--no-progress"])
     seconds = run_side_by_side(commands) if side_by_side and len(commands) > 1 else [sh(*c) for c in commands]
     cells = {}
     for model, run, wall in zip(models, runs, seconds):
         report = run / "test-metrics.json"
-        sh(command, "--model", str(run), "--data", scored, "--out", str(report))
+        sh(command, "--model", str(run), "--data", scored, "--out", str(report), "--precision", precision)
         finetune = json.loads((run / "results.json").read_text())
         cells[f"{task}-{model}-seed{seed}"] = {
             "task": task, "model": model, "seed": seed, "epochs": epochs, "pretrained": str(pretrained),
-            "metric": metric,
+            "metric": metric, "precision": precision,
             "test": json.loads(report.read_text())[metric], "steps": finetune["steps"],
             "best_step": finetune["best_step"], "seconds": round(wall), "side_by_side": side_by_side}
     return cells
 
 
-def probe_cells(seed: int, pretrained: Path, examples: int, models: tuple[str, ...] = MODELS) -> dict:
-    """Frozen-feature probe (mean pooling) of the pretrained encoder and a seeded random init of it (or only
-    `models`)."""
+def probe_cells(seed: int, pretrained: Path, examples: int, models: tuple[str, ...] = MODELS,
+                precision: str = PRECISION) -> dict:
+    """Frozen-feature probe (mean pooling, encoded at `precision`) of the pretrained encoder and a seeded random
+    init of it (or only `models`)."""
     import torch
     from frozen_probe import probe_accuracy, probe_data
 
@@ -107,9 +118,9 @@ def probe_cells(seed: int, pretrained: Path, examples: int, models: tuple[str, .
     cells = {}
     for name in models:
         encoder, start = encoders[name], time.perf_counter()
-        accuracy = probe_accuracy(pretrained, config, encoder, "mean", train, dev)
+        accuracy = probe_accuracy(pretrained, config, encoder, "mean", train, dev, precision=precision)
         cells[f"probe-{name}-seed{seed}"] = {"task": "probe", "model": name, "seed": seed, "metric": "accuracy",
-                                            "pretrained": str(pretrained),
+                                            "pretrained": str(pretrained), "precision": precision,
                                             "test": accuracy, "train_examples": len(train),
                                             "seconds": round(time.perf_counter() - start)}
         print(f"probe seed {seed}: {name} {100 * accuracy:.1f}", flush=True)
@@ -146,7 +157,7 @@ def cached(cell: dict | None, pretrained: Path, settings: dict) -> bool:
     """Whether a stored cell was measured as asked now (the same pretrained run, epochs or probe size): a re-run with
     other settings redoes it instead of mixing it into the means. Cells stored before the run was recorded pass."""
     return (cell is not None and cell.get("pretrained", str(pretrained)) == str(pretrained)
-            and all(cell.get(key) == value for key, value in settings.items()))
+            and same_settings(cell, settings))
 
 
 def main() -> None:
@@ -158,6 +169,8 @@ def main() -> None:
                         help="the share of each recipe's epochs to finetune for (finetune-sst2: 1 epoch, "
                              "finetune-conll: 3, finetune-stsb: 4)")
     parser.add_argument("--probe-examples", type=int, default=8000)
+    parser.add_argument("--precision", default=PRECISION, choices=("fp32", "bf16", "auto"),
+                        help="what every cell finetunes, scores and probes in (default fp32: comparable across CPUs)")
     parser.add_argument("--one-at-a-time", dest="side_by_side", action="store_false",
                         help="run the pretrained and random finetunes one after the other on all threads")
     args = parser.parse_args()
@@ -167,15 +180,15 @@ def main() -> None:
     for seed in (int(s) for s in args.seeds.split(",")):  # seed by seed: a partial table still compares
         for task in tasks:
             settings = ({"train_examples": args.probe_examples} if task == "probe" else
-                        {"epochs": task_epochs(task, fractions[task])})
+                        {"epochs": task_epochs(task, fractions[task])}) | {"precision": args.precision}
             if all(cached(results.get(f"{task}-{m}-seed{seed}"), args.pretrained, settings) for m in MODELS):
                 continue
             if task == "probe":
-                results.update(probe_cells(seed, args.pretrained, args.probe_examples))
+                results.update(probe_cells(seed, args.pretrained, args.probe_examples, precision=args.precision))
             else:
                 args.out.mkdir(parents=True, exist_ok=True)
                 results.update(finetune_cells(task, seed, settings["epochs"], args.pretrained, args.out,
-                                              args.side_by_side))
+                                              args.side_by_side, precision=args.precision))
             save_results(args.out, results)
             summary(results, tasks)
     print("\n" + pretraining_line(args.pretrained))

@@ -35,11 +35,11 @@ from bertkit.run.directory import load_run  # noqa: E402
 WORDS = (" great", " terrible", " boring", " actor")
 
 
-def probe_accuracy(run: Path, config, model: Model, pooling: str, train, dev) -> float:
-    """Dev accuracy of a logistic regression on the frozen, standardised sentence vectors."""
+def probe_accuracy(run: Path, config, model: Model, pooling: str, train, dev, precision: str = "auto") -> float:
+    """Dev accuracy of a logistic regression on the frozen, standardised sentence vectors (encoded at `precision`)."""
     config = dataclasses.replace(config, sentence=dataclasses.replace(config.sentence, pooling=pooling,
                                                                       normalize=False))
-    encoder = SentenceEncoder(run, model=(config, model.eval()), batch_size=64)
+    encoder = SentenceEncoder(run, model=(config, model.eval()), batch_size=64, precision=precision)
     x_train, x_dev = encoder.encode([e.text for e in train]), encoder.encode([e.text for e in dev])
     mean, std = x_train.mean(0), x_train.std(0) + 1e-6
     classifier = LogisticRegression(max_iter=2000).fit((x_train - mean) / std, [e.label for e in train])

@@ -171,8 +171,7 @@ class Attention(nn.Module):
         if isinstance(mask, Packed):
             out, weights = self._packed(q, k, v, mask, dropout), None
         elif self.impl == "sdpa" and not need_weights and self.relative is None:
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal,
-                                                 enable_gqa=self.n_kv_heads != self.n_heads)
+            out = sdpa(q, k, v, mask, dropout, is_causal, gqa=self.n_kv_heads != self.n_heads)
             weights = None
         else:
             out, weights = self._eager(q, k, v, mask, is_causal, dropout, q_pos, k_pos)
@@ -215,6 +214,28 @@ class Attention(nn.Module):
         if self.relative is not None:
             out = out + self.relative.value_term(dropped, buckets)
         return out, weights
+
+
+# On a CPU, PyTorch's flash-attention kernel differentiates bf16 about 3x slower than fp32 (measured on an AMX Xeon,
+# torch 2.13, 64 x 4 heads x 128 x 64: backward 93 ms in bf16, 30 ms in fp32; `benchmarks/attention_precision.py`),
+# while its bf16 forward is the faster one. So a CPU pass that will be differentiated computes attention in fp32
+# (inputs cast up, output cast back: more exact, not less); inference and GPUs keep the input's dtype. A switch so
+# that the benchmark can time both paths in one run.
+CPU_BF16_TRAINING_ATTENTION_IN_FP32 = True
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, dropout: float,
+         is_causal: bool, gqa: bool) -> torch.Tensor:
+    """`F.scaled_dot_product_attention` of q (B, H, Tq, dh), k / v (B, Hkv, Tk, dh) -> (B, H, Tq, dh), in fp32 for a
+    bf16 CPU pass that will be differentiated (see CPU_BF16_TRAINING_ATTENTION_IN_FP32)."""
+    if (CPU_BF16_TRAINING_ATTENTION_IN_FP32 and q.device.type == "cpu" and q.dtype == torch.bfloat16
+            and torch.is_grad_enabled() and q.requires_grad):
+        with torch.autocast("cpu", enabled=False):  # autocast would cast the fp32 inputs straight back to bf16
+            out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout,
+                                                 is_causal=is_causal, enable_gqa=gqa)
+        return out.to(q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal,
+                                          enable_gqa=gqa)
 
 
 def set_attention_impl(module: nn.Module, impl: AttentionImpl) -> None:

@@ -4,7 +4,8 @@ import pytest
 import torch
 from torch import nn
 
-from bertkit.nn.attention import Attention, build_mask, set_attention_impl
+import bertkit.nn.attention as attention_module
+from bertkit.nn.attention import Attention, build_mask, sdpa, set_attention_impl
 from conftest import tiny
 
 ATOL = 1e-5
@@ -139,3 +140,33 @@ def test_all_padding_row_stays_finite():
 def test_set_attention_impl_rejects_unknown():
     with pytest.raises(ValueError):
         set_attention_impl(Attention(tiny()), "flash")
+
+
+@pytest.mark.parametrize("gqa", [False, True])
+def test_bf16_cpu_training_attention_is_computed_in_fp32(gqa, monkeypatch):
+    """A bf16 CPU pass with gradients takes fp32 attention (PyTorch's bf16 CPU flash backward is ~3x slower): the
+    result is the fp32 function of the same bf16 inputs, rounded once to bf16, and gradients reach q, k and v in
+    bf16. Without gradients (inference), or with the switch off, it is the bf16 kernel's own result."""
+    torch.manual_seed(0)
+    kv_heads = 2 if gqa else 4
+    q = torch.randn(2, 4, 6, 8, dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(2, kv_heads, 6, 8, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    mask = torch.ones(2, 1, 1, 6, dtype=torch.bool)
+    mask[1, ..., 4:] = False  # the second row's last two keys are padding
+    q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
+    reference = torch.nn.functional.scaled_dot_product_attention(
+        q32, k32, v32, attn_mask=mask, enable_gqa=gqa)  # (2, 4, 6, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = sdpa(q, k, v, mask, 0.0, False, gqa=gqa)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, reference.to(torch.bfloat16), atol=0, rtol=0)
+    out.float().sum().backward()
+    reference.sum().backward()
+    for t, t32 in ((q, q32), (k, k32), (v, v32)):  # the fp32 gradients, rounded once to the inputs' bf16
+        assert t.grad.dtype == torch.bfloat16 and t.grad.abs().sum() > 0
+        torch.testing.assert_close(t.grad, t32.grad.to(torch.bfloat16), atol=0, rtol=0)
+    with torch.no_grad():
+        bf16_kernel = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+        torch.testing.assert_close(sdpa(q, k, v, mask, 0.0, False, gqa=gqa), bf16_kernel, atol=0, rtol=0)
+    monkeypatch.setattr(attention_module, "CPU_BF16_TRAINING_ATTENTION_IN_FP32", False)
+    torch.testing.assert_close(sdpa(q, k, v, mask, 0.0, False, gqa=gqa).detach(), bf16_kernel, atol=0, rtol=0)
