@@ -12,11 +12,15 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from as_on_ci import FLAGS_AS_ON_CI  # noqa: E402
+from bertkit import hardware  # noqa: E402
 from bertkit.config import HeadsConfig, ModelConfig  # noqa: E402
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 
 POSITIONS = ("learned", "sinusoidal", "relative", "rotary", "none")
+# `bertkit` for the tests' subprocesses: cli.py with auto precision as on CI (tests/as_on_ci.py)
+AS_ON_CI = str(Path(__file__).resolve().parent / "as_on_ci.py")
 
 
 def tiny(**overrides) -> ModelConfig:
@@ -68,6 +72,15 @@ def packed(tmp_path, sample_tokenizer):
     path.write_text("\n".join(f"{i} {line}" for i in range(20) for line in lines))
     dataset, _, key = load_corpus([str(path)])
     return pack_corpus(dataset, key, sample_tokenizer, block_size=32, validation_fraction=0.05)
+
+
+@pytest.fixture(autouse=True)
+def _precision_as_on_ci(monkeypatch):
+    """`precision = "auto"` means fp32 in every test, as on the CI machine (AVX2, no native bf16): on a CPU with
+    AVX512-BF16 / AMX it would mean bf16, and the equivalence tests (against transformers, sentence-transformers, the
+    eager path) would miss their fp32 tolerances there. The tests of `auto` itself set the flags they test
+    (tests/test_hardware.py); tests that want bf16 ask for it. Subprocesses run through tests/as_on_ci.py."""
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: set(FLAGS_AS_ON_CI))
 
 
 @pytest.fixture(autouse=True)
@@ -210,7 +223,8 @@ def torchrun_process(*args, check=True, env=None):
 
     root = Path(__file__).resolve().parents[1]
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                             str(free_port()), "-m", "bertkit", *map(str, args)], capture_output=True, text=True,
+                             str(free_port()), AS_ON_CI, *map(str, args)],
+                            capture_output=True, text=True,
                             cwd=root, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
@@ -218,13 +232,14 @@ def torchrun_process(*args, check=True, env=None):
 
 
 def cli_process(*args, env=None, check=True):
-    """`python cli.py ARGS` in a subprocess (a real process: kills, fault points, exit codes); must succeed when
-    `check`."""
+    """`python cli.py ARGS` in a subprocess (a real process: kills, fault points, exit codes; through
+    tests/as_on_ci.py, which runs it as cli.py does with auto precision as on CI); must succeed when `check`."""
     import subprocess
     import sys
 
     root = Path(__file__).resolve().parents[1]
-    result = subprocess.run([sys.executable, str(root / "cli.py"), *map(str, args)], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, AS_ON_CI, *map(str, args)],
+                            capture_output=True, text=True,
                             env={**os.environ, **(env or {})}, cwd=root)
     if check:
         assert result.returncode == 0, result.stderr[-3000:]

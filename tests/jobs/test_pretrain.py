@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bertkit.hardware import resolve_precision
-from conftest import cli_process, free_port, repeated_corpus, torchrun_process
+from conftest import AS_ON_CI, cli_process, free_port, repeated_corpus, torchrun_process
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set", "batch_size=4",
@@ -89,7 +89,7 @@ def test_kill_9_and_resume_gives_the_same_loss_curve(tmp_path, corpus):
     args = [*TINY, "--corpus", corpus, "--max-steps", "120", "--set", "save_every=10", "--set", "eval_every=40"]
     _cli("pretrain", *args, "--out", tmp_path / "straight")
     killed = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "pretrain", *map(str, args), "--out", killed],
+    proc = subprocess.Popen([sys.executable, AS_ON_CI, "pretrain", *map(str, args), "--out", killed],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     latest = killed / "checkpoints" / "latest"
     deadline = time.time() + 120
@@ -111,7 +111,7 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path, corpus):
     _cli("pretrain", *args, "--set", "batch_size=8", "--out", tmp_path / "one")
     env = {"OMP_NUM_THREADS": "1"}
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                             "--master_port", "29517", "-m", "bertkit", "pretrain", *map(str, args),
+                             "--master_port", "29517", AS_ON_CI, "pretrain", *map(str, args),
                              "--set", "batch_size=4", "--out", str(tmp_path / "two")],
                             capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env})
     assert result.returncode == 0, result.stderr[-3000:]
@@ -177,7 +177,7 @@ def test_two_nodes_on_loopback_match_one_process(tmp_path, corpus):
     port = free_port()
     nodes = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node_rank", str(rank),
                                "--nproc_per_node", "1", "--master_addr", "127.0.0.1", "--master_port", str(port),
-                               "-m", "bertkit", "pretrain", *map(str, args), "--set", "batch_size=4",
+                               AS_ON_CI, "pretrain", *map(str, args), "--set", "batch_size=4",
                                "--out", str(tmp_path / "nodes")],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
                               env={**os.environ, "OMP_NUM_THREADS": "1"}) for rank in (0, 1)]

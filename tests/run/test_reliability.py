@@ -20,7 +20,7 @@ from bertkit.errors import BertkitError
 from bertkit.run.files import atomic_dir, to_json
 from bertkit.run.lock import locked
 from bertkit.run.metrics import read_metrics
-from conftest import file_size_cap, repeated_corpus
+from conftest import AS_ON_CI, file_size_cap, repeated_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set", "batch_size=4",
@@ -30,7 +30,7 @@ TINY = ["--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32",
 
 def _cli(*args, env=None, limit=None, check=True):
     """`bertkit ARGS` in a subprocess; `limit` caps every file it writes (RLIMIT_FSIZE): a full disk on demand."""
-    result = subprocess.run([sys.executable, str(ROOT / "cli.py"), *map(str, args)], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, AS_ON_CI, *map(str, args)], capture_output=True, text=True,
                             env={**os.environ, **(env or {})}, cwd=ROOT,
                             preexec_fn=file_size_cap(limit) if limit else None)
     if check:
@@ -135,7 +135,7 @@ def test_resuming_a_finished_run_changes_nothing_and_a_larger_budget_extends_it(
 def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path, corpus):
     args = [*TINY, "--corpus", corpus, "--max-steps", "100000"]
     run = tmp_path / "run"
-    holder = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "pretrain", *map(str, args), "--out", str(run)],
+    holder = subprocess.Popen([sys.executable, AS_ON_CI, "pretrain", *map(str, args), "--out", str(run)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
     try:
         deadline = time.time() + 120

@@ -21,7 +21,7 @@ from bertkit.config import ConfigError, TrainConfig
 from bertkit.errors import BertkitError
 from bertkit.run.directory import load_run
 from bertkit.train.accelerator import make_accelerator, resolve_sharding, sharding_text
-from conftest import cli_error, cli_process, free_port, repeated_corpus, torchrun_process
+from conftest import AS_ON_CI, cli_error, cli_process, free_port, repeated_corpus, torchrun_process
 
 ROOT = Path(__file__).resolve().parents[2]
 # dropout 0: the one-process resume below continues process 1's rows on process 0's random stream
@@ -96,7 +96,7 @@ def test_an_accelerate_config_with_fsdp_selects_sharding(runs, tmp_path):
                       "mixed_precision: 'no'\nnum_machines: 1\nnum_processes: 2\nuse_cpu: true\n")
     args = [a if a != "8" else "4" for a in runs["args"]]
     result = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
-                             "--main_process_port", str(free_port()), "-m", "bertkit", "pretrain", *map(str, args),
+                             "--main_process_port", str(free_port()), AS_ON_CI, "pretrain", *map(str, args),
                              "--out", str(tmp_path / "run")], capture_output=True, text=True, cwd=ROOT,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
