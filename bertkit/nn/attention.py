@@ -216,7 +216,7 @@ class Attention(nn.Module):
         return out, weights
 
 
-# On a CPU, PyTorch's flash-attention kernel differentiates bf16 about 3x slower than fp32 (measured on an AMX Xeon,
+# On a CPU, PyTorch's flash-attention kernel differentiates bf16 2-3x slower than fp32 (measured on an AMX Xeon,
 # torch 2.13, 64 x 4 heads x 128 x 64: backward 93 ms in bf16, 30 ms in fp32; `benchmarks/attention_precision.py`),
 # while its bf16 forward is the faster one. So a CPU pass that will be differentiated computes attention in fp32
 # (inputs cast up, output cast back: more exact, not less); inference and GPUs keep the input's dtype. A switch so
