@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--epochs", default="sst2=0.5,conll=0.34,stsb=0.5",
                         help="the share of each recipe's epochs (as in the budget table)")
     parser.add_argument("--probe-examples", type=int, default=8000)
-    parser.add_argument("--precision", default=PRECISION, choices=("fp32", "bf16", "auto"),
+    parser.add_argument("--precision", default=PRECISION, choices=("fp32", "bf16"),  # not auto: a cell records what ran
                         help="what every cell finetunes, scores and probes in (default fp32: comparable across CPUs)")
     args = parser.parse_args()
     runs = [Path(r) for r in args.pretrained.split(",")]

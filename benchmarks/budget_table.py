@@ -43,12 +43,14 @@ TASKS = {
 }
 PROBE_GOAL = 8.0
 MODELS = ("pretrained", "random")
-PRECISION = "fp32"  # the cells' default precision (cells stored before it was recorded ran in fp32)
+PRECISION = "fp32"  # the cells' default precision
+LEGACY_PRECISION = "fp32"  # what the cells stored before the precision was recorded ran in (AVX2 CPUs: auto = fp32)
 
 
 def same_settings(cell: dict, settings: dict) -> bool:
     """Whether a stored cell was measured with `settings` (a cell without a precision ran in fp32)."""
-    return all(cell.get(key, PRECISION if key == "precision" else None) == value for key, value in settings.items())
+    return all(cell.get(key, LEGACY_PRECISION if key == "precision" else None) == value
+               for key, value in settings.items())
 
 
 def run_side_by_side(commands: list[list[str]]) -> list[float]:
@@ -169,7 +171,7 @@ def main() -> None:
                         help="the share of each recipe's epochs to finetune for (finetune-sst2: 1 epoch, "
                              "finetune-conll: 3, finetune-stsb: 4)")
     parser.add_argument("--probe-examples", type=int, default=8000)
-    parser.add_argument("--precision", default=PRECISION, choices=("fp32", "bf16", "auto"),
+    parser.add_argument("--precision", default=PRECISION, choices=("fp32", "bf16"),  # not auto: a cell records what ran
                         help="what every cell finetunes, scores and probes in (default fp32: comparable across CPUs)")
     parser.add_argument("--one-at-a-time", dest="side_by_side", action="store_false",
                         help="run the pretrained and random finetunes one after the other on all threads")

@@ -5,7 +5,8 @@ Finetuning on all of SST-2 lets a random encoder learn the lexicon from 67k labe
 pretraining contributed. This isolates it: both encoders stay frozen, their sentence vectors (mean or [CLS]
 pooling) are fitted by a logistic regression on N SST-2 training sentences and scored on SST-2 dev. It also prints
 the nearest neighbours of a few words in each model's token-embedding table (cosine), which shows what kind of
-similarity the pretraining learned.
+similarity the pretraining learned. Vectors are encoded in fp32 on every CPU (bf16 on a native-bf16 CPU would make
+figures from different machines disagree).
 
   python benchmarks/frozen_probe.py --pretrained runs/mini-imdb [--train-examples 8000]
 """
@@ -35,7 +36,7 @@ from bertkit.run.directory import load_run  # noqa: E402
 WORDS = (" great", " terrible", " boring", " actor")
 
 
-def probe_accuracy(run: Path, config, model: Model, pooling: str, train, dev, precision: str = "auto") -> float:
+def probe_accuracy(run: Path, config, model: Model, pooling: str, train, dev, precision: str = "fp32") -> float:
     """Dev accuracy of a logistic regression on the frozen, standardised sentence vectors (encoded at `precision`)."""
     config = dataclasses.replace(config, sentence=dataclasses.replace(config.sentence, pooling=pooling,
                                                                       normalize=False))

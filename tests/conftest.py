@@ -141,12 +141,13 @@ def damage_cache(folder: Path, name: str, damage: str) -> None:
 
 
 def bertkit_capped(args, limit: int, cwd: Path):
-    """`python -m bertkit ARGS` in a subprocess under `file_size_cap(limit)`, offline, with its own cache."""
+    """`bertkit ARGS` in a subprocess (through tests/as_on_ci.py) under `file_size_cap(limit)`, offline, with its
+    own cache."""
     import subprocess
     import sys
 
     env = dict(os.environ, BERTKIT_CACHE=str(cwd / "cache"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-    return subprocess.run([sys.executable, "-m", "bertkit", *map(str, args)], preexec_fn=file_size_cap(limit),
+    return subprocess.run([sys.executable, AS_ON_CI, *map(str, args)], preexec_fn=file_size_cap(limit),
                           env=env, cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
 
 

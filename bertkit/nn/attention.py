@@ -216,7 +216,7 @@ class Attention(nn.Module):
         return out, weights
 
 
-# On a CPU, PyTorch's flash-attention kernel differentiates bf16 2-3x slower than fp32 (measured on an AMX Xeon,
+# On a CPU, PyTorch's flash-attention kernel differentiates bf16 1.8-3x slower than fp32 (measured on an AMX Xeon,
 # torch 2.13, 64 x 4 heads x 128 x 64: backward 93 ms in bf16, 30 ms in fp32; `benchmarks/attention_precision.py`),
 # while its bf16 forward is the faster one. So a CPU pass that will be differentiated computes attention in fp32
 # (inputs cast up, output cast back: more exact, not less); inference and GPUs keep the input's dtype. A switch so
@@ -229,7 +229,9 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor |
     """`F.scaled_dot_product_attention` of q (B, H, Tq, dh), k / v (B, Hkv, Tk, dh) -> (B, H, Tq, dh), in fp32 for a
     bf16 CPU pass that will be differentiated (see CPU_BF16_TRAINING_ATTENTION_IN_FP32)."""
     if (CPU_BF16_TRAINING_ATTENTION_IN_FP32 and q.device.type == "cpu" and q.dtype == torch.bfloat16
-            and torch.is_grad_enabled() and q.requires_grad):
+            and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))):
+        if mask is not None and mask.is_floating_point():  # an additive mask follows the scores' dtype
+            mask = mask.float()
         with torch.autocast("cpu", enabled=False):  # autocast would cast the fp32 inputs straight back to bf16
             out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask, dropout_p=dropout,
                                                  is_causal=is_causal, enable_gqa=gqa)
