@@ -187,8 +187,7 @@ class Attention(nn.Module):
             out = varlen_attn(*(t[0].transpose(0, 1).contiguous() for t in (q, k, v)), packed.cu_seqlens,
                               packed.cu_seqlens, packed.max_len, packed.max_len, enable_gqa=gqa)  # (N, H, dh)
             return out.transpose(0, 1)[None]
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=packed.block_mask(), dropout_p=dropout,
-                                              enable_gqa=gqa)
+        return sdpa(q, k, v, packed.block_mask(), dropout, False, gqa=gqa)
 
     def _eager(self, q, k, v, mask, is_causal, dropout, q_pos, k_pos):
         """Reference attention, written out: softmax(q kᵀ / sqrt(dh) + relative bias, masked) v."""
