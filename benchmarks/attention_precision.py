@@ -24,11 +24,9 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import bertkit.nn.attention as attention
-from bertkit.config import HeadsConfig, ModelConfig
 from bertkit.hardware import autocast, describe_device
-from bertkit.nn.model import Model
-from bertkit.text.collate import IGNORE_INDEX
-from pretrain_throughput import SEQ, VOCAB, masked_batches
+from pretrain_throughput import SEQ, masked_batches, mlm_step
+from profile_step import budget_model
 
 
 def time_attention(shape: tuple[int, ...], variant: str, repeats: int) -> float:
@@ -52,11 +50,7 @@ def time_attention(shape: tuple[int, ...], variant: str, repeats: int) -> float:
 
 def time_steps(layers: int, width: int, batch_size: int, steps: int) -> dict[bool, float]:
     """Median seconds of a bf16 MLM training step with fp32 attention off and on, alternated step by step."""
-    torch.manual_seed(0)
-    model = Model(ModelConfig(vocab_size=VOCAB, d_model=width, n_layers=layers, n_heads=max(1, width // 64),
-                              d_ff=4 * width, max_len=SEQ, positions="rotary", dropout=0.0, attention_dropout=0.0),
-                  HeadsConfig(names=("mlm",))).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    model, opt = budget_model(layers, width)
     cast = autocast("cpu", "bf16")
     batches = masked_batches(2 * steps + 2, batch_size)
     times: dict[bool, list[float]] = {False: [], True: []}
@@ -64,13 +58,7 @@ def time_steps(layers: int, width: int, batch_size: int, steps: int) -> dict[boo
         fp32 = i % 2 == 1
         attention.CPU_BF16_TRAINING_ATTENTION_IN_FP32 = fp32
         start = time.perf_counter()
-        selected = labels != IGNORE_INDEX
-        with cast:
-            logits = model(inputs, mlm_select=selected).logits
-            loss = F.cross_entropy(logits.float(), labels[selected])
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        mlm_step(model, opt, inputs, labels, cast)
         if i >= 2:  # the first of each: warm-up
             times[fp32].append(time.perf_counter() - start)
     attention.CPU_BF16_TRAINING_ATTENTION_IN_FP32 = True

@@ -57,10 +57,12 @@ def masked_batches(n: int, batch_size: int) -> list[tuple[torch.Tensor, torch.Te
     return out
 
 
-def _ours_step(model, opt, inputs, labels):
+def mlm_step(model, opt, inputs, labels, cast=contextlib.nullcontext()):
+    """One bertkit MLM training step: forward (under `cast`) on the masked positions only, backward, optimiser step."""
     selected = labels != IGNORE_INDEX
-    logits = model(inputs, mlm_select=selected).logits
-    loss = torch.nn.functional.cross_entropy(logits.float(), labels[selected])
+    with cast:
+        logits = model(inputs, mlm_select=selected).logits
+        loss = torch.nn.functional.cross_entropy(logits.float(), labels[selected])
     loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
@@ -81,7 +83,7 @@ def run_case(layers: int, width: int, precision: str, steps: int, batch_size: in
     times = {"ours": [], "hf": []}
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     for index, (inputs, labels) in enumerate(batches):
-        for name, model, fn in (("ours", ours, _ours_step), ("hf", hf, _hf_step)):
+        for name, model, fn in (("ours", ours, mlm_step), ("hf", hf, _hf_step)):
             sync()
             start = time.perf_counter()
             with autocast:

@@ -19,14 +19,22 @@ from torch.profiler import ProfilerActivity, profile
 from bertkit.config import HeadsConfig, ModelConfig
 from bertkit.hardware import autocast, describe_device
 from bertkit.nn.model import Model
-from bertkit.text.collate import IGNORE_INDEX
-from pretrain_throughput import SEQ, VOCAB, masked_batches
+from pretrain_throughput import SEQ, VOCAB, masked_batches, mlm_step
 
 # operators whose self time is matrix-product work (what a GEMM peak measures)
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_dot_product_flash_attention",
               "aten::_scaled_dot_product_flash_attention_for_cpu",
               "aten::_scaled_dot_product_flash_attention_for_cpu_backward", "aten::_flash_attention_backward",
               "aten::_scaled_dot_product_efficient_attention", "aten::_efficient_attention_backward", "aten::matmul")
+
+
+def budget_model(layers: int, width: int) -> tuple[Model, torch.optim.Optimizer]:
+    """A seeded MLM model of the budget recipe's kind (rotary, 64-wide heads, no dropout) and its fused AdamW."""
+    torch.manual_seed(0)
+    model = Model(ModelConfig(vocab_size=VOCAB, d_model=width, n_layers=layers, n_heads=max(1, width // 64),
+                              d_ff=4 * width, max_len=SEQ, positions="rotary", dropout=0.0, attention_dropout=0.0,
+                              ), HeadsConfig(names=("mlm",))).train()
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 
 
 def main() -> None:
@@ -39,22 +47,12 @@ def main() -> None:
     args = parser.parse_args()
     print(describe_device(torch.device("cpu")), flush=True)
     layers, width = (int(x) for x in args.shape.split("x"))
-    torch.manual_seed(0)
-    model = Model(ModelConfig(vocab_size=VOCAB, d_model=width, n_layers=layers, n_heads=max(1, width // 64),
-                              d_ff=4 * width, max_len=SEQ, positions="rotary", dropout=0.0, attention_dropout=0.0,
-                              ), HeadsConfig(names=("mlm",))).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    model, opt = budget_model(layers, width)
     cast = autocast("cpu", args.precision)
     batches = masked_batches(args.steps + 1, args.batch_size)
 
     def step(inputs: torch.Tensor, labels: torch.Tensor) -> None:
-        selected = labels != IGNORE_INDEX
-        with cast:
-            logits = model(inputs, mlm_select=selected).logits
-            loss = torch.nn.functional.cross_entropy(logits.float(), labels[selected])
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        mlm_step(model, opt, inputs, labels, cast)
 
     step(*batches[0])  # warm-up: allocations, kernel choice, optimiser state
     with profile(activities=[ProfilerActivity.CPU]) as prof:
