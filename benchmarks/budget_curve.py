@@ -44,6 +44,8 @@ def pretraining(run: Path) -> dict:
     results = json.loads((run / "results.json").read_text())
     config = json.loads((run / "config.json").read_text())
     train, block = config["train"], config["data"]["block_size"]
+    if train.get("contrastive_weight", 0) > 0 and train.get("contrastive_views") == "halves":
+        block //= 2  # a row is half a block
     tokens = results["step"] * train["batch_size"] * train["accumulation_steps"] * block
     return {"steps": results["step"], "tokens": tokens, "val_loss": results["evaluation"]["val_loss"],
             "unigram": results["baseline"]["val_loss"]}

@@ -33,6 +33,7 @@ Pooling = Literal["cls", "mean", "max"]
 TaskKind = Literal["classify", "ner", "sentence", "seq2seq"]
 Init = Literal["pretrained", "random"]
 SentenceLoss = Literal["cosine", "mnrl", "softmax"]
+ContrastiveViews = Literal["maskings", "halves"]  # two maskings of a block | its two halves (tasks/contrast.py)
 HEADS = ("mlm", "lm", "pooler", "classifier", "tagger", "pair_classifier", "rtd", "generator")
 
 
@@ -260,6 +261,9 @@ class TrainConfig:
     # its mean; each block then takes two rows of batch_size (bertkit/tasks/contrast.py)
     contrastive_weight: float = 0.0
     contrastive_scale: float = 20.0  # the contrastive loss's cosine scale (1 / SimCSE's temperature 0.05)
+    # the two views of a block: "maskings" (the whole block twice, two maskings) or "halves" (its first and second
+    # half as two rows of block_size / 2 tokens: no token shared, every row new text)
+    contrastive_views: ContrastiveViews = "maskings"
     max_bad_steps: int = 3  # consecutive non-finite steps tolerated (each skipped) before on_bad_steps
     on_bad_steps: OnBadSteps = "reload"  # reload the last good checkpoint, or stop
 

@@ -92,6 +92,10 @@ def run(job: PretrainJob, console: Console | None = None) -> PretrainResult:
     if config.data.block_size > config.model.max_len:
         raise BertkitError(f"data.block_size: {config.data.block_size} is longer than model.max_len="
                            f"{config.model.max_len}")
+    halves = config.train.contrastive_weight > 0 and config.train.contrastive_views == "halves"
+    if halves and config.data.block_size % 2:
+        raise BertkitError(f"data.block_size: must be even with train.contrastive_views = \"halves\" (each block "
+                           f"splits into two rows), got {config.data.block_size}")
     objective = config.train.objective
     wanted = PRETRAINING[objective].architecture
     if config.model.architecture != wanted:
@@ -157,7 +161,9 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
                   if config.data.streaming else
                   f"corpus: {stats.documents:,} documents, {packed.stats['train_blocks']:,} training and ")
         weight = config.train.contrastive_weight  # > 0: every block takes two rows (tasks/contrast.py)
-        batch = (f"{objective.global_batch} ({objective.global_batch // 2} blocks x 2 maskings, contrastive weight "
+        views = ("2 maskings" if config.train.contrastive_views == "maskings" else
+                 f"2 halves of {config.data.block_size // 2} tokens")
+        batch = (f"{objective.global_batch} rows ({objective.global_batch // 2} blocks x {views}, contrastive weight "
                  f"{weight:g})" if weight > 0 else objective.global_batch)
         console.print(f"{corpus}{len(packed.validation):,} validation blocks of {config.data.block_size} tokens; "
                       f"vocab {vocab:,}; global batch {batch}")

@@ -11,7 +11,7 @@ from bertkit.config import DataConfig, ModelConfig, TrainConfig
 from bertkit.nn.flops import train_flops
 from bertkit.nn.model import Model
 from bertkit.tasks.base import PretrainTask
-from bertkit.tasks.contrast import VIEW_STREAM, interleave, view_contrast
+from bertkit.tasks.contrast import VIEW_STREAM, interleave, split_halves, view_contrast
 from bertkit.tasks.packed import EVAL_STREAM, training_rows, validation_totals
 from bertkit.text.collate import IGNORE_INDEX, mlm_mask, step_generator
 from bertkit.text.packing import Packed
@@ -20,15 +20,16 @@ from bertkit.text.tokenizer import SpecialIds
 
 class MLMObjective:
     """BERT's masked LM on packed blocks: the MLM head runs on masked positions only; loss and accuracy are per
-    masked token of the whole global batch. With `train.contrastive_weight` > 0 each block comes twice, under two
-    maskings, and the loss adds that weight × the mean in-batch contrastive loss of their pooled vectors
-    (tasks/contrast.py)."""
+    masked token of the whole global batch. With `train.contrastive_weight` > 0 each block gives two rows, its two
+    views (`train.contrastive_views`: two maskings, or its two halves), and the loss adds that weight × the mean
+    in-batch contrastive loss of their pooled vectors (tasks/contrast.py)."""
 
     def __init__(self, packed: Packed, special: SpecialIds, vocab_size: int, data: DataConfig, train: TrainConfig,
                  world: int = 1):
         self.global_batch = train.batch_size * train.accumulation_steps * world  # rows (views)
         self.contrastive_weight, self.contrastive_scale = train.contrastive_weight, train.contrastive_scale
         self.views = 2 if self.contrastive_weight > 0 else 1  # rows per block
+        self.halves = self.views == 2 and train.contrastive_views == "halves"
         self.source = training_rows(packed, ["input_ids", "word_start"], self.global_batch // self.views,
                                     train.seed, data.shuffle_window)
         self.special, self.vocab_size, self.data, self.seed = special, vocab_size, data, train.seed
@@ -60,13 +61,18 @@ class MLMObjective:
         self.source.seek(point, step)
 
     def batch(self, step: int) -> dict[str, torch.Tensor]:
-        data = self.source.rows(step)
-        inputs, labels = self._mask(data["input_ids"], data["word_start"], step_generator(self.seed, step))
+        data = self.source.rows(step)  # (N, T) blocks
+        if self.halves:  # (2N, T / 2): each block's halves adjacent, one masking over both
+            inputs, labels = self._mask(split_halves(data["input_ids"], self.special.cls),
+                                        split_halves(data["word_start"], 1), step_generator(self.seed, step))
+        else:
+            inputs, labels = self._mask(data["input_ids"], data["word_start"], step_generator(self.seed, step))
         if self.views == 1:
             return {"input_ids": inputs, "labels": labels}
-        other, other_labels = self._mask(data["input_ids"], data["word_start"],
-                                         step_generator(self.seed, step, VIEW_STREAM))
-        inputs, labels = interleave(inputs, other), interleave(labels, other_labels)  # (2N, T): views adjacent
+        if not self.halves:
+            other, other_labels = self._mask(data["input_ids"], data["word_start"],
+                                             step_generator(self.seed, step, VIEW_STREAM))
+            inputs, labels = interleave(inputs, other), interleave(labels, other_labels)  # (2N, T): views adjacent
         # each row carries the global batch's masked tokens per row: the loop divides the summed loss by the global
         # masked-token count, which this factor turns into a mean over rows for the per-row contrastive term
         per_row = float((labels != IGNORE_INDEX).sum()) / len(labels)

@@ -57,6 +57,27 @@ def test_each_block_comes_twice_under_two_maskings(packed, sample_tokenizer):
     assert paired.evaluate(model) == plain.evaluate(model)
 
 
+def test_halves_split_each_block_into_two_rows_of_new_text(packed, sample_tokenizer):
+    special = special_ids(sample_tokenizer)
+    halves = _objective(packed, sample_tokenizer, contrastive_weight=0.5, contrastive_views="halves")
+    plain = _objective(packed, sample_tokenizer, batch_size=4)  # the same 4 blocks a step
+    batch = halves.batch(3)
+    blocks = plain.source.rows(3)["input_ids"]  # (4, 32)
+    assert batch["input_ids"].shape == (8, 16) and halves.global_batch == 8
+    original = torch.where(batch["labels"] != IGNORE_INDEX, batch["labels"], batch["input_ids"])  # (8, 16)
+    # row 2i: block i's first half; row 2i + 1: its second half, [CLS] in place of the first token
+    assert torch.equal(original[0::2], torch.from_numpy(blocks[:, :16].astype("int64")))
+    assert torch.equal(original[1::2, 1:], torch.from_numpy(blocks[:, 17:].astype("int64")))
+    assert (original[:, 0] == special.cls).all() and (batch["labels"][:, 0] == IGNORE_INDEX).all()
+    masked = int((batch["labels"] != IGNORE_INDEX).sum())
+    assert masked > 0 and batch["masked_per_row"].tolist() == pytest.approx([masked / 8] * 8)
+    assert torch.equal(halves.batch(3)["labels"], batch["labels"])  # seeded: a resumed step sees the same masks
+    model = Model(tiny(vocab_size=400), heads("mlm"))
+    loss_sum, stats = halves.loss(model, batch)
+    assert torch.isfinite(loss_sum) and "contrastive_loss" in stats
+    assert halves.evaluate(model) == plain.evaluate(model)  # validation: whole blocks, plain MLM
+
+
 def test_the_loss_is_mlm_plus_the_weighted_mean_contrast(packed, sample_tokenizer):
     objective = _objective(packed, sample_tokenizer, contrastive_weight=0.5)
     model = Model(tiny(vocab_size=400), heads("mlm"))
@@ -96,6 +117,8 @@ def test_training_with_the_term_learns_to_match_views(tmp_path, packed, sample_t
 
 
 def test_bad_contrastive_settings_are_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="train.contrastive_views"):
+        TrainConfig(contrastive_views="crops")
     with pytest.raises(ConfigError, match="train.contrastive_weight: must be >= 0"):
         TrainConfig(contrastive_weight=-1)
     with pytest.raises(ConfigError, match="train.contrastive_scale: must be > 0"):
@@ -106,21 +129,27 @@ def test_bad_contrastive_settings_are_one_line(tmp_path):
     for args, match in ((["--set", "contrastive_weight=0.1", "--set", "batch_size=5"],
                          "train.batch_size: must be even with train.contrastive_weight > 0"),
                         (["--set", "contrastive_weight=0.1", "--objective", "rtd"],
-                         "train.contrastive_weight: the contrastive term trains with objective mlm only")):
+                         "train.contrastive_weight: the contrastive term trains with objective mlm only"),
+                        (["--set", "contrastive_weight=0.1", "--set", "contrastive_views=halves",
+                          "--set", "block_size=33"],
+                         'data.block_size: must be even with train.contrastive_views = "halves"')):
         result = cli_process("pretrain", *tiny_run, *args, check=False)
         errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
         assert result.returncode == 2 and len(errors) == 1 and match in errors[0], result.stderr[-2000:]
     assert not (tmp_path / "a").exists()
 
 
-def test_a_pretrain_run_with_the_term_says_so_and_logs_it(tmp_path):
+@pytest.mark.parametrize("views, said", [("maskings", "4 blocks x 2 maskings"),
+                                         ("halves", "4 blocks x 2 halves of 16 tokens")])
+def test_a_pretrain_run_with_the_term_says_so_and_logs_it(tmp_path, views, said):
     corpus = repeated_corpus(tmp_path / "corpus.txt", 3)
     out = tmp_path / "run"
     result = cli_process("pretrain", "--recipe", "tiny", "--corpus", corpus, "--no-progress", "--out", out,
                          "--max-steps", "4", "--set", "log_every=1", "--set", "batch_size=8", "--set", "vocab_size=400",
                          "--set", "block_size=32", "--set", "min_frequency=1",
-                         "--set", "contrastive_weight=0.5")
-    assert "global batch 8 (4 blocks x 2 maskings, contrastive weight 0.5)" in " ".join(result.stderr.split())
+                         "--set", "contrastive_weight=0.5", "--set", f"contrastive_views={views}")
+    assert f"global batch 8 rows ({said}, contrastive weight 0.5)" in " ".join(result.stderr.split())
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert all("contrastive_loss" in r for r in records if r["kind"] == "train")
-    assert json.loads((out / "config.json").read_text())["train"]["contrastive_weight"] == 0.5
+    stored = json.loads((out / "config.json").read_text())["train"]
+    assert (stored["contrastive_weight"], stored["contrastive_views"]) == (0.5, views)
