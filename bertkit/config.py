@@ -257,8 +257,8 @@ class TrainConfig:
     sharding: Sharding = "none"
     seed: int = 0
     rtd_weight: float = 50.0  # objective rtd: the discriminator's loss weight (ELECTRA's lambda) next to the MLM's
-    # objective mlm: > 0 adds SimCSE's in-batch contrastive loss between two maskings of each block, this weight x
-    # its mean; each block then takes two rows of batch_size (bertkit/tasks/contrast.py)
+    # objective mlm: > 0 adds SimCSE's in-batch contrastive loss between two views of each block (contrastive_views),
+    # this weight x its mean; each block then takes two rows of batch_size (bertkit/tasks/contrast.py)
     contrastive_weight: float = 0.0
     contrastive_scale: float = 20.0  # the contrastive loss's cosine scale (1 / SimCSE's temperature 0.05)
     # the two views of a block: "maskings" (the whole block twice, two maskings) or "halves" (its first and second
@@ -291,7 +291,7 @@ class TrainConfig:
                               f"{self.objective!r} (set it to 0)")
         if self.contrastive_weight > 0 and self.batch_size % 2:
             raise ConfigError(f"train.batch_size: must be even with train.contrastive_weight > 0 (each block takes "
-                              f"two rows, one per masking), got {self.batch_size}")
+                              f"two rows, one per view), got {self.batch_size}")
         if not 0.0 < self.decay_ratio <= 1.0:
             raise ConfigError(f"train.decay_ratio: must be in (0, 1], got {self.decay_ratio}")
         if self.schedule == "wsd" and self.warmup_ratio + self.decay_ratio > 1.0:
@@ -436,7 +436,11 @@ class Config:
     sentence: SentenceConfig = field(default_factory=SentenceConfig)
 
     def __post_init__(self) -> None:
-        self.heads.check(self.model)  # the one rule that reads two sections
+        self.heads.check(self.model)  # the rules that read two sections
+        if (self.train.contrastive_weight > 0 and self.train.contrastive_views == "halves"
+                and self.data.block_size % 2):
+            raise ConfigError(f"data.block_size: must be even with train.contrastive_views = \"halves\" (each block "
+                              f"splits into two rows), got {self.data.block_size}")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (TOML/JSON-serialisable)."""

@@ -132,8 +132,11 @@ def run(job: InfoJob, console: Console | None = None) -> InfoResult:
 
 def step_flops(config: Config) -> dict[str, Any] | None:
     """Model FLOPs per trained token for the config's pretraining objective on full rows of `data.block_size`
-    tokens (an MLM's head runs on its masked share only), or None for a stack the objective does not fit."""
+    tokens (half that under `train.contrastive_views = "halves"`; an MLM's head runs on its masked share only), or
+    None for a stack the objective does not fit."""
     cfg, objective, t = config.model, config.train.objective, min(config.data.block_size, config.model.max_len)
+    if config.train.contrastive_weight > 0 and config.train.contrastive_views == "halves":
+        t //= 2
     if cfg.architecture == "encoder-decoder":
         objective = "seq2seq"
     elif objective not in PRETRAINING or PRETRAINING[objective].architecture != cfg.architecture:

@@ -92,10 +92,6 @@ def run(job: PretrainJob, console: Console | None = None) -> PretrainResult:
     if config.data.block_size > config.model.max_len:
         raise BertkitError(f"data.block_size: {config.data.block_size} is longer than model.max_len="
                            f"{config.model.max_len}")
-    halves = config.train.contrastive_weight > 0 and config.train.contrastive_views == "halves"
-    if halves and config.data.block_size % 2:
-        raise BertkitError(f"data.block_size: must be even with train.contrastive_views = \"halves\" (each block "
-                           f"splits into two rows), got {config.data.block_size}")
     objective = config.train.objective
     wanted = PRETRAINING[objective].architecture
     if config.model.architecture != wanted:

@@ -6,10 +6,10 @@ as usual, so the second view is not wasted compute. `train.contrastive_views` sa
   their tokens at the same places, so the task is solved within a few dozen steps (in-batch accuracy ~1.0).
 - "halves": the block's first and second half, each a row of block_size / 2 tokens starting with [CLS] (the second
   half's first token gives way to it), masked once. No token is shared: what ties the views is the document they
-  come from (Contriever's independent cropping, Izacard et al. 2022), and every row is new text, so a step of the
-  same rows x tokens reads twice the text of a "maskings" step, in half-length context. Measured at BERT-mini size
-  (README): a hard task (accuracy 0.15 of 64 at step 1,000), but MLM 0.39 nats worse and STS-B after SBERT 3-4
-  points lower than "maskings", so not the recipe's choice.
+  usually come from (a block can straddle a [SEP]; Contriever's independent cropping, Izacard et al. 2022), and
+  every row is new text, so a step of the same rows x tokens reads twice the text of a "maskings" step, in
+  half-length context. Measured at BERT-mini size (README): a hard task (accuracy 0.15 of 64 at step 1,000), but
+  MLM 0.39 nats worse and STS-B after SBERT 3-4 points lower than "maskings", so not the recipe's choice.
 
 The mean-pooled last hidden states of the two views are pulled together and pushed away from every other row of the
 micro-batch by an in-batch cross-entropy over scaled cosines — the same geometry `sentence_loss = "mnrl"` and
@@ -39,7 +39,8 @@ def split_halves(rows: np.ndarray, cls_id: int) -> np.ndarray:
     """Blocks (N, T), T even -> rows (2N, T / 2): row 2i is block i's first half, row 2i + 1 its second half with
     [CLS] in place of its first token (every row then starts like a finetuning input)."""
     n, t = rows.shape
-    halves = rows.reshape(2 * n, t // 2).copy()  # a view of contiguous memory: halves stay adjacent
+    halves = rows.reshape(2 * n, t // 2).copy()  # row-major: block i's halves land in rows 2i, 2i + 1; the copy
+    # keeps the source (a streamed corpus's cached window) untouched by the [CLS] write
     halves[1::2, 0] = cls_id
     return halves
 

@@ -33,7 +33,8 @@ class MLMObjective:
         self.source = training_rows(packed, ["input_ids", "word_start"], self.global_batch // self.views,
                                     train.seed, data.shuffle_window)
         self.special, self.vocab_size, self.data, self.seed = special, vocab_size, data, train.seed
-        self.eval_batch = train.batch_size
+        # validation scores whole blocks: under halves a training row is half a block, so half the rows per batch
+        self.eval_batch = max(1, train.batch_size // 2) if self.halves else train.batch_size
         self.validation = self._validation_batches(packed)
         # an evaluation costs about a third of a training step per batch (forward only), in train-step units
         self.eval_cost_steps = len(self.validation) * 0.35 / max(1, train.accumulation_steps)

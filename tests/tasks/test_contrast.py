@@ -1,16 +1,19 @@
-"""The contrastive term inside MLM pretraining (`train.contrastive_weight`): each block twice under two maskings,
-SimCSE's in-batch loss between their mean-pooled vectors written out by hand, validation still plain MLM."""
+"""The contrastive term inside MLM pretraining (`train.contrastive_weight`): each block's two views (two maskings, or
+its two halves) in adjacent rows, SimCSE's in-batch loss between their mean-pooled vectors written out by hand,
+validation still plain MLM on whole blocks."""
 
 import dataclasses
 import json
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from bertkit.config import ConfigError, DataConfig, TrainConfig
+from bertkit.config import Config, ConfigError, DataConfig, TrainConfig
+from bertkit.jobs.info import step_flops
 from bertkit.nn.model import Model
-from bertkit.tasks.contrast import view_contrast
+from bertkit.tasks.contrast import split_halves, view_contrast
 from bertkit.tasks.mlm import MLMObjective
 from bertkit.text.collate import IGNORE_INDEX
 from bertkit.text.tokenizer import special_ids
@@ -32,9 +35,10 @@ def test_view_contrast_is_simcse_written_out():
     assert view_contrast(same, 20.0)[1].all()
 
 
-def _objective(packed, tokenizer, **train) -> MLMObjective:
+def _objective(packed, tokenizer, whole_word_mask=False, **train) -> MLMObjective:
     cfg = TrainConfig(**{"batch_size": 8, **train})
-    return MLMObjective(packed, special_ids(tokenizer), 400, DataConfig(block_size=32), cfg)
+    return MLMObjective(packed, special_ids(tokenizer), 400, DataConfig(block_size=32, whole_word_mask=whole_word_mask),
+                        cfg)
 
 
 def test_each_block_comes_twice_under_two_maskings(packed, sample_tokenizer):
@@ -75,7 +79,21 @@ def test_halves_split_each_block_into_two_rows_of_new_text(packed, sample_tokeni
     model = Model(tiny(vocab_size=400), heads("mlm"))
     loss_sum, stats = halves.loss(model, batch)
     assert torch.isfinite(loss_sum) and "contrastive_loss" in stats
-    assert halves.evaluate(model) == plain.evaluate(model)  # validation: whole blocks, plain MLM
+    assert halves.eval_batch == 4 and halves.evaluate(model) == plain.evaluate(model)  # whole blocks, plain MLM
+    # whole-word masks: the word flags split with the ids, and a word cut at the middle starts again after [CLS]
+    flags = np.array([[1, 0, 0, 1, 0, 0, 1, 0], [1, 1, 1, 1, 1, 1, 1, 1]])
+    assert split_halves(flags, 1).tolist() == [[1, 0, 0, 1], [1, 0, 1, 0], [1, 1, 1, 1], [1, 1, 1, 1]]
+    assert flags[0, 4] == 0  # the source is left as it was
+    words = _objective(packed, sample_tokenizer, whole_word_mask=True, contrastive_weight=0.5,
+                       contrastive_views="halves").batch(3)
+    assert words["input_ids"].shape == (8, 16) and (words["labels"][:, 0] == IGNORE_INDEX).all()
+    # FLOPs per token (bertkit info) count rows of half a block
+    config = Config(model=tiny(), data=DataConfig(block_size=32),
+                    train=TrainConfig(contrastive_weight=1.0, contrastive_views="halves"))
+    assert step_flops(config)["tokens_per_row"] == 16
+    assert step_flops(dataclasses.replace(config, train=TrainConfig()))["tokens_per_row"] == 32
+    with pytest.raises(ConfigError, match='data.block_size: must be even with train.contrastive_views = "halves"'):
+        dataclasses.replace(config, data=DataConfig(block_size=33))
 
 
 def test_the_loss_is_mlm_plus_the_weighted_mean_contrast(packed, sample_tokenizer):
