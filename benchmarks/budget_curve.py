@@ -24,6 +24,8 @@ from pathlib import Path
 from budget_table import PRECISION, finetune_cells, probe_cells, same_settings, task_epochs
 from common import load_results, save_results
 
+from bertkit.run.directory import load_config
+
 NAMES = {"sst2": "SST-2 dev %", "conll": "CoNLL-2003 test F1", "stsb": "STS-B test Spearman",
          "probe": "frozen probe %"}
 
@@ -42,11 +44,9 @@ def find_cell(stores: list[dict], task: str, run: Path, seed: int, settings: dic
 def pretraining(run: Path) -> dict:
     """Steps, tokens seen and validation MLM loss of a finished pretraining run."""
     results = json.loads((run / "results.json").read_text())
-    config = json.loads((run / "config.json").read_text())
-    train, block = config["train"], config["data"]["block_size"]
-    if train.get("contrastive_weight", 0) > 0 and train.get("contrastive_views") == "halves":
-        block //= 2  # a row is half a block
-    tokens = results["step"] * train["batch_size"] * train["accumulation_steps"] * block
+    config = load_config(run)
+    row = config.data.block_size // (2 if config.train.halves else 1)  # tokens per training row
+    tokens = results["step"] * config.train.batch_size * config.train.accumulation_steps * row
     return {"steps": results["step"], "tokens": tokens, "val_loss": results["evaluation"]["val_loss"],
             "unigram": results["baseline"]["val_loss"]}
 

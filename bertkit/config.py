@@ -306,6 +306,11 @@ class TrainConfig:
         """`max_time` in seconds (None: no budget)."""
         return self._max_seconds
 
+    @property
+    def halves(self) -> bool:
+        """Whether a pretraining row is half a packed block: the contrastive term on, its views the block's halves."""
+        return self.contrastive_weight > 0 and self.contrastive_views == "halves"
+
 
 def parse_duration(text: str, key: str) -> float:
     """'90s', '30m', '1.5h', '45' (seconds) -> seconds."""
@@ -437,8 +442,7 @@ class Config:
 
     def __post_init__(self) -> None:
         self.heads.check(self.model)  # the rules that read two sections
-        if (self.train.contrastive_weight > 0 and self.train.contrastive_views == "halves"
-                and self.data.block_size % 2):
+        if self.train.halves and self.data.block_size % 2:
             raise ConfigError(f"data.block_size: must be even with train.contrastive_views = \"halves\" (each block "
                               f"splits into two rows), got {self.data.block_size}")
 

@@ -135,7 +135,7 @@ def step_flops(config: Config) -> dict[str, Any] | None:
     tokens (half that under `train.contrastive_views = "halves"`; an MLM's head runs on its masked share only), or
     None for a stack the objective does not fit."""
     cfg, objective, t = config.model, config.train.objective, min(config.data.block_size, config.model.max_len)
-    if config.train.contrastive_weight > 0 and config.train.contrastive_views == "halves":
+    if config.train.halves:
         t //= 2
     if cfg.architecture == "encoder-decoder":
         objective = "seq2seq"

@@ -157,8 +157,7 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
                   if config.data.streaming else
                   f"corpus: {stats.documents:,} documents, {packed.stats['train_blocks']:,} training and ")
         weight = config.train.contrastive_weight  # > 0: every block takes two rows (tasks/contrast.py)
-        views = ("2 maskings" if config.train.contrastive_views == "maskings" else
-                 f"2 halves of {config.data.block_size // 2} tokens")
+        views = f"2 halves of {config.data.block_size // 2} tokens" if config.train.halves else "2 maskings"
         batch = (f"{objective.global_batch} rows ({objective.global_batch // 2} blocks x {views}, contrastive weight "
                  f"{weight:g})" if weight > 0 else objective.global_batch)
         console.print(f"{corpus}{len(packed.validation):,} validation blocks of {config.data.block_size} tokens; "

@@ -29,7 +29,7 @@ class MLMObjective:
         self.global_batch = train.batch_size * train.accumulation_steps * world  # rows (views)
         self.contrastive_weight, self.contrastive_scale = train.contrastive_weight, train.contrastive_scale
         self.views = 2 if self.contrastive_weight > 0 else 1  # rows per block
-        self.halves = self.views == 2 and train.contrastive_views == "halves"
+        self.halves = train.halves
         self.source = training_rows(packed, ["input_ids", "word_start"], self.global_batch // self.views,
                                     train.seed, data.shuffle_window)
         self.special, self.vocab_size, self.data, self.seed = special, vocab_size, data, train.seed
@@ -63,16 +63,14 @@ class MLMObjective:
 
     def batch(self, step: int) -> dict[str, torch.Tensor]:
         data = self.source.rows(step)  # (N, T) blocks
+        ids, starts = data["input_ids"], data["word_start"]
         if self.halves:  # (2N, T / 2): each block's halves adjacent, one masking over both
-            inputs, labels = self._mask(split_halves(data["input_ids"], self.special.cls),
-                                        split_halves(data["word_start"], 1), step_generator(self.seed, step))
-        else:
-            inputs, labels = self._mask(data["input_ids"], data["word_start"], step_generator(self.seed, step))
+            ids, starts = split_halves(ids, self.special.cls), split_halves(starts, 1)
+        inputs, labels = self._mask(ids, starts, step_generator(self.seed, step))
         if self.views == 1:
             return {"input_ids": inputs, "labels": labels}
-        if not self.halves:
-            other, other_labels = self._mask(data["input_ids"], data["word_start"],
-                                             step_generator(self.seed, step, VIEW_STREAM))
+        if not self.halves:  # the second view: the same blocks under another masking
+            other, other_labels = self._mask(ids, starts, step_generator(self.seed, step, VIEW_STREAM))
             inputs, labels = interleave(inputs, other), interleave(labels, other_labels)  # (2N, T): views adjacent
         # each row carries the global batch's masked tokens per row: the loop divides the summed loss by the global
         # masked-token count, which this factor turns into a mean over rows for the per-row contrastive term
