@@ -102,9 +102,14 @@ def gemm_flops(device: torch.device, precision: str, size: int = _GEMM_SIZE, rep
     return 2 * size ** 3 / best
 
 
+def tf32_matmuls() -> bool:
+    """Whether CUDA fp32 matrix products run in TF32 on the tensor cores (torch's global switch)."""
+    return bool(torch.backends.cuda.matmul.allow_tf32)
+
+
 def _datasheet(device: torch.device, precision: str) -> Peak | None:
     name = torch.cuda.get_device_name(device)
-    if precision == "fp32" and torch.backends.cuda.matmul.allow_tf32:
+    if precision == "fp32" and tf32_matmuls():
         precision = "tf32"  # fp32 matmuls then run on the tensor cores
     for part, peaks in GPU_PEAKS:
         if part in name:

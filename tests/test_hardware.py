@@ -37,14 +37,30 @@ def test_the_machine_file_keeps_the_best_measurement(monkeypatch):
 
 def test_known_gpus_use_their_datasheet(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    # bertkit's own reader of the TF32 switch is patched, never torch's backend object: its attributes are
+    # computed (__getattr__), so a monkeypatch undo would delete them (pytest 9.2)
+    monkeypatch.setattr(hardware, "tf32_matmuls", lambda: False)
     sheet = hardware._datasheet(torch.device("cuda"), "bf16")
     assert sheet.flops == pytest.approx(989.4e12) and "datasheet" in sheet.source
     assert hardware._datasheet(torch.device("cuda"), "fp32").flops == pytest.approx(66.9e12)
+    monkeypatch.setattr(hardware, "tf32_matmuls", lambda: True)  # fp32 matmuls on the tensor cores
+    tf32 = hardware._datasheet(torch.device("cuda"), "fp32")
+    assert tf32.flops == pytest.approx(494.7e12) and "tf32" in tf32.source
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 PCIe")
     assert hardware._datasheet(torch.device("cuda"), "bf16").flops == pytest.approx(756e12)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Some Future GPU")
     assert hardware._datasheet(torch.device("cuda"), "bf16") is None  # measured instead
+
+
+def test_the_tf32_reader_follows_torchs_switch():
+    before = torch.backends.cuda.matmul.allow_tf32
+    try:  # set and restored through torch's public API
+        torch.backends.cuda.matmul.allow_tf32 = True
+        assert hardware.tf32_matmuls() is True
+        torch.backends.cuda.matmul.allow_tf32 = False
+        assert hardware.tf32_matmuls() is False
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
 
 
 def _fake_peaks(monkeypatch, bf16: float, fp32: float):
