@@ -35,6 +35,7 @@ Init = Literal["pretrained", "random"]
 SentenceLoss = Literal["cosine", "mnrl", "softmax"]
 ContrastiveViews = Literal["maskings", "halves"]  # two maskings of a block | its two halves (tasks/contrast.py)
 HEADS = ("mlm", "lm", "pooler", "classifier", "tagger", "pair_classifier", "rtd", "generator")
+SEEDS = 2**32  # seeds are in [0, SEEDS): numpy's generators refuse anything else (issue 38)
 
 
 @dataclass(frozen=True)
@@ -271,6 +272,8 @@ class TrainConfig:
         _check_types(self, "train")
         _at_least(self, "train", batch_size=1, accumulation_steps=1, max_steps=1, eval_every=1, log_every=1,
                   save_every=1, keep_checkpoints=1, max_bad_steps=1, patience=0)
+        if not 0 <= self.seed < SEEDS:
+            raise ConfigError(f"train.seed: must be in [0, 2**32 - 1], got {self.seed}")
         if self.epochs is not None and self.epochs <= 0:
             raise ConfigError(f"train.epochs: must be > 0, got {self.epochs}")
         if not 0.0 < self.layer_decay <= 1.0:

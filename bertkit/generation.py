@@ -28,8 +28,9 @@ class Sampling:
     top_p: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0 (use greedy decoding for argmax), got {self.temperature}")
+        if not (math.isfinite(self.temperature) and self.temperature > 0):  # nan / inf: a nan or uniform softmax
+            raise ValueError(f"temperature must be a finite number > 0 (use greedy decoding for argmax), got "
+                             f"{self.temperature}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:

@@ -24,8 +24,6 @@ JSON, and the FAISS file is read by FAISS's own (non-executable) format.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
 import math
 import os
@@ -37,7 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import BertkitError
-from bertkit.run.files import confined, fsync_dir, remove_stale, replace, write_atomic
+from bertkit.run.files import confined, content_digest, fsync_dir, remove_stale, replace, write_atomic
+from bertkit.run.lock import hold
 
 INDEX_FILE = "index.json"
 FORMAT = "bertkit-index"
@@ -110,6 +109,8 @@ class VectorIndex:
         if self.backend == "faiss" and not (self.path / self.meta["faiss"]["file"]).is_file():
             raise BertkitError(f"{self.path / self.meta['faiss']['file']}: missing (the index is incomplete or was "
                                "moved in parts)")
+        if self.backend == "faiss" and self.meta["faiss"].get("digest") is not None:
+            self._check_content(self.path / self.meta["faiss"]["file"], self.meta["faiss"]["digest"])
         self._vectors: list[np.ndarray] = []
         self._offsets: list[np.ndarray] = []
         self._faiss = None
@@ -136,6 +137,16 @@ class VectorIndex:
         docs = self.path / shard["docs"]
         if not docs.is_file() or docs.stat().st_size != shard["docs_bytes"]:
             raise BertkitError(f"{docs}: missing, truncated or corrupt (expected {shard['docs_bytes']:,} bytes)")
+        # contents: a file overwritten at the same size (an index from before digests were kept has none)
+        digests = shard.get("digests")
+        for key in ("vectors", "docs", "offsets"):
+            if isinstance(digests, dict) and digests.get(key) is not None:
+                self._check_content(self.path / shard[key], digests[key])
+
+    def _check_content(self, file: Path, digest: object) -> None:
+        if content_digest(file) != digest:
+            raise BertkitError(f"{file}: its content is not what {INDEX_FILE} recorded (changed or corrupt); rebuild "
+                               "the index")
 
     def vectors(self) -> list[np.ndarray]:
         """Each shard's (n, D) vectors, memory-mapped read-only."""
@@ -238,23 +249,10 @@ def add_to_faiss(index, vectors: np.ndarray) -> None:
         index.add(np.ascontiguousarray(vectors[start:start + _EXACT_CHUNK], dtype=np.float32))
 
 
-@contextlib.contextmanager
-def index_lock(path: Path) -> Iterator[None]:
-    """An exclusive lock on an index directory for the length of an append (a second `index add` waits)."""
-    lock = Path(path) / ".lock"
-    try:  # never through a link: a shared index's .lock must not create or open a file elsewhere
-        fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        why = "a link (refused)" if exc.errno == errno.ELOOP else exc.strerror
-        raise BertkitError(f"{lock}: cannot be opened to lock the index ({why})") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+def index_lock(path: Path, wait: bool = True):
+    """An exclusive lock on an index directory (its `.lock`) for the length of an append (a second `index add`
+    waits) or a replacement (`wait=False`: an index in use is refused with the holder's pid)."""
+    return hold(Path(path) / ".lock", path, "index", wait=wait, remove=False)
 
 
 @contextlib.contextmanager
@@ -401,6 +399,11 @@ class ShardWriter:
         self._files = {key: tmp.open("wb") for key, tmp in self._tmp.items()}
 
     def add(self, vectors: np.ndarray, ids: list[str], texts: list[str]) -> None:
+        bad = ~np.isfinite(vectors).all(axis=-1)  # (n,)
+        if bad.any():  # a NaN row scores null against every query and an inf one wins them all: never stored
+            first = ids[int(np.argmax(bad))]
+            raise BertkitError(f"the model gave {int(bad.sum()):,} non-finite embedding(s) (NaN or inf; the first for "
+                               f"{first!r}); nothing was written: check the model (a diverged run?)")
         self._files["vectors"].write(np.ascontiguousarray(vectors, dtype=np.float32).tobytes())
         offsets = []
         for key, text in zip(ids, texts):
@@ -422,7 +425,8 @@ class ShardWriter:
         for key, tmp in self._tmp.items():
             os.replace(tmp, self.directory / self.names[key])
         fsync_dir(self.directory)
-        return {**self.names, "count": self.count, "docs_bytes": self.position}
+        digests = {key: content_digest(self.directory / name) for key, name in self.names.items()}
+        return {**self.names, "count": self.count, "docs_bytes": self.position, "digests": digests}
 
     def discard(self) -> None:
         """Remove whatever this writer wrote (its names are new: never a committed file)."""

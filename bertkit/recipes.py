@@ -47,14 +47,21 @@ def resolve_recipe(name_or_path: str | Path) -> Path:
 
 
 def load_recipe(name_or_path: str | Path, overrides: list[str] | tuple[str, ...] = (),
-                reads: Reads | None = None) -> Config:
+                reads: Reads | None = None, layered: bool = False) -> Config:
     """Read a recipe and apply `key=value` overrides. With `reads` (a command and the sections it reads), a table
-    or an override of a section the command does not read is an error, not a setting silently ignored."""
+    or an override of a section the command does not read is an error, not a setting silently ignored. A key
+    given twice in `overrides` with different values is an error (which one did the user mean?), unless `layered`:
+    the caller put later overrides there to replace earlier ones (ablate's variants and budget over its --set)."""
     path = resolve_recipe(name_or_path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"recipe {path}: not valid TOML: {exc}") from None
+    if not data:  # 0 bytes or only comments: every default, surely not what the file was meant to say
+        raise ConfigError(f"{path}: empty recipe (no sections); give a bundled recipe's name or add [model], "
+                          "[train], … tables")
+    if not layered and (repeated := repeated_overrides(overrides)):
+        raise ConfigError(repeated[0])
     if reads is not None:
         for name, value in data.items():
             if isinstance(value, dict) and name not in reads.sections:
@@ -96,6 +103,20 @@ FINETUNE_READS = {
 }
 
 
+def repeated_overrides(overrides: list[str] | tuple[str, ...]) -> list[str]:
+    """One line per key `overrides` set to different values (`d_model=64 … model.d_model=48`): which values."""
+    values: dict[tuple[str, str], list[str]] = {}
+    for item in overrides:
+        if "=" in item:
+            key, raw = (s.strip() for s in item.split("=", 1))
+            try:
+                values.setdefault(resolve_key(key), []).append(raw)
+            except ConfigError:  # apply_overrides reports the bad key itself
+                continue
+    return [f"--set {section}.{name}: given {len(raws)} times ({', then '.join(raws)}); give each key once"
+            for (section, name), raws in values.items() if len(set(raws)) > 1]
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...], reads: Reads | None = None,
                     ) -> dict[str, Any]:
     """Apply `section.key=value` (or `key=value` when the key names one field of one section) to nested dicts.
@@ -125,6 +146,12 @@ def resolve_key(key: str, what: str = "--set") -> tuple[str, str]:
         section, name = key.split(".", 1)
         if section not in sections:
             raise ConfigError(f"{what} {key}: unknown section '{section}' (allowed: {', '.join(sections)})")
+        # checked here, so that the error names the flag the key came from, not the recipe it was applied to
+        if key in MOVED:
+            raise ConfigError(f"{what} {key}: {key} is now {MOVED[key]}")
+        fields = {f.name for f in dataclasses.fields(sections[section])}
+        if name not in fields:
+            raise ConfigError(f"{what} {key}: unknown key{suggest(name, fields)}")
         return section, name
     owners = [s for s, cls in sections.items() if key in {f.name for f in dataclasses.fields(cls)}]
     if not owners:

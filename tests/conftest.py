@@ -151,6 +151,34 @@ def bertkit_capped(args, limit: int, cwd: Path):
                           env=env, cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
 
 
+def merged(*parts) -> list:
+    """Argument lists joined, a later `--set key=value` replacing an earlier one of the same key (bertkit refuses a
+    key given twice with two values): a base list of options plus a test's own."""
+    from bertkit.errors import ConfigError
+    from bertkit.recipes import resolve_key
+
+    def key(item) -> object:
+        name = str(item).split("=", 1)[0].strip()
+        try:
+            return resolve_key(name)
+        except ConfigError:  # a test of a bad key: compared as written
+            return name
+
+    flat = [str(a) for part in parts for a in part]
+    last = {}
+    for i, item in enumerate(flat[:-1]):
+        if item == "--set":
+            last[key(flat[i + 1])] = i
+    out, i = [], 0
+    while i < len(flat):
+        if flat[i] == "--set" and i + 1 < len(flat) and last.get(key(flat[i + 1])) != i:
+            i += 2
+            continue
+        out.append(flat[i])
+        i += 1
+    return out
+
+
 def cli_invoke(*args):
     """Run `bertkit ARGS` in-process (typer's CliRunner); returns the result."""
     from typer.testing import CliRunner

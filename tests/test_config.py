@@ -9,6 +9,7 @@ from bertkit.config import Config, HeadsConfig, ModelConfig, TrainConfig, sectio
 from bertkit.errors import ConfigError
 from bertkit.nn.model import Model
 from bertkit.recipes import FINETUNE_READS, PRETRAIN_READS, apply_overrides, list_recipes, load_recipe
+from conftest import SAMPLE_CORPUS, cli_error, cli_invoke
 
 EXPECTED = {"tiny", "mini", "small", "base", "decoder-mini", "encoder-decoder-small"}
 
@@ -181,3 +182,55 @@ def test_a_stored_config_of_an_earlier_bertkit_is_migrated():
 def test_config_round_trips_through_a_dict():
     cfg = load_recipe("decoder-mini")
     assert Config.from_dict(cfg.to_dict()) == cfg
+
+
+def test_seeds_outside_0_to_2_32_are_one_line(tmp_path):
+    """Issue 38: numpy's generators take seeds in [0, 2**32); any other seed was a traceback deep in the run."""
+    assert TrainConfig(seed=2**32 - 1).seed == 2**32 - 1
+    for seed in (-1, 2**32, 10**26):
+        with pytest.raises(ConfigError, match=rf"^train.seed: must be in \[0, 2\*\*32 - 1\], got {seed}$"):
+            TrainConfig(seed=seed)
+    common = ["pretrain", "--recipe", "tiny", "--corpus", SAMPLE_CORPUS, "--out", tmp_path / "run"]
+    assert cli_error(*common, "--set", "seed=-1") == "error: train.seed: must be in [0, 2**32 - 1], got -1"
+    assert cli_error(*common, "--set", f"seed={10**26}") == \
+        f"error: train.seed: must be in [0, 2**32 - 1], got {10**26}"
+    assert cli_error(*common, "--set", "seed=1e26") == "error: train.seed: expected an integer, got 1e+26"
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_key_set_twice_with_two_values_is_an_error():
+    """`--set d_model=64 --set d_model=48` was taken silently: which one did the user mean?"""
+    with pytest.raises(ConfigError, match=r"--set model.d_model: given 2 times \(64, then 48\); give each key once"):
+        load_recipe("tiny", ["d_model=64", "n_heads=2", "model.d_model=48"])
+    assert load_recipe("tiny", ["d_model=64", "d_model=64"]).model.d_model == 64  # the same value twice: no doubt
+    assert load_recipe("tiny", ["d_model=64", "d_model=48"], layered=True).model.d_model == 48  # ablate's variants
+    assert cli_error("info", "tiny", "--set", "d_model=64", "--set", "d_model=48") == \
+        "error: --set model.d_model: given 2 times (64, then 48); give each key once"
+
+
+def test_an_empty_recipe_is_one_line(tmp_path):
+    for text in ("", "# only comments\n\n# here\n"):
+        recipe = tmp_path / "empty.toml"
+        recipe.write_text(text)
+        expected = (f"error: {recipe}: empty recipe (no sections); give a bundled recipe's name or add [model], "
+                    "[train], … tables")
+        assert cli_error("pretrain", "--recipe", recipe, "--corpus", SAMPLE_CORPUS, "--out", tmp_path / "run") \
+            == expected
+        assert cli_error("info", recipe) == expected
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_error_in_a_set_key_names_the_set_not_the_recipe(tmp_path):
+    """The recipe file did not say `sentence.max_length`; the command line did."""
+    recipe = tmp_path / "mine.toml"
+    recipe.write_text("[model]\nd_model = 32\nn_heads = 2\n")
+    line = cli_error("pretrain", "--recipe", recipe, "--set", "sentence.max_length=64", "--corpus", SAMPLE_CORPUS,
+                     "--out", tmp_path / "run")
+    assert line == "error: --set sentence.max_length: sentence.max_length is now sentence.max_seq_length"
+    assert str(recipe) not in cli_error("info", recipe, "--set", "model.d_modle=3")
+    assert cli_error("info", recipe, "--set", "model.d_modle=3") == \
+        "error: --set model.d_modle: unknown key (did you mean 'd_model'?)"
+    # in the recipe itself, the recipe is named
+    recipe.write_text("[sentence]\nmax_length = 64\n")
+    assert cli_error("info", recipe) == f"error: {recipe}: sentence.max_length is now sentence.max_seq_length"
+    assert not (tmp_path / "run").exists()

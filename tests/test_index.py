@@ -165,3 +165,38 @@ def test_shard_writer_offsets_locate_every_document(tmp_path):
                           "shards": [shard], "backend": "exact"})
     assert [d["text"] for d in VectorIndex(tmp_path).docs([3, 0, 1, 2])] == [texts[3], texts[0], texts[1], texts[2]]
     assert list(VectorIndex(tmp_path).ids()) == ["id0", "id1", "id2", "id3"]
+
+
+def test_the_same_file_under_another_path_is_not_added_twice(tmp_path, base, monkeypatch):
+    """Issue 38: default ids are `path:line` as the path was given, so `index add` of the file the index was built
+    from, spelled another way, gave every document a second vector without a word."""
+    monkeypatch.chdir(tmp_path)
+    _corpus(tmp_path, "a.txt", SENTENCES[:6])
+    cli_ok("index", "build", "--model", base, "a.txt", "-o", "idx", "--no-progress")
+    assert "id 'a.txt:1' is already in the index" in cli_error("index", "add", "idx", "./a.txt")
+    for spelling in (str(tmp_path / "a.txt"), f"../{tmp_path.name}/a.txt"):
+        assert cli_error("index", "add", "idx", spelling, "--no-progress") == (
+            f"error: {spelling}:1: already in the index as 'a.txt:1' (6 document(s) with the same file name, line and "
+            "text: the same file under another path); nothing added: add only what the index lacks (to index these "
+            "texts again, give them ids with --id-field)")
+    assert VectorIndex("idx").count == 6
+    # the same name elsewhere: refused only where a line's text is the same
+    (tmp_path / "b").mkdir()
+    _corpus(tmp_path / "b", "a.txt", SENTENCES[:2] + SENTENCES[12:16])
+    assert "(2 document(s) with the same file name" in cli_error("index", "add", "idx", "b/a.txt")
+    (tmp_path / "c").mkdir()
+    _corpus(tmp_path / "c", "a.txt", SENTENCES[12:18])
+    cli_ok("index", "add", "idx", "c/a.txt", "--no-progress")
+    assert VectorIndex("idx").count == 12
+
+
+def test_options_that_do_nothing_here_are_warned(tmp_path, base):
+    """--nprobe / --nlist on an index that comes out exact, and --nprobe on an exact search, were taken without a
+    word (issue 38): each is one yellow line, and the result is the exact one."""
+    corpus = _corpus(tmp_path, "c.txt", SENTENCES[:8])
+    built = cli_ok("index", "build", "--model", base, corpus, "-o", tmp_path / "idx", "--nprobe", "2",
+                   "--no-progress")
+    assert "--nlist / --nprobe do nothing here: 8 vectors get exact search" in " ".join(built.output.split())
+    found = cli_ok("search", tmp_path / "idx", "films", "--nprobe", "3", "--json")
+    assert "warning: --nprobe 3 does nothing here" in " ".join(found.output.split())
+    assert "nprobe" not in " ".join(cli_ok("search", tmp_path / "idx", "films").output.split())

@@ -64,7 +64,8 @@ def demo(out: Annotated[Path, typer.Option("--out", "-o", help="Where the demo's
 def import_hf(src: Annotated[Path, typer.Argument(help="A Hugging Face BERT folder (config.json + "
                                                        "model.safetensors or pytorch_model.bin).")],
               out: Annotated[Path, typer.Argument(help="The bertkit run directory to create.")],
-              overwrite: Annotated[bool, typer.Option(help="Replace OUT if it exists (atomically).")] = False,
+              overwrite: Annotated[bool, typer.Option(help="Replace OUT if it is a run import-hf wrote (never a "
+                                                                    "trained run), atomically.")] = False,
               ) -> None:
     """Make a bertkit run directory from a Hugging Face BERT checkpoint (e.g. all-MiniLM-L6-v2)."""
     from bertkit import interop
@@ -88,7 +89,8 @@ def export(run: Annotated[Path, typer.Argument(help="A bertkit run directory.")]
                "--format", help="hf: a folder transformers.BertModel (or AutoModelForMaskedLM) loads unchanged; "
                                 "sentence-transformers: a folder SentenceTransformer(path) loads, embedding like "
                                 "bertkit.")] = "hf",
-           overwrite: Annotated[bool, typer.Option(help="Replace OUT if it exists (atomically).")] = False) -> None:
+           overwrite: Annotated[bool, typer.Option(help="Replace OUT if it is an export of the same format "
+                                                        "(never anything else), atomically.")] = False) -> None:
     """Export a run directory for another library."""
     from bertkit.interop import hf
     from bertkit.interop.sentence_transformers import export_sentence_transformers

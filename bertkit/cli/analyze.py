@@ -75,7 +75,8 @@ def probe(model: Annotated[list[Path], typer.Option(
           max_iter: Annotated[int, typer.Option(min=1, help="L-BFGS iterations per probe.")] = 300,
           batch_size: Annotated[int, typer.Option(min=1, help="Sentences per forward batch.")] = 32,
           seed: Annotated[int, typer.Option(help="Seed of the hold-out split and the control labels.")] = 0,
-          overwrite: Annotated[bool, typer.Option(help="Replace OUT if it exists.")] = False,
+          overwrite: Annotated[bool, typer.Option(help="Replace OUT if it is a probe folder bertkit wrote "
+                                                        "(never anything else).")] = False,
           progress: ProgressOption = True) -> None:
     """Freeze the model(s), take every layer's word representations (layer 0 = embeddings), train a linear probe
     per layer and write per-layer scores (probe.csv) and a line plot (probe.png)."""

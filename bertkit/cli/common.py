@@ -41,6 +41,9 @@ def user_errors(fn):
         except BertkitError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
+        except EOFError as exc:  # click takes an EOFError for Ctrl-D at a prompt and prints a bare "Aborted."; bertkit
+            # never prompts, so one escaping a command is an unhandled read error (a truncated .gz): a bug, traceback
+            raise RuntimeError(f"unhandled end of input: {exc}") from exc
         except Exception as exc:  # a full disk met outside a disk_errors block
             if not is_disk_full(exc):
                 raise

@@ -23,6 +23,13 @@ ValidationOption = Annotated[str | None, typer.Option(
                          "out task.validation_split of --train).")]
 FinetuneOut = Annotated[Path, typer.Option("--out", "-o", help="The finetuned run directory to write.")]
 ResumeOption = Annotated[bool, typer.Option(help="Continue the run in --out from its latest checkpoint.")]
+AcceptChangedOption = Annotated[bool, typer.Option(
+    "--accept-changed-data", help="With --resume: go on although a training or validation file (or the base model) "
+                                  "changed since the run began; the change is warned and recorded in inputs.json "
+                                  "(default: refused).")]
+SkipBadRowsOption = Annotated[bool, typer.Option(
+    "--skip-bad-lines", help="Skip (and count) rows of the training or validation file that have no label (or score) "
+                             "or an empty text, instead of stopping.")]
 EpochsOption = Annotated[float | None, typer.Option(help="train.epochs: passes over the training set.")]
 MaxStepsOption = Annotated[int | None, typer.Option(help="train.max_steps (when --epochs is not set).")]
 MaxTimeOption = Annotated[str | None, typer.Option(help="train.max_time: a wall-clock budget such as 10m.")]
@@ -33,7 +40,7 @@ InitOption = Annotated[str | None, typer.Option(help="task.init: pretrained (def
 def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: bool, progress: bool,
               set_: list[str] | None, train: str | None, validation: str | None, init: str | None,
               max_train_examples: int | None, epochs: float | None, max_steps: int | None, max_time: str | None,
-              values: dict) -> None:
+              values: dict, accept_changed_data: bool = False, skip_bad_lines: bool = False) -> None:
     """Every finetune command: the options they share, plus each command's own `values` (config keys)."""
     from bertkit.recipes import FINETUNE_READS, load_recipe, with_values
 
@@ -54,7 +61,8 @@ def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: boo
 
         config = keep_run_limits(config, out, {"max_steps": max_steps, "max_time": max_time, "epochs": epochs},
                                  set_ or [])
-    run(Job(config, model, out, resume=resume, progress=progress))
+    run(Job(config, model, out, resume=resume, progress=progress, accept_changed_data=accept_changed_data,
+            skip_bad_lines=skip_bad_lines))
 
 
 def _clear_epochs(config):
@@ -74,18 +82,21 @@ def finetune_classify(
         pooling: Annotated[str | None, typer.Option(help="heads.classifier_pooling: cls | mean | max.")] = None,
         recipe: Annotated[str, typer.Option(help="Recipe name or .toml with \\[task], \\[heads] and "
                                                  "\\[train].")] = "finetune-classify",
-        out: FinetuneOut = Path("runs/classify"), resume: ResumeOption = False, epochs: EpochsOption = None,
+        out: FinetuneOut = Path("runs/classify"), resume: ResumeOption = False,
+        accept_changed_data: AcceptChangedOption = False, epochs: EpochsOption = None,
         max_steps: MaxStepsOption = None, max_time: MaxTimeOption = None, init: InitOption = None,
         max_train_examples: Annotated[int | None, typer.Option(help="task.max_train_examples: train on the first "
                                                                     "N examples only.")] = None,
-        progress: ProgressOption = True, set_: SetOption = None) -> None:
-    """Finetune a text (or text-pair) classifier from CSV / TSV / JSONL; labels may be strings or ints.
+        skip_bad_lines: SkipBadRowsOption = False, progress: ProgressOption = True, set_: SetOption = None) -> None:
+    """Finetune a text (or text-pair) classifier from CSV / TSV / JSONL; labels may be names or integers (1, "1",
+    1.0 and true are one class, "1").
 
     Example: bertkit finetune classify --model runs/mini-imdb --train sst2/train.tsv --text-column sentence
     """
     _finetune("classify", recipe, model, out, resume, progress, set_, train, validation, init, max_train_examples,
               epochs, max_steps, max_time, {"task.text_column": text_column, "task.text_pair_column": text_pair_column,
-                                            "task.label_column": label_column, "heads.classifier_pooling": pooling})
+                                            "task.label_column": label_column, "heads.classifier_pooling": pooling},
+              accept_changed_data, skip_bad_lines)
 
 
 @finetune_app.command("ner")
@@ -95,7 +106,8 @@ def finetune_ner(
         tag_column: Annotated[int | None, typer.Option(help="task.tag_column: the column holding the tag "
                                                             "(-1: the last).")] = None,
         recipe: Annotated[str, typer.Option(help="Recipe name or .toml with \\[task] and \\[train].")] = "finetune-ner",
-        out: FinetuneOut = Path("runs/ner"), resume: ResumeOption = False, epochs: EpochsOption = None,
+        out: FinetuneOut = Path("runs/ner"), resume: ResumeOption = False,
+        accept_changed_data: AcceptChangedOption = False, epochs: EpochsOption = None,
         max_steps: MaxStepsOption = None, max_time: MaxTimeOption = None, init: InitOption = None,
         max_train_examples: Annotated[int | None, typer.Option(help="task.max_train_examples.")] = None,
         progress: ProgressOption = True, set_: SetOption = None) -> None:
@@ -104,7 +116,7 @@ def finetune_ner(
     Example: bertkit finetune ner --model runs/mini-imdb --train conll2003/train.txt --validation conll2003/dev.txt
     """
     _finetune("ner", recipe, model, out, resume, progress, set_, train, validation, init, max_train_examples,
-              epochs, max_steps, max_time, {"task.tag_column": tag_column})
+              epochs, max_steps, max_time, {"task.tag_column": tag_column}, accept_changed_data)
 
 
 @finetune_app.command("sentence")
@@ -128,10 +140,11 @@ def finetune_sentence(
         recipe: Annotated[str, typer.Option(help="Recipe name or .toml with \\[task], \\[sentence_loss], "
                                                  "\\[sentence] and \\[train].")]
         = "finetune-sentence",
-        out: FinetuneOut = Path("runs/sentence"), resume: ResumeOption = False, epochs: EpochsOption = None,
+        out: FinetuneOut = Path("runs/sentence"), resume: ResumeOption = False,
+        accept_changed_data: AcceptChangedOption = False, epochs: EpochsOption = None,
         max_steps: MaxStepsOption = None, max_time: MaxTimeOption = None, init: InitOption = None,
         max_train_examples: Annotated[int | None, typer.Option(help="task.max_train_examples.")] = None,
-        progress: ProgressOption = True, set_: SetOption = None) -> None:
+        skip_bad_lines: SkipBadRowsOption = False, progress: ProgressOption = True, set_: SetOption = None) -> None:
     """Train a SentenceBERT bi-encoder on sentence pairs (cosine, multiple-negatives ranking or softmax loss).
 
     Example: bertkit finetune sentence --model runs/mini-imdb --recipe finetune-stsb --out runs/sbert
@@ -141,7 +154,7 @@ def finetune_sentence(
                   "sentence_loss.loss": loss, "task.text_column": text_column,
                   "task.text_pair_column": text_pair_column, "task.label_column": label_column,
                   "sentence_loss.negative_column": negative_column,
-                  "sentence.pooling": pooling})
+                  "sentence.pooling": pooling}, accept_changed_data, skip_bad_lines)
 
 
 @finetune_app.command("seq2seq")
@@ -164,7 +177,8 @@ def finetune_seq2seq(
         joint_vocab: Annotated[bool | None, typer.Option(help="seq2seq.joint_vocab: one BPE for both sides (default) "
                                                               "or one per side (needs model.share_embeddings = "
                                                               "false).")] = None,
-        out: FinetuneOut = Path("runs/seq2seq"), resume: ResumeOption = False, epochs: EpochsOption = None,
+        out: FinetuneOut = Path("runs/seq2seq"), resume: ResumeOption = False,
+        accept_changed_data: AcceptChangedOption = False, epochs: EpochsOption = None,
         max_steps: MaxStepsOption = None, max_time: MaxTimeOption = None,
         max_train_examples: Annotated[int | None, typer.Option(help="task.max_train_examples: the first N "
                                                                     "pairs.")] = None,
@@ -178,7 +192,8 @@ def finetune_seq2seq(
               epochs, max_steps, max_time, {
                   "seq2seq.train_source": train_source, "seq2seq.train_target": train_target,
                   "seq2seq.validation_source": validation_source, "seq2seq.validation_target": validation_target,
-                  "seq2seq.label_smoothing": label_smoothing, "seq2seq.joint_vocab": joint_vocab})
+                  "seq2seq.label_smoothing": label_smoothing, "seq2seq.joint_vocab": joint_vocab},
+              accept_changed_data)
 
 
 @app.command()
@@ -193,7 +208,8 @@ def predict(model: Annotated[Path, typer.Option("--model", "-m", help="A finetun
                                                                  "the one used in finetuning).")] = None,
             batch_size: Annotated[int, typer.Option(min=1, help="Inputs per batch (sorted by length).")] = 64,
             precision: PrecisionOption = "auto",
-            overwrite: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False) -> None:
+            overwrite: Annotated[bool, typer.Option(help="Replace an existing --out predictions file "
+                                                                      "bertkit wrote.")] = False) -> None:
     """Label texts (classify) or find entities with character offsets (NER); one JSON line per input, in order."""
     from bertkit.jobs import predict as job
 
@@ -211,7 +227,8 @@ def evaluate(model: Annotated[Path, typer.Option("--model", "-m", help="A finetu
              out: Annotated[Path | None, typer.Option("--out", "-o", help="Also write the metrics as JSON.")]
              = None,
              precision: PrecisionOption = "auto",
-             overwrite: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False) -> None:
+             overwrite: Annotated[bool, typer.Option(help="Replace an existing --out evaluation report bertkit "
+                                                          "wrote.")] = False) -> None:
     """Metrics on a labelled file: accuracy / macro-F1 / MCC + confusion matrix, or entity P/R/F1 per type."""
     from bertkit.jobs import evaluate as job
     from bertkit.paths import resolve_data_path

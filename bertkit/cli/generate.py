@@ -3,6 +3,7 @@ encoder-decoder runs, and looking inside any run."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -59,10 +60,13 @@ def generate(run: Annotated[Path, typer.Argument(help="A decoder run (bertkit pr
     from bertkit.generation import Sampling
     from bertkit.jobs import generate as job
 
-    try:
-        sampling = Sampling(greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p)
-    except ValueError as exc:
-        raise BertkitError(str(exc)) from None
+    # checked here, by option name (Sampling refuses the same values, for callers of the API)
+    if not (math.isfinite(temperature) and temperature > 0):  # nan: a traceback in sampling; inf: uniform noise
+        raise BertkitError(f"--temperature {temperature}: must be a finite number > 0 (lower is more conservative; "
+                           "--greedy always takes the most likely token)")
+    if not 0.0 < top_p <= 1.0:
+        raise BertkitError(f"--top-p {top_p}: must be in (0, 1] (1: every token)")
+    sampling = Sampling(greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p)
     result = job.run(job.GenerateJob(run, tuple(_texts(prompts, input_file, "prompt")), max_new_tokens, sampling,
                                      seed, cache, batch_size, precision=precision))
     for c in result.continuations:
@@ -117,7 +121,8 @@ def translate(run: Annotated[Path, typer.Argument(help="An encoder-decoder run (
               beam: BeamOption = 4, length_penalty: LengthPenaltyOption = 1.0, max_new_tokens: MaxNewOption = None,
               batch_size: Annotated[int, typer.Option(min=1, help="Sentences decoded together.")] = 64,
               precision: PrecisionOption = "auto",
-              overwrite: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False) -> None:
+              overwrite: Annotated[bool, typer.Option(help="Replace an existing --out text file (never an input "
+                                                                   "or another kind of file).")] = False) -> None:
     """Translate sentences with an encoder-decoder: beam search (default 4) or greedy (--beam 1), KV cache.
 
     Example: bertkit translate runs/multi30k "A man is riding a bike." --beam 4
@@ -126,7 +131,8 @@ def translate(run: Annotated[Path, typer.Argument(help="An encoder-decoder run (
 
     result = job.translate(job.TranslateJob(run, tuple(_texts(sentences, input_file, "sentence")), beam,
                                             length_penalty, max_new_tokens, batch_size, out, overwrite,
-                                            precision=precision))
+                                            precision=precision,
+                                            inputs=(input_file,) if input_file is not None else ()))
     if out is None:
         for line in result.lines:
             typer.echo(line)
@@ -175,7 +181,8 @@ def attention(run: RunArgument,
                                                             "their mean).")] = None,
               target: Annotated[str | None, typer.Option(help="Encoder-decoder: the output to align with "
                                                              "(default: the model's greedy translation).")] = None,
-              overwrite: Annotated[bool, typer.Option(help="Write into an existing non-empty --out.")] = False,
+              overwrite: Annotated[bool, typer.Option(help="Replace an existing --out heatmap folder bertkit "
+                                                                     "wrote.")] = False,
               ) -> None:
     """Attention heatmaps (PNG, tokens on the axes) per layer and head; for an encoder-decoder also the
     cross-attention alignment between source and output tokens.

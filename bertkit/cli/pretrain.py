@@ -30,7 +30,9 @@ def tokenizer_train(corpus: Annotated[list[str], typer.Argument(help="Corpus fil
                     nfkc: Annotated[bool, typer.Option(help="Unicode NFKC normalisation.")] = True,
                     min_frequency: Annotated[int, typer.Option(min=1, help="Minimum count of a merge.")] = 2,
                     text_field: TextFieldOption = None, skip_bad_lines: SkipBadOption = False,
-                    overwrite: Annotated[bool, typer.Option(help="Replace OUT if it exists.")] = False) -> None:
+                    overwrite: Annotated[bool, typer.Option(help="Replace OUT if it is a tokenizer folder bertkit "
+                                                                 "wrote (never a run or anything else).")]
+                    = False) -> None:
     """Train a BPE tokenizer ([PAD] [UNK] [CLS] [SEP] [MASK], BERT templates) and save it as tokenizer.json."""
     from bertkit.config import TokenizerConfig
     from bertkit.jobs import tokenizer as job
@@ -64,6 +66,10 @@ def pretrain(recipe: Annotated[str | None, typer.Option(
                                      "on the fly (nothing read whole or cached: corpora larger than the disk; "
                                      "--corpus hf:NAME streams a Hub dataset).")] = False,
              progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+             accept_changed_data: Annotated[bool, typer.Option(
+                 "--accept-changed-data", help="With --resume: go on although the corpus's content changed since "
+                                               "the run began; warned and recorded in inputs.json (default: "
+                                               "refused).")] = False,
              set_: SetOption = None) -> None:
     """Pretrain on your corpus: a BERT with masked LM (or ELECTRA's replaced-token detection, --objective rtd), or a
     GPT-style decoder with causal LM (--objective clm).
@@ -80,7 +86,8 @@ def pretrain(recipe: Annotated[str | None, typer.Option(
         from bertkit.run.directory import keep_run_limits
 
         config = keep_run_limits(config, out, {"max_steps": max_steps, "max_time": max_time}, set_ or [])
-    job.run(job.PretrainJob(config, out, tokenizer=tokenizer, resume=resume, progress=progress))
+    job.run(job.PretrainJob(config, out, tokenizer=tokenizer, resume=resume, progress=progress,
+                            accept_changed_data=accept_changed_data))
 
 
 @app.command("fill-mask")

@@ -24,7 +24,8 @@ def evaluate_sts(model: Annotated[Path, typer.Option("--model", "-m", help="Any 
                  out: Annotated[Path | None, typer.Option("--out", "-o", help="Also write the result as JSON.")]
                  = None,
                  precision: PrecisionOption = "auto",
-                 overwrite: Annotated[bool, typer.Option(help="Replace an existing --out file.")] = False) -> None:
+                 overwrite: Annotated[bool, typer.Option(help="Replace an existing --out STS report bertkit "
+                                                                      "wrote.")] = False) -> None:
     """Spearman / Pearson correlation of cosine similarities with gold scores (STS benchmark style)."""
     from bertkit.jobs import sts as job
 
@@ -47,7 +48,8 @@ def embed(model: Annotated[Path, typer.Option("--model", "-m", help="Any encoder
                                                               "stays constant).")] = 8192,
           keep_empty: Annotated[bool, typer.Option(help="Embed empty lines as \"\" instead of skipping them.")]
           = False,
-          overwrite: Annotated[bool, typer.Option(help="Replace an existing OUT.")] = False,
+          overwrite: Annotated[bool, typer.Option(help="Replace an existing OUT that is embeddings bertkit "
+                                                        "wrote.")] = False,
           layers: Annotated[str | None, typer.Option(
               help="Per-layer vectors: 'all' or layer numbers such as 0,3,-1 (0 = the embeddings output, -1 = the "
                    "last layer); OUT.npy becomes (texts, layers, D), each layer pooled and normalised like the "
@@ -103,7 +105,8 @@ def index_build(model: Annotated[Path, typer.Option("--model", "-m", help="The e
                 nprobe: Annotated[int | None, typer.Option(help="FAISS: lists searched per query (default: a "
                                                                 "16th of the lists; recall@10 0.93-0.97).")] = None,
                 batch_size: Annotated[int, typer.Option(min=1, help="Texts per batch.")] = 64,
-                overwrite: Annotated[bool, typer.Option(help="Replace an existing index.")] = False,
+                overwrite: Annotated[bool, typer.Option(help="Replace an existing index (never anything "
+                                                             "else).")] = False,
                 precision: PrecisionOption = "auto",
                 progress: ProgressOption = True) -> None:
     """Embed a corpus into a new index (written atomically)."""

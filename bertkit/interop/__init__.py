@@ -12,6 +12,8 @@ from bertkit.interop.hf import copy_tokenizer, model_from_hf
 from bertkit.interop.sentence_transformers import read_sentence_config
 from bertkit.run.directory import write_run_files
 from bertkit.run.files import atomic_dir
+from bertkit.run.lock import locked
+from bertkit.run.outputs import IMPORTED_RUN, claim
 
 
 def import_hf(src: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:
@@ -21,8 +23,9 @@ def import_hf(src: str | Path, out: str | Path, overwrite: bool = False) -> dict
     src = Path(src)
     sentence_transformers = read_sentence_config(src)
     bert_folder, sentence = sentence_transformers or (src, SentenceConfig())
+    claim(out, IMPORTED_RUN, overwrite, inputs=(src,))
     model, skipped = model_from_hf(bert_folder)
-    with atomic_dir(out, overwrite=overwrite) as tmp:
+    with locked(out), atomic_dir(out, overwrite=overwrite) as tmp:
         write_run_files(tmp, model, Config(model=model.config, heads=model.head_config, sentence=sentence))
         has_tokenizer = copy_tokenizer(bert_folder, tmp) or copy_tokenizer(src, tmp)
     return {"out": str(out), "parameters": model.parameter_counts()["total"], "skipped": skipped,

@@ -22,6 +22,7 @@ from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
 from bertkit.run.directory import TOKENIZER_FILE, load_run
 from bertkit.run.files import atomic_dir
+from bertkit.run.outputs import HF_EXPORT, claim
 from bertkit.text.tokenizer import write_hf_tokenizer_config
 
 # HF BertModel key (without the "bert." prefix) -> bertkit Model key.
@@ -204,6 +205,7 @@ def export_hf(run: str | Path, out: str | Path, overwrite: bool = False) -> dict
     `transformers.BertModel` (or, with an MLM head, `AutoModelForMaskedLM`) loads unchanged. A model without a
     pooler leaves BERT's pooler to transformers' random init."""
     config, model = load_run(run)
+    claim(out, HF_EXPORT, overwrite, inputs=(run,), hint="choose another output or pass --overwrite")
     with atomic_dir(out, overwrite=overwrite) as tmp:
         tensors = write_hf_folder(tmp, Path(run), config, model, with_mlm=True)
     return {"out": str(out), "tensors": tensors}

@@ -18,6 +18,7 @@ from bertkit.errors import BertkitError
 from bertkit.interop.hf import write_hf_folder
 from bertkit.run.directory import load_run
 from bertkit.run.files import atomic_dir
+from bertkit.run.outputs import ST_EXPORT, claim
 
 _TRANSFORMER = "sentence_transformers.models.Transformer"
 _POOLING = "sentence_transformers.models.Pooling"
@@ -97,6 +98,7 @@ def export_sentence_transformers(run: str | Path, out: str | Path, overwrite: bo
     pooling = {"word_embedding_dimension": config.model.d_model, **{key: sentence.pooling == mode
                                                                     for key, mode in _MODES.items()},
                "pooling_mode_mean_sqrt_len_tokens": False}
+    claim(out, ST_EXPORT, overwrite, inputs=(run,), hint="choose another output or pass --overwrite")
     with atomic_dir(out, overwrite=overwrite) as tmp:
         tensors = write_hf_folder(tmp, run, config, model, with_mlm=False)
         (tmp / "modules.json").write_text(json.dumps(modules, indent=2) + "\n", encoding="utf-8")

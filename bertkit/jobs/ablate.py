@@ -89,7 +89,7 @@ def make_plan(spec: AblationJob) -> tuple[Plan, Budget]:
     varied = parse_vary(list(spec.vary))
 
     def load(changes: list[str]) -> Config:
-        config = load_recipe(path, [*spec.sets, *changes])
+        config = load_recipe(path, [*spec.sets, *changes], layered=True)  # a variant's change replaces a --set
         return with_values(config, {"data.corpus": tuple(spec.corpus) if spec.corpus else None})
 
     plan = build_plan(load, varied, spec.grid)
@@ -104,7 +104,8 @@ def _finetune_config(spec: AblationJob) -> Config | None:
     budget = Budget.parse(spec.finetune_budget)
     if budget.kind == "tokens":
         raise BertkitError(f"--finetune-budget {spec.finetune_budget!r}: give a time (2m) or steps (200steps)")
-    config = load_recipe(spec.finetune_recipe, [*spec.finetune_sets, *budget.overrides(1)], FINETUNE_READS["classify"])
+    config = load_recipe(spec.finetune_recipe, [*spec.finetune_sets, *budget.overrides(1)], FINETUNE_READS["classify"],
+                         layered=True)  # the budget's limits replace --finetune-set's
     if config.task.kind != "classify":
         raise BertkitError(f"--finetune-recipe {spec.finetune_recipe}: task.kind is {config.task.kind!r}, "
                            "--task classify needs a classify recipe")

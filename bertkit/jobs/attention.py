@@ -16,6 +16,7 @@ import torch
 from bertkit.errors import BertkitError
 from bertkit.run.directory import load_run, load_run_tokenizer
 from bertkit.run.files import atomic_dir
+from bertkit.run.outputs import ATTENTION, claim
 from bertkit.text.tokenizer import check_vocab_matches, special_ids
 from bertkit.translation import PairTokenizers, Translator
 
@@ -116,8 +117,7 @@ class AttentionResult:
 def run(job: AttentionJob) -> AttentionResult:
     """Write the heatmaps into `job.out` (atomically: an existing directory is replaced only with --overwrite)."""
     out, layer, head, overwrite = Path(job.out), job.layer, job.head, job.overwrite
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise BertkitError(f"{out}: already exists and is not empty (choose another --out or pass --overwrite)")
+    claim(out, ATTENTION, overwrite, inputs=(job.run,))
     found = collect(job.run, job.text, job.target)
     maps = found["maps"]
     n_layers = max(m[2] for m in maps) + 1

@@ -29,6 +29,7 @@ from bertkit.arrays import EmbeddingWriter, NpyWriter
 from bertkit.embedding import SentenceEncoder, parse_layers, truncation_warning
 from bertkit.errors import BertkitError
 from bertkit.run.files import disk_errors, replace
+from bertkit.run.outputs import EMBEDDINGS_NPY, EMBEDDINGS_PARQUET, TOKENS_TSV, claim
 from bertkit.text.corpus import find_files
 from bertkit.text.records import InputScan, chunks, scan
 
@@ -110,11 +111,13 @@ def run(job: EmbedJob, console: Console | None = None) -> EmbedResult:
                            "vector per text")
     if (layers is not None or tokens) and id_field is not None:
         raise BertkitError("--id-field needs a .parquet output, --layers / --tokens a .npy one")
-    for target in (out, tokens_file) if tokens else (out, rows_file) if suffix == ".npy" else (out,):
-        if target.is_dir():
-            raise BertkitError(f"{target}: is a directory, expected a file path")
-        if target.exists() and not overwrite:
-            raise BertkitError(f"{target}: already exists (choose another --out or pass --overwrite)")
+    # every file this run writes or removes: OUT and, beside a .npy, its row map and token table (one of the two
+    # is written, the other removed as stale) — each only over one bertkit wrote
+    targets = [(out, EMBEDDINGS_NPY if suffix == ".npy" else EMBEDDINGS_PARQUET)]
+    if suffix == ".npy":
+        targets += [(rows_file, EMBEDDINGS_NPY), (tokens_file, TOKENS_TSV)]
+    for target, kind in targets:
+        claim(target, kind, overwrite, inputs=(*inputs, job.model))
     if id_field is not None and suffix == ".npy":
         raise BertkitError(f"{out}: ids need a .parquet output (an .npy file holds only the matrix)")
     if chunk_size < batch_size:

@@ -18,6 +18,7 @@ from rich.table import Table
 from bertkit.errors import BertkitError
 from bertkit.inference import TaskModel
 from bertkit.run.files import atomic_file
+from bertkit.run.outputs import EVALUATION, claim
 from bertkit.tasks.registry import finetune_task
 
 
@@ -50,8 +51,8 @@ def run(job: EvaluateJob, console: Console | None = None) -> EvaluateResult:
     write it as JSON to `job.out` when given."""
     console = console or Console()
     out = job.out
-    if out is not None and Path(out).exists() and not job.overwrite:
-        raise BertkitError(f"{out}: already exists (choose another --out or pass --overwrite)")
+    if out is not None:
+        claim(out, EVALUATION, job.overwrite, inputs=(job.data, job.model))
     task_model = TaskModel(job.model, precision=job.precision)
     columns = {"text_column": job.text_column, "label_column": job.label_column, "tag_column": job.tag_column}
     task = dataclasses.replace(task_model.config.task, **{k: v for k, v in columns.items() if v is not None})

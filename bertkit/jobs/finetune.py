@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 from accelerate.utils import set_seed
@@ -26,8 +27,12 @@ from bertkit.recipes import FINETUNE_READS
 from bertkit.run.directory import (CONFIG_FILE, LABELS_FILE, RESULTS_FILE, RESUMABLE_TRAIN_KEYS, check_run_output,
                                    load_config, load_run, load_run_tokenizer, read_labels, write_config, write_json,
                                    write_labels)
+from bertkit.paths import resolve_data_path
+from bertkit.run import inputs
+from bertkit.run.checkpoints import latest_checkpoint
 from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked
+from bertkit.tasks.base import FinetuneTask
 from bertkit.tasks.registry import finetune_task
 from bertkit.text.features import TaskEncoder
 from bertkit.text.tasks import hold_out
@@ -36,6 +41,7 @@ from bertkit.train.defaults import finetune_learning_rate, with_learning_rate
 from bertkit.train.elastic import with_processes
 from bertkit.train.accelerator import make_accelerator, run_precision, with_sharding
 from bertkit.train.loop import already_finished, plan_text, train_best
+from bertkit.train.memory import check_fits
 from bertkit.train.results import FinetuneJob, FinetuneResult
 
 
@@ -43,11 +49,12 @@ def run(job: FinetuneJob, console: Console | None = None) -> FinetuneResult:
     """Finetune `job.model` on `job.config.task`; returns the kept checkpoint's validation scores and where the run
     is."""
     with locked(job.out):  # one writer per run directory, for the whole job
-        return _run(job.config, job.model, Path(job.out), job.resume, job.progress, console or Console(stderr=True))
+        return _run(job.config, job.model, Path(job.out), job.resume, job.progress, console or Console(stderr=True),
+                    job.accept_changed_data, job.skip_bad_lines)
 
 
 def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progress: bool,
-         console: Console) -> FinetuneResult:
+         console: Console, accept_changed_data: bool = False, skip_bad_lines: bool = False) -> FinetuneResult:
     task_config = config.task
     task = finetune_task(task_config.kind)
     if task_config.train_file is None:
@@ -61,7 +68,10 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     # the heads' names and sizes come from the task and its labels
     sections = tuple(s for s in FINETUNE_READS[task.kind].sections if s != "sentence")
     check_run_output(out, config, resume, sections, RESUMABLE_TRAIN_KEYS | {"heads.names", "heads.num_labels"})
-    if resume:  # the run's own config and tokenizer; the weights come from its checkpoint
+    restart = resume and latest_checkpoint(out) is None  # killed before its first checkpoint: nothing trained yet
+    if restart:  # start it again exactly as it began: from the same base model
+        model_dir = inputs.restart_base(out, model_dir, required=True)
+    if resume and not restart:  # the run's own config and tokenizer; the weights come from its checkpoint
         model_dir, base = out, None
         base_config = load_config(out)
     elif model_dir is None:
@@ -82,9 +92,21 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
                             task.pools_processes(config))
     main = accelerator.is_main_process
     set_seed(config.train.seed)
+    # what the run trains on, by content (and the base model's weights): a resume on other data is refused
+    files = {"task.train_file": [resolve_data_path(task_config.train_file)]}
+    if task_config.validation_file is not None:
+        files["task.validation_file"] = [resolve_data_path(task_config.validation_file)]
+    recorded = inputs.describe(files, base_model=None if resume and not restart else model_dir)
+    if resume:
+        inputs.check(out, recorded, accept_changed_data, console, main)
 
-    # Data: read, label set, optional slice, validation split.
-    examples = task.read(config, task_config.train_file)
+    # Data: read (rows with no label or text skipped and counted, or refused), label set, optional slice, validation
+    # split.
+    def warn(message: str) -> None:
+        if main:
+            console.print(f"[yellow]warning: {message}")
+
+    examples = task.read(config, task_config.train_file, skip_bad_lines, warn)
     if task_config.max_train_examples is not None:
         examples = examples[:task_config.max_train_examples]
     if resume:
@@ -94,7 +116,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     else:
         labels = task.label_set(examples)
     if task_config.validation_file is not None:
-        train_examples, validation = examples, task.read(config, task_config.validation_file)
+        train_examples, validation = examples, task.read(config, task_config.validation_file, skip_bad_lines, warn)
     else:
         train_examples, validation = hold_out(examples, task_config.validation_split, config.train.seed)
     max_length = task.max_length(config, base_config)
@@ -105,6 +127,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     if unknown:  # only on resume: the training file changed since the run began
         raise BertkitError(f"{task_config.train_file}: labels {', '.join(unknown[:5])} are not in "
                            f"{out / LABELS_FILE}; resume with the training file the run began with")
+    _check_unseen(task, validation, labels, task_config.validation_file or task_config.train_file, warn)
     objective, encoded = task.objective(config, train_examples, validation, labels, TaskEncoder(tokenizer, max_length),
                                         pad_id, accelerator.num_processes)
     truncated = sum(e.truncated for e in encoded)
@@ -123,6 +146,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     heads = dataclasses.replace(config.heads, names=task.heads(labels), num_labels=len(labels))
     config = dataclasses.replace(config, model=model_cfg, heads=heads, tokenizer=base_config.tokenizer,
                                  train=dataclasses.replace(config.train, max_steps=train_cfg.max_steps))
+    check_fits(model_cfg, heads, config.train.batch_size * max_length, accelerator.device)  # before any write
     model = Model(model_cfg, heads)
     if task_config.init == "pretrained" and base is not None:
         model.backbone.load_state_dict(base.backbone.state_dict())
@@ -145,6 +169,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
                 write_config(tmp, config)
                 save_tokenizer(tokenizer, tmp)
                 write_labels(tmp, task.kind, labels)
+                inputs.write(tmp, recorded)
     accelerator.wait_for_everyone()
 
     summary, whole = train_best(model, objective, train_cfg, out, accelerator, metric, resume=resume,
@@ -158,3 +183,23 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
                       + "  ".join(f"{k} {v:.4f}" for k, v in headline.items()))
     accelerator.wait_for_everyone()
     return FinetuneResult.from_results(out, summary)
+
+
+def _check_unseen(task: FinetuneTask, validation: list, labels: list[str], source: str,
+                  warn: Callable[[str], None]) -> None:
+    """Warn of validation labels the training file lacks (each counts as an error); refuse a validation set none of
+    whose labels the model can learn. That is an error rather than a warning: every prediction would be wrong, so
+    the metric that picks the best checkpoint would be constant (val_loss nan) and the run would train its whole
+    budget to keep an arbitrary checkpoint. It most often means the wrong --validation file or label column."""
+    unseen, graded, names = task.unseen(validation, labels)
+    if not unseen:
+        return
+    listed = ", ".join(names[:5]) + (", …" if len(names) > 5 else "")
+    if unseen == graded:
+        known = ", ".join(labels[:5]) + (", …" if len(labels) > 5 else "")
+        raise BertkitError(f"{source}: none of its {graded:,} validation {task.graded_name} has a label the "
+                           f"training file has (validation: {listed}; training: {known}): validation would measure "
+                           f"nothing; check --validation and {task.label_option}, or leave --validation out to hold "
+                           "out part of --train")
+    warn(f"validation ({source}): {unseen:,} of {graded:,} {task.graded_name} carry labels the training file lacks "
+         f"({listed}): counted as errors")

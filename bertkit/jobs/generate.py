@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from tokenizers import Tokenizer
 
+from bertkit.config import SEEDS
 from bertkit.errors import BertkitError
 from bertkit.generation import Sampling, generate
 from bertkit.hardware import autocast, resolve_precision
@@ -92,6 +93,8 @@ def run(job: GenerateJob, console: Console | None = None) -> GenerateResult:
     prompts, max_new_tokens, batch_size, seed = list(job.prompts), job.max_new_tokens, job.batch_size, job.seed
     if not prompts:
         raise BertkitError("no prompt given")
+    if seed is not None and not 0 <= seed < SEEDS:  # before the model loads: torch's generator overflows past 2**64
+        raise BertkitError(f"--seed {seed}: must be in [0, 2**32 - 1]")
     model, tokenizer = load_lm(job.run)
     max_len = model.config.max_len
     if max_new_tokens >= max_len:
@@ -153,11 +156,12 @@ def perplexity(job: PerplexityJob, console: Console | None = None) -> Perplexity
     console = console or Console(stderr=True)
     file, stride, batch_size = job.file, job.stride, job.batch_size
     model, tokenizer = load_lm(job.run)
-    window = job.window or model.config.max_len
-    if not 2 <= window <= model.config.max_len:
+    # `is None`, not `or`: a window or stride of 0 is an error, not the default
+    window = model.config.max_len if job.window is None else job.window
+    if not 2 <= window <= model.config.max_len:  # [CLS] + at least one scored token
         raise BertkitError(f"--window {window}: must be in [2, max_len={model.config.max_len}]")
     body = window - 1
-    stride = stride or max(1, body // 2)
+    stride = max(1, body // 2) if stride is None else stride
     if not 1 <= stride <= body:
         raise BertkitError(f"--stride {stride}: must be in [1, window - 1 = {body}]")
     text = "\n".join(read_lines(file))

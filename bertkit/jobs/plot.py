@@ -8,6 +8,7 @@ from pathlib import Path
 from bertkit.errors import BertkitError
 from bertkit.run.directory import BASELINE_FILE, read_json
 from bertkit.run.files import atomic_file
+from bertkit.run.outputs import PLOT, claim
 from bertkit.run.metrics import METRICS_FILE, read_metrics
 
 
@@ -62,6 +63,9 @@ def run(job: PlotJob) -> PlotResult:
     fig.suptitle(Path(run_dir).resolve().name)
     fig.tight_layout()
     target = Path(out) if out else Path(run_dir) / "curves.png"
+    # the run's own curves.png is the plot's by design; any other target only over a PNG (replaced: a plot is
+    # cheap to redraw, and redrawing is what `plot` is for)
+    claim(target, PLOT, overwrite=True, inputs=(run_dir,), allow_inside=run_dir)
     with atomic_file(target, overwrite=True) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)

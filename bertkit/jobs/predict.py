@@ -17,6 +17,7 @@ from rich.console import Console
 from bertkit.errors import BertkitError
 from bertkit.inference import TaskModel, entities
 from bertkit.run.files import atomic_file
+from bertkit.run.outputs import PREDICTIONS, claim
 from bertkit.text.features import split_words
 from bertkit.text.tasks import read_texts, split_lines
 
@@ -65,10 +66,8 @@ def run(job: PredictJob, console: Console | None = None) -> PredictResult:
     console = console or Console(stderr=True)
     model, source, out, overwrite = job.model, job.source, job.out, job.overwrite
     text_column, text_pair_column = job.text_column, job.text_pair_column
-    if out is not None and source is not None and str(source) != "-" and Path(out).resolve() == Path(source).resolve():
-        raise BertkitError(f"{out}: is the input file; write the predictions elsewhere")
-    if out is not None and Path(out).exists() and not overwrite:
-        raise BertkitError(f"{out}: already exists (choose another --out or pass --overwrite)")
+    if out is not None:
+        claim(out, PREDICTIONS, overwrite, inputs=(source, model))
     task_model = TaskModel(model, batch_size=job.batch_size, precision=job.precision)
     task = task_model.config.task
     pair_column = text_pair_column or task.text_pair_column

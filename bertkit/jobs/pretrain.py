@@ -24,6 +24,7 @@ from bertkit.paths import cache_root
 from bertkit.run.directory import (BASELINE_FILE, CONFIG_FILE, RESULTS_FILE, RESUMABLE_TRAIN_KEYS, TOKENIZER_FILE,
                                    WEIGHTS_FILE, check_run_output, load_config, read_json, write_config, write_json,
                                    write_weights)
+from bertkit.run import inputs
 from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked
 from bertkit.tasks.registry import PRETRAINING
@@ -36,6 +37,7 @@ from bertkit.train.defaults import DEFAULT_LEARNING_RATE, with_learning_rate
 from bertkit.train.elastic import with_processes
 from bertkit.train.accelerator import make_accelerator, with_sharding
 from bertkit.train.loop import already_finished, train
+from bertkit.train.memory import check_fits
 from bertkit.train.results import as_stored
 from bertkit.train.sharding import full_weights
 
@@ -56,6 +58,7 @@ class PretrainJob:
     tokenizer: Path | None = None
     resume: bool = False
     progress: bool = True
+    accept_changed_data: bool = False  # resume on a corpus whose content changed since the run began (recorded)
 
 
 @dataclass(frozen=True)
@@ -103,11 +106,12 @@ def run(job: PretrainJob, console: Console | None = None) -> PretrainResult:
     accelerator = make_accelerator(config.train.precision, config.train.sharding)
     out = Path(job.out)
     with locked(out, enabled=accelerator.is_main_process):  # one writer per run directory, for the whole job
-        return _run(config, out, accelerator, job.tokenizer, job.resume, job.progress, console)
+        return _run(config, out, accelerator, job.tokenizer, job.resume, job.progress, console,
+                    job.accept_changed_data)
 
 
 def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, resume: bool, progress: bool,
-         console: Console) -> PretrainResult:
+         console: Console, accept_changed_data: bool = False) -> PretrainResult:
     main = accelerator.is_main_process
     set_seed(config.train.seed)
     if resume and (out / CONFIG_FILE).is_file():  # keep the stored vocab size for the comparison below
@@ -118,6 +122,11 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
     if resume and (done := already_finished(out, config.train, console, accelerator)) is not None:
         return PretrainResult.from_results(out, done, already_done=True)
     config = with_processes(config, out, resume, accelerator.num_processes, console, main)
+    # what the run trains on, by content: a resume on another corpus is refused (a Hub stream has no file to digest)
+    local = [c for c in config.data.corpus if not str(c).startswith(HUB_PREFIX)]
+    recorded = inputs.describe({"data.corpus": find_files(local) if local else []})
+    if resume:
+        inputs.check(out, recorded, accept_changed_data, console, main)
 
     # Tokenizer: the run's own on resume, a given one, or a new one trained on the corpus.
     with accelerator.main_process_first():
@@ -148,6 +157,8 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
     heads = tuple(dict.fromkeys(PRETRAINING[config.train.objective].heads + config.heads.names))
     config = dataclasses.replace(config, model=dataclasses.replace(config.model, vocab_size=vocab),
                                  heads=dataclasses.replace(config.heads, names=heads))
+    # before the run directory is written: a model that cannot fit is one line, not a dead allocation
+    check_fits(config.model, config.heads, config.train.batch_size * config.data.block_size, accelerator.device)
     special = special_ids(tokenizer)
     objective = PRETRAINING[config.train.objective].objective(packed, special, vocab, config.data, config.train,
                                                    accelerator.num_processes)
@@ -162,11 +173,14 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
                  f"{weight:g})" if weight > 0 else objective.global_batch)
         console.print(f"{corpus}{len(packed.validation):,} validation blocks of {config.data.block_size} tokens; "
                       f"vocab {vocab:,}; global batch {batch}")
+        for warning in _setting_warnings(config, len(packed.validation)):
+            console.print(f"[yellow]warning: {warning}")
         if not resume:
             with atomic_dir(out, exists_hint="pass --resume to continue it, or choose another --out") as tmp:
                 write_config(tmp, config)
                 save_tokenizer(tokenizer, tmp)
                 write_json(tmp / BASELINE_FILE, {"unigram": objective.unigram_baseline()})
+                inputs.write(tmp, recorded)
     accelerator.wait_for_everyone()
 
     model = Model(config.model, config.heads)
@@ -174,15 +188,35 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
                    progress=progress)
     results = {"step": result["state"]["step"], "evaluation": result["evaluation"],
                "skipped_steps": result["state"]["skipped_steps"], "precision": result["state"]["precision"],
-               "baseline": read_json(out / BASELINE_FILE, "baseline").get("unigram") if main else None}
+               "baseline": read_json(out / BASELINE_FILE, "baseline").get("unigram") if main else None,
+               # 0: an empty evaluation means no validation text, not a run whose evaluation was lost
+               "validation_blocks": len(packed.validation)}
     whole = full_weights(model)  # a sharded model is gathered into one model.safetensors (every process takes part)
     if main:
         write_weights(out / WEIGHTS_FILE, whole, step=str(result["state"]["step"]))
         write_json(out / RESULTS_FILE, results)
         console.print(f"wrote {out} (step {result['state']['step']}): "
-                      + "  ".join(f"{k} {v:.4f}" for k, v in result["evaluation"].items()))
+                      + ("  ".join(f"{k} {v:.4f}" for k, v in result["evaluation"].items())
+                         or "no validation blocks, no validation loss"))
     accelerator.wait_for_everyone()
     return PretrainResult.from_results(out, results, step_seconds=result["state"]["step_seconds"])
+
+
+def _setting_warnings(config: Config, validation_blocks: int) -> list[str]:
+    """What the run's settings will not do, said before it trains (issue 38: never silently)."""
+    data, warnings = config.data, []
+    if data.streaming and data.tokenize_workers > 1:
+        warnings.append(f"data.tokenize_workers={data.tokenize_workers} does nothing when streaming (a streamed "
+                        "corpus is tokenised as it is read, in the training process); leave it at 1, or pack the "
+                        "corpus (data.streaming = false) to tokenise it with workers")
+    if validation_blocks == 0:
+        why = ("data.validation_fraction = 0" if data.validation_fraction == 0 else
+               f"the corpus is too small for data.validation_fraction={data.validation_fraction:g} (one document "
+               f"in {max(2, round(1 / data.validation_fraction))} is held out: too few documents, or too little text "
+               f"in them for a block of {data.block_size} tokens)")
+        warnings.append(f"no validation blocks: {why}; the run has no validation loss (add documents, or raise "
+                        "data.validation_fraction)")
+    return warnings
 
 
 def _cached_tokenizer(config: Config, console: Console):

@@ -19,6 +19,7 @@ from bertkit.paths import resolve_data_path
 from bertkit.probing import TASKS, LinearProbe, control_labels, kept_items, score, word_features
 from bertkit.run.directory import load_run, load_run_tokenizer
 from bertkit.run.files import atomic_dir
+from bertkit.run.outputs import PROBE, claim
 from bertkit.text.features import TaskEncoder
 from bertkit.text.tasks import hold_out, read_conll
 from bertkit.text.tokenizer import special_ids
@@ -87,10 +88,7 @@ def run(spec: ProbeJob, console: Console | None = None) -> ProbeResult:
     if spec.column is not None and len(spec.tasks) > 1:
         raise BertkitError("--column: names the tag column of one task; give one --task with it")
     out = Path(spec.out)
-    if out.exists() and not out.is_dir():
-        raise BertkitError(f"{out}: exists and is not a directory")
-    if out.exists() and any(out.iterdir()) and not spec.overwrite:
-        raise BertkitError(f"{out}: already exists (choose another --out or pass --overwrite)")
+    claim(out, PROBE, spec.overwrite, inputs=(*spec.models, spec.data, spec.eval_data))
     names = _model_names(spec.models)
     loaded = []
     for path in spec.models:  # every model is checked before any work

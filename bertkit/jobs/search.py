@@ -25,7 +25,9 @@ from bertkit.errors import BertkitError
 from bertkit.index import (BACKENDS, FORMAT, INDEX_FILE, VERSION, Hit, ShardWriter, VectorIndex, add_to_faiss,
                            build_faiss, index_lock, ivf_params, next_number, read_meta, remove_leftovers,
                            resolve_backend, shard_vectors, write_faiss, write_meta)
-from bertkit.run.files import atomic_dir, disk_errors, fsync_dir
+from bertkit.run.files import atomic_dir, content_digest, disk_errors, fsync_dir
+from bertkit.run.lock import locked
+from bertkit.run.outputs import INDEX, claim
 from bertkit.text.corpus import find_files
 from bertkit.text.records import chunks, record_id, scan
 
@@ -91,15 +93,18 @@ class IndexBuildResult:
 
 def build(job: IndexBuildJob, console: Console | None = None) -> IndexBuildResult:
     """Embed every non-empty text of `job.corpus` with `job.model` into a new index directory `job.out`
-    (atomically)."""
-    console = console or Console(stderr=True)
+    (atomically), holding the path's lock throughout (a run or index being written there is refused)."""
+    with locked(job.out, "index"):
+        return _build(job, console or Console(stderr=True))
+
+
+def _build(job: IndexBuildJob, console: Console) -> IndexBuildResult:
     corpus, text_field, id_field, backend = job.corpus, job.text_field, job.id_field, job.backend
     nlist, nprobe, overwrite = job.nlist, job.nprobe, job.overwrite
     out = Path(job.out)
-    if out.exists() and not overwrite:
-        hint = "append with `bertkit index add`, or pass --overwrite" if (out / "index.json").is_file() else \
-            "choose another --out or pass --overwrite"
-        raise BertkitError(f"{out}: already exists ({hint})")
+    hint = "append with `bertkit index add`, or pass --overwrite" if (out / "index.json").is_file() else \
+        "choose another --out or pass --overwrite"
+    claim(out, INDEX, overwrite, inputs=(*corpus, job.model), hint=hint)
     if backend not in BACKENDS:
         raise BertkitError(f"--backend {backend!r}: not allowed (allowed: {'|'.join(BACKENDS)})")
     for key, value in (("--nlist", nlist), ("--nprobe", nprobe)):
@@ -114,8 +119,12 @@ def build(job: IndexBuildJob, console: Console | None = None) -> IndexBuildResul
         raise BertkitError(f"{', '.join(corpus)}: no texts to index" + (f" ({found.empty:,} empty lines)"
                                                                       if found.empty else ""))
     chosen = resolve_backend(backend, found.rows)
-    # replacing an index: hold its lock, so an `index add` committing meanwhile is not silently thrown away
-    held = index_lock(out) if (Path(out) / INDEX_FILE).is_file() else contextlib.nullcontext()
+    if chosen == "exact" and (nlist is not None or nprobe is not None):
+        console.print(f"[yellow]warning: --nlist / --nprobe do nothing here: {found.rows:,} vectors get exact search "
+                      "(--backend faiss builds a FAISS index at any size)")
+    # replacing an index: hold its lock (an index in use is refused), so an `index add` committing meanwhile is
+    # never silently thrown away
+    held = index_lock(out, wait=False) if (Path(out) / INDEX_FILE).is_file() else contextlib.nullcontext()
     with held, atomic_dir(out, overwrite=overwrite) as tmp:
         writer = ShardWriter(tmp, 0, encoder.dim)
         _fill(writer, encoder, files, text_field, id_field, found.rows, job.chunk_size, job.progress, console)
@@ -138,7 +147,8 @@ def _new_faiss(path: Path, meta: dict, nlist: int | None, nprobe: int | None, nu
     shards = [shard_vectors(path, s, meta["dim"]) for s in meta["shards"]]
     console.print(f"training a FAISS IVF index ({nlist or default_nlist:,} lists) on {count:,} vectors")
     index = build_faiss(shards, meta["dim"], nlist or default_nlist)
-    return {"file": write_faiss(index, path, number), "nlist": int(index.nlist),
+    file = write_faiss(index, path, number)
+    return {"file": file, "digest": content_digest(path / file), "nlist": int(index.nlist),
             "nprobe": int(nprobe or max(1, math.ceil(default_nprobe * index.nlist / default_nlist)))}
 
 
@@ -198,7 +208,8 @@ def add(job: IndexAddJob, console: Console | None = None) -> IndexAddResult:
             console.print(f"removed {gone} file(s) an interrupted `index add` left in {path}")
         encoder = _encoder_for(index, job.model, job.batch_size)
         files = find_files(corpus)
-        found = scan(files, text_field, id_field, keep_empty=False, check_ids=True, existing=index.ids)
+        found = scan(files, text_field, id_field, keep_empty=False, check_ids=True, existing=index.ids,
+                     existing_texts=lambda rows: [doc["text"] for doc in index.docs(rows)])  # a respelled file
         if found.rows == 0:
             raise BertkitError(f"{', '.join(corpus)}: no texts to add")
         meta = dict(index.meta)
@@ -216,7 +227,8 @@ def add(job: IndexAddJob, console: Console | None = None) -> IndexAddResult:
                 if meta["backend"] == "faiss":
                     faiss_index = index.faiss_index()
                     add_to_faiss(faiss_index, shard_vectors(index.path, shard, index.dim))
-                    meta["faiss"] = {**meta["faiss"], "file": write_faiss(faiss_index, index.path, number)}
+                    file = write_faiss(faiss_index, index.path, number)
+                    meta["faiss"] = {**meta["faiss"], "file": file, "digest": content_digest(index.path / file)}
                     new_files.append(meta["faiss"]["file"])
                 elif resolve_backend(meta.get("backend_choice", "exact"), meta["count"]) == "faiss":
                     meta["backend"] = "faiss"
@@ -272,8 +284,9 @@ class SearchResult:
     hits: list[list[Hit]]
 
 
-def search(job: SearchJob) -> SearchResult:
+def search(job: SearchJob, console: Console | None = None) -> SearchResult:
     """The k nearest documents of each query (cosine similarity), embedded by the index's own model."""
+    console = console or Console(stderr=True)
     k, nprobe, truncate = job.k, job.nprobe, job.truncate
     if k < 1:
         raise BertkitError(f"-k: must be >= 1, got {k}")
@@ -283,6 +296,9 @@ def search(job: SearchJob) -> SearchResult:
     if not queries or any(not q for q in queries):
         raise BertkitError("an empty query: give the text to search for")
     index = VectorIndex(job.index)
+    if nprobe is not None and (index.backend == "exact" or job.exact):
+        console.print(f"[yellow]warning: --nprobe {nprobe} does nothing here: "
+                      + ("--exact scores every vector" if job.exact else f"{job.index} is an exact index"))
     encoder = _encoder_for(index, job.model, precision=job.precision)
     encoded = encoder.encoder.texts(queries)  # tokenised once: checked, then embedded
     for query, enc in zip(queries, encoded):

@@ -21,6 +21,9 @@ from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
 from bertkit.run.directory import (RESULTS_FILE, RESUMABLE_TRAIN_KEYS, check_run_output, load_config, load_run,
                                    write_config, write_json)
+from bertkit.paths import resolve_data_path
+from bertkit.run import inputs
+from bertkit.run.checkpoints import latest_checkpoint
 from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked
 from bertkit.tasks.seq2seq import Seq2SeqObjective
@@ -30,6 +33,7 @@ from bertkit.train.defaults import DEFAULT_LEARNING_RATE, with_learning_rate
 from bertkit.train.elastic import with_processes
 from bertkit.train.accelerator import make_accelerator, run_precision, with_sharding
 from bertkit.train.loop import already_finished, plan_text, train_best
+from bertkit.train.memory import check_fits
 from bertkit.train.results import FinetuneJob, FinetuneResult
 from bertkit.translation import PairTokenizers, Translator
 
@@ -58,11 +62,12 @@ def run(job: Seq2SeqJob, console: Console | None = None) -> FinetuneResult:
     """Train an encoder-decoder on `seq2seq.train_source` / `seq2seq.train_target`; returns the kept checkpoint's
     validation scores and where the run is."""
     with locked(job.out):  # one writer per run directory, for the whole job
-        return _run(job.config, job.model, Path(job.out), job.resume, job.progress, console or Console(stderr=True))
+        return _run(job.config, job.model, Path(job.out), job.resume, job.progress, console or Console(stderr=True),
+                    job.accept_changed_data)
 
 
 def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progress: bool,
-         console: Console) -> FinetuneResult:
+         console: Console, accept_changed_data: bool = False) -> FinetuneResult:
     task, text = config.task, config.seq2seq
     if text.train_source is None or text.train_target is None:
         raise BertkitError("seq2seq.train_source / seq2seq.train_target: give both sides of the training text "
@@ -72,9 +77,14 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     config = with_learning_rate(config, DEFAULT_LEARNING_RATE)
     check_run_output(out, config, resume, ("task", "seq2seq", "train"), RESUMABLE_TRAIN_KEYS)
     base = None
+    restart = resume and latest_checkpoint(out) is None  # killed before its first checkpoint: nothing trained yet
+    if restart:  # start it again exactly as it began: from the same base model, if it had one
+        model_dir = inputs.restart_base(out, model_dir, required=False)
     if resume:
         stored = load_config(out)
         config = dataclasses.replace(config, model=stored.model, tokenizer=stored.tokenizer)
+        if restart and model_dir is not None:
+            base = load_run(model_dir)[1]
     elif model_dir is not None:
         base_config, base = load_run(model_dir)
         config = dataclasses.replace(config, model=base_config.model, tokenizer=base_config.tokenizer)
@@ -87,6 +97,13 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     config = with_processes(config, out, resume, accelerator.num_processes, console, accelerator.is_main_process)
     main = accelerator.is_main_process
     set_seed(config.train.seed)
+    # what the run trains on, by content (and the base model's weights): a resume on other data is refused
+    files = {f"seq2seq.{key}": [resolve_data_path(getattr(text, key))]
+             for key in ("train_source", "train_target", "validation_source", "validation_target")
+             if getattr(text, key) is not None}
+    recorded = inputs.describe(files, base_model=None if resume and not restart else model_dir)
+    if resume:
+        inputs.check(out, recorded, accept_changed_data, console, main)
 
     pairs, skipped = read_parallel(text.train_source, text.train_target)
     if task.max_train_examples is not None:
@@ -122,6 +139,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     if model_dir is not None and task.finetune_dropout is not None:  # continuing a run: the task's dropout, as finetune
         model_cfg = dataclasses.replace(model_cfg, dropout=task.finetune_dropout,
                                         attention_dropout=task.finetune_dropout)
+    check_fits(model_cfg, heads, config.train.batch_size * max_length, accelerator.device)  # before any write
     model = Model(model_cfg, heads)
     if base is not None:
         model.load_state_dict(base.state_dict(), strict=False)  # the same architecture; heads hold no weights
@@ -158,6 +176,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
             with atomic_dir(out, exists_hint="pass --resume to continue it, or choose another --out") as tmp:
                 write_config(tmp, config)
                 tokenizers.save(tmp)
+                inputs.write(tmp, recorded)
     accelerator.wait_for_everyone()
 
     summary, whole = train_best(model, objective, train_cfg, out, accelerator, metric, resume=resume,

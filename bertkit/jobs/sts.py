@@ -19,6 +19,7 @@ from bertkit.errors import BertkitError
 from bertkit.metrics import correlation_metrics
 from bertkit.paths import resolve_data_path
 from bertkit.run.files import atomic_file
+from bertkit.run.outputs import STS_REPORT, claim
 from bertkit.text.tasks import read_pairs, sts_columns
 
 
@@ -61,9 +62,9 @@ def run(job: StsJob, console: Console | None = None) -> StsResult:
     columns = (job.sentence1_column, job.sentence2_column, job.score_column)
     if not max_score > 0:
         raise BertkitError(f"--max-score: must be > 0, got {max_score}")
-    if out is not None and Path(out).exists() and not overwrite:
-        raise BertkitError(f"{out}: already exists (choose another --out or pass --overwrite)")
     data = resolve_data_path(job.data)
+    if out is not None:
+        claim(out, STS_REPORT, overwrite, inputs=(data, model))
     if not data.is_file():
         raise BertkitError(f"{data}: no such file")
     detected = sts_columns(data) if None in columns else columns

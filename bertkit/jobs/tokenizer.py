@@ -10,6 +10,8 @@ from rich.console import Console
 from bertkit.config import TokenizerConfig
 from bertkit.errors import BertkitError
 from bertkit.run.files import atomic_dir
+from bertkit.run.lock import locked
+from bertkit.run.outputs import TOKENIZER, claim
 from bertkit.text.bpe import train_on_corpus
 from bertkit.text.tokenizer import save_tokenizer
 
@@ -41,9 +43,11 @@ def run(job: TokenizerJob, console: Console | None = None) -> TokenizerResult:
     console = console or Console(stderr=True)
     if job.vocab_size < 1:
         raise BertkitError(f"--vocab-size must be positive, got {job.vocab_size}")
-    tok = train_on_corpus(list(job.corpus), job.vocab_size, job.settings, job.text_field, job.skip_bad_lines,
-                          console)
-    with atomic_dir(job.out, overwrite=job.overwrite) as tmp:
-        save_tokenizer(tok, tmp)
+    with locked(job.out, "tokenizer folder"):
+        claim(job.out, TOKENIZER, job.overwrite, inputs=job.corpus)
+        tok = train_on_corpus(list(job.corpus), job.vocab_size, job.settings, job.text_field, job.skip_bad_lines,
+                              console)
+        with atomic_dir(job.out, overwrite=job.overwrite) as tmp:
+            save_tokenizer(tok, tmp)
     console.print(f"wrote {job.out}/tokenizer.json ({tok.get_vocab_size():,} tokens)")
     return TokenizerResult(Path(job.out), tok.get_vocab_size())

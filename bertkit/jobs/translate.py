@@ -12,14 +12,15 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bertkit.errors import BertkitError
 from bertkit.metrics import translation_metrics
 from bertkit.run.files import atomic_file
+from bertkit.run.outputs import TEXT, claim
 from bertkit.text.tasks import read_parallel
 from bertkit.translation import Translator
 
 
-def _check_out(out: Path | None, overwrite: bool) -> None:
-    """Refuse an existing output before any work is done (the write itself is atomic)."""
-    if out is not None and Path(out).exists() and not overwrite:
-        raise BertkitError(f"{out}: already exists (choose another path or pass --overwrite)")
+def _check_out(out: Path | None, overwrite: bool, inputs: tuple) -> None:
+    """Refuse an output that may not be written before any work is done (the write itself is atomic)."""
+    if out is not None:
+        claim(out, TEXT, overwrite, inputs=inputs, hint="choose another path or pass --overwrite")
 
 
 def _run(translator: Translator, texts: list[str], beam: int, length_penalty: float, max_new_tokens: int | None,
@@ -53,6 +54,7 @@ class TranslateJob:
     out: Path | None = None
     overwrite: bool = False
     precision: str = "auto"
+    inputs: tuple[Path, ...] = ()  # the files the sentences came from (never overwritten)
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ def translate(job: TranslateJob, console: Console | None = None) -> TranslateRes
     """Translate the sentences (empty ones stay empty); with `job.out`, write one translation per line."""
     console = console or Console(stderr=True)
     texts, out, overwrite = list(job.sentences), job.out, job.overwrite
-    _check_out(out, overwrite)
+    _check_out(out, overwrite, (*job.inputs, job.run))
     translator = Translator(job.run, batch_size=job.batch_size, precision=job.precision)
     keep = [i for i, t in enumerate(texts) if t.strip()]
     if not keep:
@@ -124,7 +126,7 @@ def evaluate(job: EvaluateSeq2SeqJob, console: Console | None = None) -> Evaluat
     """Translate `job.source` and score against `job.target` (corpus BLEU and chrF, sacrebleu)."""
     console = console or Console(stderr=True)
     beam, hypotheses, overwrite = job.beam, job.hypotheses, job.overwrite
-    _check_out(hypotheses, overwrite)
+    _check_out(hypotheses, overwrite, (job.source, job.target, job.run))
     pairs, skipped = read_parallel(job.source, job.target)
     if skipped:
         console.print(f"[yellow]skipped {skipped:,} pair(s) with an empty side")

@@ -31,6 +31,7 @@ from bertkit.errors import BertkitError
 from bertkit.hardware import resolve_precision
 from bertkit.nn.model import Model
 from bertkit.run.files import atomic_dir, atomic_file, copy_atomic, to_json, write_atomic
+from bertkit.run.outputs import refuse_nested
 from bertkit.text.tokenizer import check_vocab_matches, load_tokenizer
 
 CONFIG_FILE = "config.json"
@@ -150,7 +151,9 @@ def check_run_output(out: Path, config: Config, resume: bool, sections: tuple[st
                      may_change: set[str]) -> None:
     """Refuse to touch an existing different run, or to resume what is not there. On resume, every key of
     `sections` must match the stored run except the dotted keys in `may_change` (e.g. "train.max_steps"). A run
-    killed before its first checkpoint resumes from step 0 (the loop starts it again)."""
+    killed before its first checkpoint resumes from step 0 (the loop starts it again). A run never goes inside
+    another run or an index."""
+    refuse_nested(out)
     if not out.exists() or (out.is_dir() and not any(out.iterdir())):
         if resume:
             raise BertkitError(f"{out}: nothing to resume (no run there)")

@@ -10,6 +10,7 @@ name in `config.py`'s Literal (docs/architecture.md › "Adding a task" walks th
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,8 @@ class FinetuneTask:
 
     kind = ""
     examples_name = "training examples"  # what the truncation warning counts
+    graded_name = "examples"  # what validation grades one label of (the unseen-labels warning counts them)
+    label_option = "--label-column"  # the option that picks the labels, for hints
     length_key = "task.max_length"  # the setting that bounds an input's length
 
     def settings(self, config: Config, base: Config, model_dir: Path | None, out: Path, resume: bool) -> Config:
@@ -45,8 +48,11 @@ class FinetuneTask:
         settings, so it still embeds as its base did."""
         return dataclasses.replace(config, sentence=base.sentence)
 
-    def read(self, config: Config, path: str | Path) -> list:
-        """The examples of one task file (a data-root-relative path is fine), read with the task's columns."""
+    def read(self, config: Config, path: str | Path, skip_bad_lines: bool | None = None,
+             warn: Callable[[str], None] | None = None) -> list:
+        """The examples of one task file (a data-root-relative path is fine), read with the task's columns. Rows
+        without a label or text are refused, or skipped with `skip_bad_lines` and counted through `warn` (None: the
+        command cannot skip them, so its error does not offer --skip-bad-lines)."""
         raise NotImplementedError
 
     def max_length(self, config: Config, base: Config) -> int:
@@ -60,6 +66,17 @@ class FinetuneTask:
     def example_labels(self, example) -> list[str]:
         """The labels one training example uses (a resumed run refuses ones its label set lacks)."""
         return [example.label] if example.label is not None else []
+
+    def graded_labels(self, example) -> list[str]:
+        """The labels validation grades the model on in one example (NER: its entity tags, not O)."""
+        return self.example_labels(example)
+
+    def unseen(self, validation: list, labels: list[str]) -> tuple[int, int, list[str]]:
+        """Graded validation labels the label set lacks: (how many, of how many graded, which; sorted)."""
+        graded = [label for e in validation for label in self.graded_labels(e)]
+        known = set(labels)
+        missing = [label for label in graded if label not in known]
+        return len(missing), len(graded), sorted(set(missing))
 
     def pools_processes(self, config: Config) -> bool:
         """Whether the loss couples every process's micro-batch of one step (an elastic resume then keeps that pool,

@@ -3,6 +3,7 @@ classifier head (pool → dense → tanh → linear), validation accuracy, macro
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -75,9 +76,11 @@ class ClassifyTask(LabelledTask):
                                f"text (model.type_vocab_size = {base.model.type_vocab_size})")
         return super().settings(config, base, model_dir, out, resume)
 
-    def read(self, config: Config, path: str | Path) -> list[LabelledText]:
+    def read(self, config: Config, path: str | Path, skip_bad_lines: bool | None = None,
+             warn: Callable[[str], None] | None = None) -> list[LabelledText]:
         task = config.task
-        return read_labelled(resolve_data_path(path), task.text_column, task.label_column, task.text_pair_column)
+        return read_labelled(resolve_data_path(path), task.text_column, task.label_column, task.text_pair_column,
+                             skip_bad_lines, warn)
 
     def label_set(self, examples: list) -> list[str]:
         return sorted_labels({e.label for e in examples})

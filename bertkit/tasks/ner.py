@@ -3,6 +3,7 @@ subwords ignored), validation entity precision / recall / F1 (seqeval, strict) a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -79,8 +80,12 @@ class NerTask(LabelledTask):
     """`task.kind = "ner"`."""
 
     kind = "ner"
+    graded_name = "entity tags"
+    label_option = "--tag-column"
 
-    def read(self, config: Config, path: str | Path) -> list[TaggedSentence]:
+    def read(self, config: Config, path: str | Path, skip_bad_lines: bool | None = None,
+             warn: Callable[[str], None] | None = None) -> list[TaggedSentence]:
+        # a CoNLL file has no row without a tag: a line with a missing column is an error naming it (read_conll)
         task = config.task
         return read_conll(resolve_data_path(path), task.tag_column)
 
@@ -94,6 +99,9 @@ class NerTask(LabelledTask):
 
     def example_labels(self, example) -> list[str]:
         return list(example.tags)
+
+    def graded_labels(self, example) -> list[str]:
+        return [tag for tag in example.tags if tag != "O"]  # O is in every tag set: entities are what is graded
 
     def heads(self, labels: list[str]) -> tuple[str, ...]:
         return ("tagger",)

@@ -11,6 +11,7 @@ on 1 or N processes. In-batch negatives are those of each process's micro-batch.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -121,6 +122,7 @@ class SentenceTask(FinetuneTask):
 
     kind = "sentence"
     examples_name = "sentences"
+    graded_name = "pairs"
     length_key = "sentence.max_seq_length"
 
     def settings(self, config: Config, base: Config, model_dir: Path | None, out: Path, resume: bool) -> Config:
@@ -136,7 +138,8 @@ class SentenceTask(FinetuneTask):
                                f"now {dataclasses.asdict(sentence)}); resume with the same settings")
         return dataclasses.replace(config, sentence=sentence)
 
-    def read(self, config: Config, path: str | Path) -> list[SentencePair]:
+    def read(self, config: Config, path: str | Path, skip_bad_lines: bool | None = None,
+             warn: Callable[[str], None] | None = None) -> list[SentencePair]:
         task = config.task
         if task.text_pair_column is None:
             raise BertkitError("task.text_pair_column: sentence training reads pairs; name the second sentence's "
@@ -144,7 +147,8 @@ class SentenceTask(FinetuneTask):
         settings = config.sentence_loss
         loss = LOSSES[settings.loss]
         return read_pairs(resolve_data_path(path), task.text_column, task.text_pair_column, loss.target_column,
-                          task.label_column, settings.negative_column if loss.negatives else None, settings.max_score)
+                          task.label_column, settings.negative_column if loss.negatives else None, settings.max_score,
+                          skip_bad_lines, warn)
 
     def max_length(self, config: Config, base: Config) -> int:
         return config.sentence.max_seq_length or base.model.max_len

@@ -12,6 +12,7 @@ import gzip
 import hashlib
 import itertools
 import json
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -133,7 +134,7 @@ def _lines(path: Path, skip_bad_lines: bool | None, stats: ReadStats) -> Iterato
     """Decoded lines of a (possibly gzipped) file; invalid UTF-8 stops with the byte offset, or is skipped. None:
     the caller's command cannot skip such lines, so the error does not offer it (embed, index build)."""
     opener = gzip.open if path.suffix.lower() == ".gz" else open
-    offset = 0
+    offset, number = 0, 0
     try:
         with opener(path, "rb") as fh:
             for number, raw in enumerate(fh, start=1):
@@ -150,8 +151,9 @@ def _lines(path: Path, skip_bad_lines: bool | None, stats: ReadStats) -> Iterato
                     continue
                 offset += len(raw)
                 yield line.rstrip("\r\n")
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise BertkitError(f"{path}: unreadable ({exc})") from None
+    except (OSError, EOFError, zlib.error) as exc:  # truncated or damaged: where it stops (as text/stream.py says)
+        raise BertkitError(f"{path}: unreadable at byte {offset}, line {number + 1} ({exc}); repair or replace "
+                           "the file") from None
 
 
 @dataclass(frozen=True)

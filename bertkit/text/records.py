@@ -66,9 +66,12 @@ def kept_records(files: list[Path], text_field: str, id_field: str | None, keep_
 
 
 def scan(files: list[Path], text_field: str, id_field: str | None, keep_empty: bool, check_ids: bool = False,
-         existing: Callable[[], Iterable[str]] | None = None) -> InputScan:
+         existing: Callable[[], Iterable[str]] | None = None,
+         existing_texts: Callable[[list[int]], list[str]] | None = None) -> InputScan:
     """Count what will be embedded. With an id field (or `check_ids`: default `path:line` ids too), refuse a
-    duplicate id, naming it and both places, and an id `existing()` (an index being appended to) already has."""
+    duplicate id, naming it and both places, and an id `existing()` (an index being appended to) already has; with
+    default ids and `existing_texts` (the texts of its rows), also a file it holds under another spelling
+    (`refuse_respelled`)."""
     result = InputScan(files)
     checking = id_field is not None or check_ids
 
@@ -105,7 +108,46 @@ def scan(files: list[Path], text_field: str, id_field: str | None, keep_empty: b
                 key = record_id(path, record)
                 if key in old_keys:
                     raise BertkitError(f"{path}:{record.number}: id {key!r} is already in the index")
+    if existing is not None and existing_texts is not None and id_field is None and len(hashes):
+        refuse_respelled(files, text_field, keep_empty, existing, existing_texts)
     return result
+
+
+def refuse_respelled(files: list[Path], text_field: str, keep_empty: bool, existing: Callable[[], Iterable[str]],
+                     existing_texts: Callable[[list[int]], list[str]]) -> None:
+    """A default id is the path as given, so the same file spelled another way (`./a.txt`, its absolute path, from
+    another folder) would get new ids and every document a second vector. Refuse records whose file name, line and
+    text equal an indexed document's (a file of the same name elsewhere, with other text, is not refused). Memory:
+    8 bytes per new record, plus the indexed documents that share a file name and line with one."""
+    def place(name: str, line: int | str) -> int:
+        return id_hash(f"{name}:{line}")
+
+    wanted = hash_all(f"{path.name}:{record.number}" for _, path, record in
+                      kept_records(files, text_field, None, keep_empty))
+    candidates: dict[int, list[tuple[int, str]]] = {}  # place -> (row, indexed id)
+    for row, key in enumerate(existing()):
+        old_path, _, line = key.rpartition(":")
+        if old_path and line.isdigit():
+            where = place(Path(old_path).name, int(line))
+            found = np.searchsorted(wanted, where)
+            if found < len(wanted) and wanted[found] == where:
+                candidates.setdefault(where, []).append((row, key))
+    if not candidates:
+        return
+    rows = [row for entries in candidates.values() for row, _ in entries]
+    texts = dict(zip(rows, existing_texts(rows)))
+    count, example = 0, None
+    for _, path, record in kept_records(files, text_field, None, keep_empty):
+        for row, key in candidates.get(place(path.name, record.number), ()):
+            if texts[row] == record.text.strip():  # the index keeps texts stripped
+                count += 1
+                example = example or (path, record.number, key)
+                break
+    if count:
+        path, number, key = example
+        raise BertkitError(f"{path}:{number}: already in the index as {key!r} ({count:,} document(s) with the same "
+                           "file name, line and text: the same file under another path); nothing added: add only "
+                           "what the index lacks (to index these texts again, give them ids with --id-field)")
 
 
 def chunks(files: list[Path], text_field: str, id_field: str | None, keep_empty: bool, size: int,

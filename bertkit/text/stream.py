@@ -16,8 +16,11 @@ When the stream ends it starts again (the next epoch), its last partial block dr
 
 from __future__ import annotations
 
+import gzip
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from datasets import Dataset
@@ -53,18 +56,52 @@ def open_source(corpus: tuple[str, ...] | list[str]):
     if len(formats) != 1:
         raise BertkitError(f"data.corpus: a streamed corpus is files of one format, found {', '.join(sorted(formats))}")
     builder, options = _BUILDERS[formats.pop()]
-    return datasets.load_dataset(builder, data_files=[str(f) for f in files], split="train", streaming=True,
-                                 **options)
+    try:  # datasets reads the first file's first chunk here (its schema)
+        return datasets.load_dataset(builder, data_files=[str(f) for f in files], split="train", streaming=True,
+                                     **options)
+    except _READ_ERRORS as exc:
+        raise unreadable(files, exc) from None
+
+
+# What a truncated or damaged file raises while it is read: gzip's EOFError ("Compressed file ended before the
+# end-of-stream marker was reached"; click would print it as a bare "Aborted."), BadGzipFile (an OSError), zlib's
+# error (a damaged deflate stream or CRC)
+_READ_ERRORS = (OSError, EOFError, zlib.error)
+
+
+def unreadable(files: list[Path], exc: BaseException) -> BertkitError:
+    """A read error of datasets' streaming readers as one line naming the file and where it stops: they do not say
+    which file they were reading, so the files are read again, in order, up to the first that fails (only after an
+    error, so a clean stream pays nothing)."""
+    for path in files:
+        opener = gzip.open if path.suffix.lower() == ".gz" else open
+        done, line, line_start = 0, 1, 0  # bytes read; the line being read and its first byte (as corpus.py says)
+        try:
+            with opener(path, "rb") as fh:
+                while chunk := fh.read1(1 << 20):  # read1: the bytes before the damage still come back
+                    if (last := chunk.rfind(b"\n")) >= 0:
+                        line, line_start = line + chunk.count(b"\n"), done + last + 1
+                    done += len(chunk)
+        except _READ_ERRORS as error:
+            return BertkitError(f"{path}: unreadable at byte {line_start}, line {line} ({error}); repair or replace "
+                                "the file, or leave it out of data.corpus")
+    where = ", ".join(map(str, files[:2])) + (", …" if len(files) > 2 else "")
+    return BertkitError(f"data.corpus: {where}: unreadable ({exc})")
 
 
 def _decoded(source, corpus) -> Iterator[dict]:
-    """The source's rows; a file that is not valid UTF-8 is one line (a stream cannot skip such lines)."""
+    """The source's rows; a file that is not valid UTF-8, or truncated or damaged, is one line (a stream cannot skip
+    such lines)."""
     try:
         yield from source
     except UnicodeDecodeError as exc:
         raise BertkitError(f"data.corpus: {', '.join(map(str, corpus[:2]))} is not valid UTF-8 ({exc.reason} at byte "
                            f"{exc.start} of a chunk); a streamed corpus cannot skip bad lines: fix the file or pack it "
                            "(data.streaming = false, --skip-bad-lines)") from None
+    except _READ_ERRORS as exc:
+        if any(str(c).startswith(HUB_PREFIX) for c in corpus):  # no local files to blame: the Hub's stream broke
+            raise BertkitError(f"data.corpus: the stream of {corpus[0]} broke off ({exc})") from None
+        raise unreadable(find_files(corpus), exc) from None
 
 
 @dataclass

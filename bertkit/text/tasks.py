@@ -2,7 +2,9 @@
 pairs, and parallel text (one sentence per line, source and target files aligned by line).
 
 Every reader returns plain Python records and raises `BertkitError` naming the file (and line) on bad input; the
-finetuning jobs turn the records into batches.
+finetuning jobs turn the records into batches. Labels are normalised to one canonical name per class
+(`canonical_label`); rows without a label, score or text are refused with their count, or skipped and counted
+(`BadRows`, --skip-bad-lines).
 """
 
 from __future__ import annotations
@@ -10,7 +12,10 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import dataclass
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -54,9 +59,9 @@ def is_index(column: str | None) -> bool:
     return column is not None and str(column).isdigit()
 
 
-def _rows(path: Path, header: bool = True) -> tuple[list[str], list[dict]]:
-    """Header and rows of a CSV / TSV / JSONL file. Without a header (`header=False`), a row's columns are named
-    by their 0-based position: "0", "1", …"""
+def _rows(path: Path, header: bool = True) -> tuple[list[str], list[dict], list[int]]:
+    """Header, rows and each row's 1-based line in the file (where it starts) of a CSV / TSV / JSONL file. Without a
+    header (`header=False`), a row's columns are named by their 0-based position: "0", "1", …"""
     if not path.is_file():
         raise BertkitError(f"{path}: no such file")
     suffix = path.suffix.lower()
@@ -69,7 +74,7 @@ def _rows(path: Path, header: bool = True) -> tuple[list[str], list[dict]]:
     if suffix in (".jsonl", ".json") and not header:
         raise BertkitError(f"{path}: JSON lines have field names; name the columns instead of giving positions")
     if suffix in (".jsonl", ".json"):
-        rows = []
+        rows, lines = [], []
         # split on \n only: str.splitlines() would also split inside texts at U+2028, \x85, \x0c, …
         for number, line in enumerate(text.split("\n"), start=1):
             if line.strip():
@@ -80,53 +85,188 @@ def _rows(path: Path, header: bool = True) -> tuple[list[str], list[dict]]:
                 if not isinstance(record, dict):
                     raise BertkitError(f"{path}:{number}: expected a JSON object per line")
                 rows.append(record)
+                lines.append(number)
         header = list(dict.fromkeys(key for row in rows for key in row))
-        return header, rows
+        return header, rows, lines
     # newline="": quoted CSV fields keep their line breaks, and nothing splits at U+2028 & co.
     allow_long_fields()  # a review or an article can be longer than csv's default 128 kB per field
     reader = csv.reader(io.StringIO(text, newline=""), **csv_dialect(text.split("\n", 1)[0], suffix))
+    table, lines, start = [], [], 1
     try:
-        table = list(reader)
+        for row in reader:
+            if row:  # not a blank line
+                table.append(row)
+                lines.append(start)
+            start = reader.line_num + 1  # a quoted field may span lines: the next row starts after this one
     except csv.Error as exc:
         raise csv_error(path, reader.line_num, exc, suffix) from None
-    table = [row for row in table if row]  # blank lines
     if header:
         names = table[0] if table else []
-        return names, [dict(zip(names, row)) for row in table[1:]]
+        return names, [dict(zip(names, row)) for row in table[1:]], lines[1:]
     width = max((len(row) for row in table), default=0)
-    return [str(i) for i in range(width)], [{str(i): value for i, value in enumerate(row)} for row in table]
+    return ([str(i) for i in range(width)], [{str(i): value for i, value in enumerate(row)} for row in table],
+            lines)
 
 
-def _columns(path: Path, roles: dict[str, str | None]) -> tuple[list[str], list[dict]]:
-    """Rows of a file read for the named columns (role -> column); columns given as positions mean no header."""
+def _columns(path: Path, roles: dict[str, str | None]) -> tuple[list[str], list[dict], list[int]]:
+    """Rows (and their lines) of a file read for the named columns (role -> column); columns given as positions
+    mean no header."""
     given = {role: column for role, column in roles.items() if column is not None}
     positions = [is_index(c) for c in given.values()]
     if any(positions) and not all(positions):
         raise BertkitError(f"{path}: give every column as a name (a file with a header row) or every one as a "
                            f"0-based position (no header), not a mix: {', '.join(map(str, given.values()))}")
-    header, rows = _rows(path, header=not all(positions) or not positions)
+    header, rows, lines = _rows(path, header=not all(positions) or not positions)
     for role, column in given.items():
         if str(column) not in header:
             found = f"{len(header)} columns per row" if all(positions) else f"columns found: {', '.join(header) or 'none'}"
             raise BertkitError(f"{path}: no {role} column '{column}' ({found})")
-    return header, rows
+    return header, rows, lines
+
+
+# -------------------------------------------------------------------------------------------- labels and bad rows
+
+INTEGER = re.compile(r"[+-]?[0-9]+")
+NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+# the kinds a label can be written as, in messages; kinds in one group name the same classes (true is the class 1)
+KINDS = {"name": "names", "integer": "integers", "boolean": "booleans", "fraction": "non-integer numbers"}
+GROUPS = {"name": "name", "integer": "integer", "boolean": "integer", "fraction": "fraction"}
+
+
+def canonical_label(raw) -> tuple[str | None, str]:
+    """A label as read (a JSON value, or a CSV / TSV field) → (its canonical class name, its kind). An integer, a
+    float equal to one, its numeric string and a boolean (true = 1) are one class, written "1"; other numbers are
+    written as Python prints them ("0.5"); any other text is a name, stripped. No label (missing, null, NaN, blank):
+    (None, "missing"); a JSON list or object: (None, "list" / "object")."""
+    if raw is None:
+        return None, "missing"
+    if isinstance(raw, bool):  # before int: bool is an int subclass
+        return str(int(raw)), "boolean"
+    if isinstance(raw, int):
+        return str(raw), "integer"
+    if isinstance(raw, float):
+        return _number(raw)
+    if isinstance(raw, (list, dict)):
+        return None, "list" if isinstance(raw, list) else "object"
+    text = str(raw).strip()
+    if not text or text.lower() == "nan":  # NaN written out as text (str(float("nan")), a dataframe's cell)
+        return None, "missing"
+    if INTEGER.fullmatch(text):
+        return str(int(text)), "integer"  # exact for any length (a float would round big ones)
+    if NUMBER.fullmatch(text):
+        return _number(float(text))
+    return text, "name"
+
+
+def _number(value: float) -> tuple[str | None, str]:
+    if math.isnan(value):
+        return None, "missing"
+    if value.is_integer():
+        return str(int(value)), "integer"
+    return repr(value), "fraction"
+
+
+class LabelKinds:
+    """One file's labels made canonical, with the first example of every kind they were written as, so that a file
+    mixing kinds that name different classes ("positive" and 1, 0.5 and 1) is refused in one line."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.first: dict[str, tuple[object, int]] = {}  # kind -> (the first label of that kind as written, its line)
+
+    def read(self, raw, line: int) -> str | None:
+        """The row's canonical label, or None when it has none; a list or an object is an error."""
+        label, kind = canonical_label(raw)
+        if kind in ("list", "object"):
+            raise BertkitError(f"{self.path}:{line}: the label {json.dumps(raw)[:60]} is a JSON {kind}; give one "
+                               "label per row (a string or an integer)")
+        if label is not None:
+            self.first.setdefault(kind, (raw, line))
+        return label
+
+    def check(self) -> None:
+        """Refuse labels whose kinds do not map to one another."""
+        if len({GROUPS[kind] for kind in self.first}) > 1:
+            kinds = ", ".join(f"{KINDS[kind]} ({json.dumps(raw, ensure_ascii=False)[:40]} at {self.path}:{line})"
+                              for kind, (raw, line) in self.first.items())
+            scores = " (non-integer numbers look like scores, not classes)" if "fraction" in self.first else ""
+            raise BertkitError(f"{self.path}: labels of different kinds: {kinds}; write every label as a name, or "
+                               f"every one as an integer{scores}")
+
+
+@dataclass
+class BadRows:
+    """The rows of a task file that lack what the task needs (a label, a score, a text), by reason: how many, and
+    the first one's line. Readers leave them out; `settle` then refuses the file or counts them in a warning."""
+
+    path: Path
+    rows: int  # rows in the file, bad ones included
+    reasons: dict[str, list[int]] = field(default_factory=dict)  # reason -> [rows, the first one's line]
+
+    def add(self, reason: str, line: int) -> None:
+        self.reasons.setdefault(reason, [0, line])[0] += 1
+
+    def settle(self, kept: int, skip_bad_lines: bool | None) -> str | None:
+        """Refuse the file when it has bad rows and the command does not skip them (None: the command cannot skip
+        them, so the error does not offer it), or when none is left; else the warning counting those skipped."""
+        if not self.reasons:
+            return None
+        if skip_bad_lines and kept:
+            total = sum(n for n, _ in self.reasons.values())
+            if len(self.reasons) == 1:
+                (reason, (_, line)), = self.reasons.items()
+                return f"skipped {total:,} of {self.rows:,} rows with {reason} ({self.path}:{line} first)"
+            counts = [f"{n:,} with {reason} ({self.path}:{line} first)" for reason, (n, line) in self.reasons.items()]
+            return f"skipped {total:,} of {self.rows:,} rows: {', '.join(counts)}"
+        (reason, (n, line)), *others = sorted(self.reasons.items(), key=lambda item: item[1][1])
+        also = "".join(f"; {m:,} {_have(m)} {other} (line {first} first)" for other, (m, first) in others)
+        if skip_bad_lines:
+            raise BertkitError(f"{self.path}: no rows left: {n:,} {_have(n)} {reason} (line {line} first){also}")
+        hint = "" if skip_bad_lines is None else ", or pass --skip-bad-lines to skip and count them"
+        rows = f"{self.rows:,} row{'s' * (self.rows != 1)}"
+        raise BertkitError(f"{self.path}:{line}: {n:,} of the file's {rows} {_have(n)} {reason}, this one first{also}; "
+                           f"fill them in or remove them{hint}")
+
+
+def _have(count: int) -> str:
+    return "has" if count == 1 else "have"
+
+
+def _finish(path: Path, examples: list, bad: BadRows, skip_bad_lines: bool | None,
+            warn: Callable[[str], None] | None, what: str) -> list:
+    """A reader's examples once its bad rows are settled (refused, or skipped with a warning through `warn`)."""
+    message = bad.settle(len(examples), skip_bad_lines)
+    if not examples:
+        raise BertkitError(f"{path}: no {what} (only a header?)")
+    if message and warn is not None:
+        warn(message)
+    return examples
+
+
+def _text(value) -> str:
+    return "" if value is None else str(value).strip()
 
 
 def read_labelled(path: str | Path, text_column: str = "text", label_column: str = "label",
-                  text_pair_column: str | None = None) -> list[LabelledText]:
-    """Classification examples from CSV / TSV / JSONL; labels kept as strings (ints become '0', '1', …)."""
+                  text_pair_column: str | None = None, skip_bad_lines: bool | None = None,
+                  warn: Callable[[str], None] | None = None) -> list[LabelledText]:
+    """Classification examples from CSV / TSV / JSONL, their labels canonical class names (`canonical_label`: 1,
+    "1", 1.0 and true are all "1"). Rows with an empty text or no label are refused with their count; with
+    `skip_bad_lines` they are skipped and the count goes to `warn` (None: the caller cannot skip them)."""
     path = Path(path)
-    _, rows = _columns(path, {"text": text_column, "label": label_column, "text pair": text_pair_column})
-    examples = []
-    for number, row in enumerate(rows, start=1):
-        label, text = row.get(label_column), row.get(text_column)
-        if label is None or text is None or (isinstance(label, str) and not label.strip()):
-            raise BertkitError(f"{path}: example {number} (after the header) has no {'label' if text is not None else 'text'}")
-        examples.append(LabelledText(str(text).strip(), None if text_pair_column is None else
-                                     str(row.get(text_pair_column) or "").strip(), str(label).strip()))
-    if not examples:
-        raise BertkitError(f"{path}: no examples (only a header?)")
-    return examples
+    _, rows, lines = _columns(path, {"text": text_column, "label": label_column, "text pair": text_pair_column})
+    examples, bad, labels = [], BadRows(path, len(rows)), LabelKinds(path)
+    for row, line in zip(rows, lines):
+        text = _text(row.get(text_column))
+        if not text:  # an empty text would teach the classifier what [CLS] [SEP] alone means
+            bad.add("an empty text", line)
+        elif (label := labels.read(row.get(label_column), line)) is None:
+            bad.add("no label", line)
+        else:
+            examples.append(LabelledText(text, None if text_pair_column is None else
+                                         _text(row.get(text_pair_column)), label))
+    labels.check()
+    return _finish(path, examples, bad, skip_bad_lines, warn, "examples")
 
 
 def read_texts(path: str | Path, text_column: str = "text", text_pair_column: str | None = None,
@@ -135,7 +275,7 @@ def read_texts(path: str | Path, text_column: str = "text", text_pair_column: st
     file (a pair model reads `text<TAB>pair` lines)."""
     path = Path(path)
     if path.suffix.lower() in (".jsonl", ".json", ".csv", ".tsv"):
-        header, rows = _rows(path)
+        header, rows, _ = _rows(path)
         for role, column in (("text", text_column), ("text pair", text_pair_column)):
             if column is not None and column not in header:
                 raise BertkitError(f"{path}: no {role} column '{column}' (columns found: "
@@ -246,41 +386,55 @@ def to_iob2(tags: list[str] | tuple[str, ...]) -> list[str]:
 
 def read_pairs(path: str | Path, text_column: str, pair_column: str, target: str | None = None,
                target_column: str | None = None, negative_column: str | None = None,
-               max_score: float | None = None) -> list[SentencePair]:
+               max_score: float | None = None, skip_bad_lines: bool | None = None,
+               warn: Callable[[str], None] | None = None) -> list[SentencePair]:
     """Sentence pairs from CSV / TSV / JSONL. `target` "score": a number in [0, max_score] per row (cosine);
-    "label": a string label (softmax); None: no target (mnrl). Columns are names, or 0-based positions for a file
-    without a header (the STS benchmark: `--text-column 5 --text-pair-column 6 --label-column 4`)."""
+    "label": a label, made canonical as `read_labelled` does (softmax); None: no target (mnrl). Columns are names,
+    or 0-based positions for a file without a header (the STS benchmark: `--text-column 5 --text-pair-column 6
+    --label-column 4`). Rows with an empty sentence or no target are refused or skipped as `read_labelled` does."""
     path = Path(path)
     roles = {"first sentence": text_column, "second sentence": pair_column, "negative": negative_column}
     if target is not None:
         roles[target] = target_column
-    _, rows = _columns(path, roles)
-    examples = []
-    for number, row in enumerate(rows, start=1):
-        texts = [row.get(str(c)) for c in (text_column, pair_column)]
-        if any(t is None or not str(t).strip() for t in texts):
-            raise BertkitError(f"{path}: row {number} has an empty or missing sentence")
-        negative = None if negative_column is None else str(row.get(str(negative_column)) or "").strip()
-        score = label = None
+    _, rows, lines = _columns(path, roles)
+    examples, bad, labels = [], BadRows(path, len(rows)), LabelKinds(path)
+    for number, (row, line) in enumerate(zip(rows, lines), start=1):
+        texts = [_text(row.get(str(c))) for c in (text_column, pair_column)]
+        if not all(texts):
+            bad.add("an empty or missing sentence", line)
+            continue
         raw = row.get(str(target_column)) if target is not None else None
+        score = label = None
         if target == "score":
-            try:
-                score = float(raw)
-            except (TypeError, ValueError):
-                raise BertkitError(f"{path}: row {number}: score {raw!r} is not a number"
-                                   + (" (a header row? name the columns instead of giving positions)"
-                                      if number == 1 and is_index(target_column) else "")) from None
-            if max_score is not None and not 0.0 <= score <= max_score:
-                raise BertkitError(f"{path}: row {number}: score {score} is outside [0, {max_score}] "
-                                   "(give the scale's top: sentence_loss.max_score, or --max-score for evaluate-sts)")
+            score = _score(path, line, raw, max_score, header=number == 1 and is_index(target_column))
         elif target == "label":
-            if raw is None or not str(raw).strip():
-                raise BertkitError(f"{path}: row {number} has no label")
-            label = str(raw).strip()
-        examples.append(SentencePair(str(texts[0]).strip(), str(texts[1]).strip(), negative or None, score, label))
-    if not examples:
-        raise BertkitError(f"{path}: no sentence pairs (only a header?)")
-    return examples
+            label = labels.read(raw, line)
+        if target is not None and score is None and label is None:
+            bad.add(f"no {target}", line)
+        else:
+            negative = None if negative_column is None else _text(row.get(str(negative_column)))
+            examples.append(SentencePair(texts[0], texts[1], negative or None, score, label))
+    labels.check()
+    return _finish(path, examples, bad, skip_bad_lines, warn, "sentence pairs")
+
+
+def _score(path: Path, line: int, raw, max_score: float | None, header: bool) -> float | None:
+    """A pair's gold score, or None when it has none (missing, null, NaN, blank): a regression target, not a
+    class, so 4 and 4.0 are the same number already."""
+    if raw is None or (isinstance(raw, str) and raw.strip().lower() in ("", "nan")):
+        return None
+    try:
+        score = float(raw)
+    except (TypeError, ValueError):
+        raise BertkitError(f"{path}:{line}: score {raw!r} is not a number"
+                           + (" (a header row? name the columns instead of giving positions)" if header else "")
+                           ) from None
+    if math.isnan(score):
+        return None
+    if max_score is not None and not 0.0 <= score <= max_score:
+        raise BertkitError(f"{path}:{line}: score {score} is outside [0, {max_score}] "
+                           "(give the scale's top: sentence_loss.max_score, or --max-score for evaluate-sts)")
+    return score
 
 
 def read_lines(path: str | Path) -> list[str]:

@@ -29,6 +29,8 @@ class FinetuneJob:
     out: Path
     resume: bool = False
     progress: bool = True
+    accept_changed_data: bool = False  # resume although a task file or the base model changed (recorded)
+    skip_bad_lines: bool = False  # skip task-file rows with no label or an empty text (counted) instead of stopping
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,14 @@ import json
 import random
 from pathlib import Path
 
+import pytest
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from bertkit.cli import app
 from bertkit.hardware import resolve_precision
 from bertkit.tasks.classify import ClassifyObjective
-from conftest import cli_error, cli_invoke, cli_ok
+from conftest import cli_error, cli_invoke, cli_ok, merged
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -124,9 +125,9 @@ def test_ner_learns_and_predicts_character_spans(tmp_path, base):
 
 def test_finetune_resumes_exactly(tmp_path, base, monkeypatch):
     train = _reviews(tmp_path / "train.csv", 60)
-    args = ["finetune", "classify", "--model", base, "--train", train, "--text-column", "review",
-            "--label-column", "stars", "--max-steps", "8", *FAST, "--set", "log_every=1", "--set", "eval_every=2",
-            "--set", "save_every=2", "--set", "task.finetune_dropout=0.1"]
+    args = merged(["finetune", "classify", "--model", base, "--train", train, "--text-column", "review",
+                   "--label-column", "stars", "--max-steps", "8", *FAST, "--set", "log_every=1", "--set",
+                   "eval_every=2", "--set", "save_every=2", "--set", "task.finetune_dropout=0.1"])
     _ok(*args, "--out", tmp_path / "straight")
 
     original = ClassifyObjective.batch
@@ -200,13 +201,18 @@ def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
 
     assert "empty file" in _error("predict", "--model", done, empty)
     # predictions never replace a file: not the input, not an existing output without --overwrite
-    assert "is the input file" in _error("predict", "--model", done, long_inputs, "--out", long_inputs)
+    assert "is this command's own input" in _error("predict", "--model", done, long_inputs, "--out", long_inputs,
+                                                   "--overwrite")
     kept = tmp_path / "kept.jsonl"
     kept.write_text("mine\n")
     assert "already exists" in _error("predict", "--model", done, long_inputs, "--out", kept)
+    # --overwrite replaces only predictions: the user's own file stays
+    assert "is a text file, not a predictions file" in _error("predict", "--model", done, long_inputs, "--out", kept,
+                                                              "--overwrite")
     assert kept.read_text() == "mine\n"
-    _ok("predict", "--model", done, long_inputs, "--out", kept, "--overwrite")
-    assert kept.read_text().count("\n") == 4
+    _ok("predict", "--model", done, long_inputs, "--out", kept.with_name("p.jsonl"))
+    _ok("predict", "--model", done, long_inputs, "--out", kept.with_name("p.jsonl"), "--overwrite")
+    assert kept.with_name("p.jsonl").read_text().count("\n") == 4
     assert "not a validation metric of classify (allowed: val_loss|accuracy|macro_f1|mcc)" in _error(
         *common, "--text-column", "review", "--label-column", "stars", "--out", tmp_path / "e", "--set",
         "metric=f1")
@@ -220,8 +226,8 @@ def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
     assert "finetuning sets them from the task and its labels" in _error(*common, "--out", tmp_path / "f", "--set",
                                                                            "num_labels=7")
     assert "(did you mean task.finetune_dropout?)" in _error(*common, "--out", tmp_path / "f", "--set", "dropout=0.3")
-    assert "model.pooling is not read by finetune classify" in _error(*common, "--out", tmp_path / "f", "--set",
-                                                                        "model.pooling=mean")
+    assert "--set model.pooling: model.pooling is now heads.classifier_pooling" in _error(
+        *common, "--out", tmp_path / "f", "--set", "model.pooling=mean")
     assert not (tmp_path / "f").exists()
 
 
@@ -240,3 +246,66 @@ def test_auto_learning_rate_is_recorded_and_resumes(tmp_path, base):
     assert f"learning rate {rate:g}" in " ".join(result.output.split())
     again = _ok(*args, "--resume")  # the run's chosen rate, not a "different run"
     assert "already finished" in " ".join(again.output.split())
+
+
+def test_labels_are_normalised_bad_rows_counted_and_unseen_validation_labels_warned(tmp_path, base):
+    # labels 1, "1", 1.0, true (and 0, "0", 0.0, false) in one file; 3 rows with no label, 3 with an empty text
+    spellings = {"1": [1, "1", 1.0, True], "0": [0, "0", 0.0, False]}
+    rows = []
+    for i in range(32):
+        label = "1" if i % 2 else "0"
+        words = WORDS["positive" if label == "1" else "negative"]
+        rows.append({"review": f"the film was {words[i % 3]}", "stars": spellings[label][i // 2 % 4]})
+    for i in (4, 9, 14):
+        rows[i]["stars"] = None if i == 4 else float("nan") if i == 9 else ""
+    for i in (20, 25, 30):
+        rows[i]["review"] = "  "
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in rows))  # NaN as JSON's NaN
+    valid = tmp_path / "valid.jsonl"
+    valid.write_text("".join(json.dumps({"review": r["review"] or "x", "stars": s}) + "\n"
+                             for r, s in zip(rows, [1, 0, "2", 1, 0, 2.0, 1, 0])))
+    common = ["finetune", "classify", "--model", base, "--train", train, "--validation", valid, "--text-column",
+              "review", "--label-column", "stars", "--max-steps", "2", "--no-progress", "--set", "batch_size=8"]
+    line = _error(*common, "--out", tmp_path / "refused")
+    assert line == (f"error: {train}:5: 3 of the file's 32 rows have no label, this one first; 3 have an empty text "
+                    "(line 21 first); fill them in or remove them, or pass --skip-bad-lines to skip and count them")
+    assert not (tmp_path / "refused").exists()
+
+    out = tmp_path / "clf"
+    output = " ".join(_ok(*common, "--skip-bad-lines", "--out", out).output.split())
+    assert (f"warning: skipped 6 of 32 rows: 3 with no label ({train}:5 first), 3 with an empty text ({train}:21 "
+            "first)") in output
+    assert (f"warning: validation ({valid}): 2 of 8 examples carry labels the training file lacks (2): counted as "
+            "errors") in output
+    assert "26 training / 8 validation examples, 2 labels" in output
+    assert json.loads((out / "labels.json").read_text())["labels"] == ["0", "1"]  # one class per meaning
+
+    # a validation file none of whose labels the training file has: refused before anything is written
+    names = tmp_path / "names.jsonl"
+    names.write_text("".join(json.dumps({"review": "fine", "stars": s}) + "\n" for s in ("good", "bad", "good")))
+    line = _error(*common[:7], names, *common[8:], "--skip-bad-lines", "--out", tmp_path / "unseen")
+    assert line == (f"error: {names}: none of its 3 validation examples has a label the training file has "
+                    "(validation: bad, good; training: 0, 1): validation would measure nothing; check --validation "
+                    "and --label-column, or leave --validation out to hold out part of --train")
+    assert not (tmp_path / "unseen").exists()
+
+
+def test_unseen_validation_tags_are_warned_and_counted():
+    from bertkit.errors import BertkitError
+    from bertkit.jobs.finetune import _check_unseen
+    from bertkit.tasks.registry import finetune_task
+    from bertkit.text.tasks import TaggedSentence
+
+    ner, labels = finetune_task("ner"), ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+    validation = [TaggedSentence(("Anna", "Lee", "in", "Lima"), ("B-PER", "I-PER", "O", "B-LOC")),
+                  TaggedSentence(("EU", "says"), ("B-ORG", "O")), TaggedSentence(("UN", "IMF"), ("B-ORG", "B-MISC"))]
+    warnings = []
+    _check_unseen(ner, validation, labels, "dev.conll", warnings.append)
+    assert warnings == ["validation (dev.conll): 3 of 6 entity tags carry labels the training file lacks (B-MISC, "
+                        "B-ORG): counted as errors"]
+    with pytest.raises(BertkitError, match=r"dev.conll: none of its 3 validation entity tags has a label the training "
+                                           r"file has .*check --validation and --tag-column"):
+        _check_unseen(ner, validation[1:], labels, "dev.conll", warnings.append)
+    _check_unseen(ner, validation[:1], labels, "dev.conll", warnings.append)  # all known: nothing to say
+    assert len(warnings) == 1

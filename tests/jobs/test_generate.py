@@ -114,7 +114,7 @@ def test_attention_maps_for_a_decoder(lm, tmp_path):
 def test_bad_inputs_are_one_line(lm, tmp_path, base):
     assert "prompt 1 is empty" in cli_error("generate", lm, "  ")
     assert "leaves no room for a prompt" in cli_error("generate", lm, "hi", "--max-new-tokens", "64")
-    assert "temperature must be > 0" in cli_error("generate", lm, "hi", "--temperature", "0")
+    assert "--temperature 0.0: must be a finite number > 0" in cli_error("generate", lm, "hi", "--temperature", "0")
     message = cli_error("generate", base, "hi")
     assert "needs a decoder language model" in message and "fill-mask" in message
     assert "needs a decoder" in cli_error("perplexity", base, SAMPLE_CORPUS)
@@ -127,9 +127,36 @@ def test_bad_inputs_are_one_line(lm, tmp_path, base):
     taken.mkdir()
     (taken / "keep.txt").write_text("mine")
     assert "not empty" in cli_error("attention", lm, "hi", "-o", taken)
+    assert "did not write (keep.txt)" in cli_error("attention", lm, "hi", "-o", taken, "--overwrite")
     assert (taken / "keep.txt").read_text() == "mine"
     message = cli_error("pretrain", "--objective", "clm", "--recipe", "tiny", "--corpus", SAMPLE_CORPUS,
                         "--out", tmp_path / "x")
     assert "needs a decoder" in message and not (tmp_path / "x").exists()
     assert "allowed: mlm|clm" in cli_error("pretrain", "--objective", "gpt", "--corpus", SAMPLE_CORPUS,
                                           "--out", tmp_path / "y")
+
+
+def test_sampling_options_seeds_and_windows_out_of_range_are_one_line(lm):
+    """Issue 38: a nan temperature and a seed past 2**64 were tracebacks; an infinite temperature (uniform noise)
+    and a window of 0 (read as the default) were taken silently."""
+    greedy_hint = ("must be a finite number > 0 (lower is more conservative; --greedy always takes the most likely "
+                   "token)")
+    for value in ("nan", "inf", "-1"):
+        assert cli_error("generate", lm, "hi", "--temperature", value) == \
+            f"error: --temperature {float(value)}: {greedy_hint}"
+    for value in ("0", "1.5", "nan"):
+        assert cli_error("generate", lm, "hi", "--top-p", value) == \
+            f"error: --top-p {float(value)}: must be in (0, 1] (1: every token)"
+    refused = cli_invoke("generate", lm, "hi", "--top-k", "-1")  # Typer's usage error, as for every option's range
+    assert refused.exit_code == 2 and "--top-k" in refused.output and "greater than or equal to 0" in refused.output
+    for seed in (-1, 2**32, 10**23):
+        assert cli_error("generate", lm, "hi", "--seed", seed) == f"error: --seed {seed}: must be in [0, 2**32 - 1]"
+    cli_ok("generate", lm, "hi", "--seed", 2**32 - 1, "--max-new-tokens", "2")
+    for window in ("0", "1", "65"):
+        assert cli_error("perplexity", lm, SAMPLE_CORPUS, "--window", window) == \
+            f"error: --window {window}: must be in [2, max_len=64]"
+    assert cli_error("perplexity", lm, SAMPLE_CORPUS, "--stride", "0") == \
+        "error: --stride 0: must be in [1, window - 1 = 63]"
+    assert cli_error("perplexity", lm, SAMPLE_CORPUS, "--window", "8", "--stride", "8") == \
+        "error: --stride 8: must be in [1, window - 1 = 7]"
+    assert json.loads(cli_ok("perplexity", lm, SAMPLE_CORPUS, "--window", "2", "--json").output)["window"] == 2

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bertkit.hardware import resolve_precision
-from conftest import AS_ON_CI, cli_process, free_port, repeated_corpus, torchrun_process
+from conftest import AS_ON_CI, cli_process, free_port, merged, repeated_corpus, torchrun_process
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set", "batch_size=4",
@@ -86,7 +86,7 @@ def test_export_fills_masks_in_transformers_like_bertkit(tmp_path, corpus):
 
 
 def test_kill_9_and_resume_gives_the_same_loss_curve(tmp_path, corpus):
-    args = [*TINY, "--corpus", corpus, "--max-steps", "120", "--set", "save_every=10", "--set", "eval_every=40"]
+    args = merged(TINY, ["--corpus", corpus, "--max-steps", "120", "--set", "save_every=10", "--set", "eval_every=40"])
     _cli("pretrain", *args, "--out", tmp_path / "straight")
     killed = tmp_path / "killed"
     proc = subprocess.Popen([sys.executable, AS_ON_CI, "pretrain", *map(str, args), "--out", killed],
@@ -196,7 +196,7 @@ def test_two_nodes_on_loopback_match_one_process(tmp_path, corpus):
 
 def test_bad_inputs_are_one_line_and_never_damage_a_run(tmp_path, corpus):
     def fails(*args, match):
-        result = _cli("pretrain", *TINY, *args, check=False)
+        result = _cli("pretrain", *merged(TINY, args), check=False)
         assert result.returncode == 2, result.stderr[-2000:]
         errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
         assert len(errors) == 1 and match in errors[0], result.stderr[-2000:]  # progress lines may precede it
@@ -242,3 +242,33 @@ def test_fill_mask_refuses_models_without_an_mlm_head(tmp_path):
     save_run(tmp_path / "run", Model(cfg), Config(model=cfg))
     result = _cli("fill-mask", tmp_path / "run", "a [MASK] b", check=False)
     assert result.returncode == 2 and "no MLM head" in result.stderr
+
+
+def test_what_a_pretraining_cannot_do_with_its_settings_is_warned(tmp_path, sample_tokenizer):
+    """Issue 38: tokenize_workers when streaming, and a corpus too small to hold out a validation block, were taken
+    without a word (the latter wrote `"evaluation": {}`). The run goes on; results.json says why it is empty."""
+    from bertkit.text.tokenizer import save_tokenizer
+    from conftest import SAMPLE_CORPUS, cli_ok
+
+    save_tokenizer(sample_tokenizer, tmp_path / "tok")
+    one = tmp_path / "one.txt"
+    one.write_text(" ".join(line for line in SAMPLE_CORPUS.read_text().splitlines() if line) + "\n")  # 1 document
+    base = [*TINY, "--tokenizer", tmp_path / "tok", "--max-steps", "2"]
+    said = " ".join(cli_ok("pretrain", *merged(base, ["--corpus", one, "--set", "block_size=16", "--out",
+                                                      tmp_path / "run"])).output.split())
+    assert ("warning: no validation blocks: the corpus is too small for data.validation_fraction=0.01 (one document "
+            "in 100 is held out: too few documents, or too little text in them for a block of 16 tokens); the run "
+            "has no validation loss (add documents, or raise data.validation_fraction)") in said
+    assert "no validation blocks, no validation loss" in said and "tokenize_workers" not in said
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["evaluation"] == {} and results["validation_blocks"] == 0 and results["step"] == 2
+    assert (tmp_path / "run" / "model.safetensors").is_file()
+
+    corpus = repeated_corpus(tmp_path / "corpus.txt", 30)
+    said = " ".join(cli_ok("pretrain", *base, "--corpus", corpus, "--streaming", "--set", "tokenize_workers=4",
+                           "--out", tmp_path / "streamed").output.split())
+    assert ("warning: data.tokenize_workers=4 does nothing when streaming (a streamed corpus is tokenised as it is "
+            "read, in the training process); leave it at 1, or pack the corpus (data.streaming = false) to tokenise "
+            "it with workers") in said
+    assert "no validation blocks" not in said
+    assert json.loads((tmp_path / "streamed" / "results.json").read_text())["validation_blocks"] > 0

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from bertkit.paths import find_dataset
 from bertkit.text.tasks import read_pairs
 from bertkit.tasks.sentence import SentenceObjective
-from conftest import cli_error, cli_invoke, cli_ok, torchrun_process
+from conftest import cli_error, cli_invoke, cli_ok, merged, torchrun_process
 
 TOPICS = {"animals": ["cat", "dog", "horse", "bird"], "weather": ["rain", "snow", "wind", "storm"],
           "food": ["bread", "soup", "rice", "cheese"]}
@@ -104,9 +104,9 @@ def test_two_processes_rank_against_every_process_negatives_like_one(tmp_path, b
 
 def test_sentence_training_resumes_exactly(tmp_path, base, monkeypatch):
     train = _pairs(tmp_path / "train.jsonl", 80)
-    args = ["finetune", "sentence", "--model", base, "--train", train, "--max-steps", "8", *FAST,
-            "--set", "log_every=1", "--set", "eval_every=2", "--set", "save_every=2",
-            "--set", "task.finetune_dropout=0.1"]
+    args = merged(["finetune", "sentence", "--model", base, "--train", train, "--max-steps", "8", *FAST,
+                   "--set", "log_every=1", "--set", "eval_every=2", "--set", "save_every=2",
+                   "--set", "task.finetune_dropout=0.1"])
     cli_ok(*args, "--out", tmp_path / "straight")
     original = SentenceObjective.batch
 
@@ -162,7 +162,7 @@ def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
     headed.write_text("s1\ts2\tscore\nA man.\tA woman.\t2.5\n")
     line = cli_error(*common, "--train", headed, "--text-column", "0", "--text-pair-column", "1",
                      "--label-column", "2", "--out", tmp_path / "b")
-    assert "row 1: score 'score' is not a number (a header row?" in line
+    assert f"{headed}:1: score 'score' is not a number (a header row?" in line
     line = cli_error(*common, "--train", headed, "--text-column", "s1", "--text-pair-column", "1",
                      "--label-column", "score", "--out", tmp_path / "b")
     assert "not a mix" in line
@@ -171,8 +171,18 @@ def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
     assert "score 7.0 is outside [0, 5.0]" in cli_error(*common, "--train", bad_score, "--out", tmp_path / "b")
     empty_side = tmp_path / "empty_side.tsv"
     empty_side.write_text("sentence1\tsentence2\tscore\nA man.\t\t2\n")
-    assert "row 1 has an empty or missing sentence" in cli_error(*common, "--train", empty_side, "--out",
-                                                                 tmp_path / "b")
+    assert (f"{empty_side}:2: 1 of the file's 1 row has an empty or missing sentence, this one first; fill them in "
+            "or remove them, or pass --skip-bad-lines") in cli_error(*common, "--train", empty_side, "--out",
+                                                                     tmp_path / "b")
+    # a gold score of NaN (or none) is refused with the count, or skipped and counted with --skip-bad-lines
+    nan_scores = tmp_path / "nan.jsonl"
+    nan_scores.write_text("".join(line.replace('"score": 5.0', '"score": NaN', 1) if i % 4 == 1 else line
+                                  for i, line in enumerate(train.read_text().splitlines(keepends=True))))
+    assert f"{nan_scores}:2: 10 of the file's 40 rows have no score, this one first" in cli_error(
+        *common, "--train", nan_scores, "--out", tmp_path / "b")
+    skipped = cli_ok(*common, "--train", nan_scores, "--skip-bad-lines", "--set", "batch_size=8", "--out",
+                     tmp_path / "skipped")
+    assert f"warning: skipped 10 of 40 rows with no score ({nan_scores}:2 first)" in " ".join(skipped.output.split())
     assert "loss" in cli_error(*common, "--train", train, "--loss", "triplet", "--out", tmp_path / "b")
     assert not (tmp_path / "b").exists()
     assert "cannot tell its columns" in cli_error("evaluate-sts", "--model", base, "--data", headed)

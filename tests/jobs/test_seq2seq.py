@@ -147,6 +147,8 @@ def test_bad_inputs_are_one_line_and_damage_nothing(mt, tmp_path, base):
     kept.write_text("mine\n")
     assert "already exists" in cli_error("translate", run, "red dog", "-o", kept)
     assert kept.read_text() == "mine\n"
+    assert "this command's own input" in cli_error("translate", run, "--input", kept, "-o", kept, "--overwrite")
+    assert kept.read_text() == "mine\n"
     assert "already holds a run" in cli_error("finetune", "seq2seq", "--train-source", val_src, "--train-target",
                                               val_tgt, "--out", run)
     assert (run / "model.safetensors").is_file()

@@ -77,8 +77,9 @@ def test_top_k_and_top_p_keep_the_right_tokens():
     assert kept(filter_logits(logits, top_p=0.7)) == [0, 1]
     assert kept(filter_logits(logits, top_p=0.71)) == [0, 1, 2]
     assert kept(filter_logits(logits, top_k=2, top_p=0.9)) == [0, 1]
-    with pytest.raises(ValueError):
-        Sampling(temperature=0)
+    for temperature in (0, float("nan"), float("inf")):  # nan: a nan softmax; inf: uniform noise
+        with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
+            Sampling(temperature=temperature)
 
 
 def _greedy_reference(model, source, max_new):

@@ -4,7 +4,9 @@ pretraining resumes exactly and gives the same losses on 1 and 2 processes; what
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 
 import numpy as np
 import pytest
@@ -15,7 +17,7 @@ from bertkit.text.corpus import load_corpus
 from bertkit.text.packing import pack_corpus
 from bertkit.text.stream import _DOCS, BlockStream, Point, StreamedBatches
 from bertkit.text.tokenizer import save_tokenizer
-from conftest import SAMPLE_CORPUS, cli_error, cli_process, repeated_corpus, torchrun_process
+from conftest import SAMPLE_CORPUS, cli_error, cli_invoke, cli_process, repeated_corpus, torchrun_process
 
 LINES = [line for line in SAMPLE_CORPUS.read_text().splitlines() if line]
 
@@ -140,3 +142,53 @@ def test_what_a_stream_cannot_do_is_one_line(streamed_runs, tmp_path, sample_tok
              .blocks(Point()))
     with pytest.raises(BertkitError, match="corpus too small: the streamed corpus does not fill one training block"):
         next(BlockStream([str(tmp_path / "more.txt")], "text", sample_tokenizer, 64, 0.0).blocks(Point()))
+
+
+def _truncated_gz(path, rows=400):
+    """A .jsonl.gz cut at 2/3 of its bytes (a copy killed half way); returns it and the (byte, line) of the first
+    line the cut damaged: what a reader that keeps every whole line before it reaches."""
+    text = "".join(json.dumps({"text": f"document {i}: " + "word " * 40}) + "\n" for i in range(rows)).encode()
+    data = gzip.compress(text)
+    path.write_bytes(data[:len(data) * 2 // 3])
+    recovered = zlib.decompressobj(wbits=31).decompress(data[:len(data) * 2 // 3])
+    return path, recovered.rfind(b"\n") + 1, recovered.count(b"\n") + 1
+
+
+def test_a_truncated_gz_names_the_file_and_where_it_stops(tmp_path, sample_tokenizer):
+    """Issue 38: streamed, it was a bare `Aborted.` (gzip's EOFError, which click takes for Ctrl-D at a prompt);
+    cached, `unreadable (...)` with no place. Both now name the file, the byte and the line."""
+    save_tokenizer(sample_tokenizer, tmp_path / "tok")
+    bad, byte, line = _truncated_gz(tmp_path / "t.jsonl.gz")
+    eof = "Compressed file ended before the end-of-stream marker was reached"
+    args = ["pretrain", "--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--tokenizer",
+            tmp_path / "tok", "--no-progress", "--max-steps", "2", "--out", tmp_path / "run"]
+    assert cli_error(*args, "--streaming", "--corpus", bad) == \
+        f"error: {bad}: unreadable at byte {byte}, line {line} ({eof}); repair or replace the file, or leave it out " \
+        "of data.corpus"
+    assert cli_error(*args, "--corpus", bad) == \
+        f"error: {bad}: unreadable at byte {byte}, line {line} ({eof}); repair or replace the file"
+    # a good file first: datasets opens the stream on it, and the damaged one breaks off the iteration later
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "a.jsonl.gz").write_bytes(gzip.compress(b"".join(
+        json.dumps({"text": f"{i}: {text}"}).encode() + b"\n" for i, text in enumerate(LINES * 3))))
+    second, byte, line = _truncated_gz(folder / "b.jsonl.gz")
+    assert cli_error(*args, "--streaming", "--corpus", folder).startswith(
+        f"error: {second}: unreadable at byte {byte}, line {line} ({eof})")
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_unhandled_eof_is_a_traceback_not_a_bare_aborted(tmp_path, sample_tokenizer, monkeypatch):
+    """click prints an EOFError escaping a command as `Aborted.` (it means Ctrl-D at a prompt there); bertkit never
+    prompts, so one is a read error nobody handled: a bug, kept with its traceback."""
+    from bertkit.jobs import pretrain
+
+    def broken(*args, **kwargs):
+        raise EOFError("Compressed file ended before the end-of-stream marker was reached")
+
+    monkeypatch.setattr(pretrain, "streamed_packed", broken)
+    save_tokenizer(sample_tokenizer, tmp_path / "tok")
+    result = cli_invoke("pretrain", "--recipe", "tiny", "--set", "vocab_size=400", "--streaming", "--corpus",
+                        SAMPLE_CORPUS, "--tokenizer", tmp_path / "tok", "--out", tmp_path / "run", "--no-progress")
+    assert isinstance(result.exception, RuntimeError) and isinstance(result.exception.__cause__, EOFError)
+    assert "Aborted" not in result.output

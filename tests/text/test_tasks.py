@@ -38,7 +38,8 @@ def test_labelled_text_errors_name_what_is_wrong(tmp_path):
     with pytest.raises(BertkitError, match="empty file"):
         read_labelled(tmp_path / "empty.tsv")
     (tmp_path / "b.csv").write_text("text,label\nhello,\n")
-    with pytest.raises(BertkitError, match="example 1 .after the header. has no label"):
+    with pytest.raises(BertkitError, match=r"b.csv:2: 1 of the file's 1 row has no label, this one first; fill "
+                                           r"them in or remove them$"):
         read_labelled(tmp_path / "b.csv")
 
 
@@ -129,3 +130,114 @@ def test_parallel_text_is_read_line_by_line_and_checked(tmp_path):
         read_parallel(src, tgt)
     with pytest.raises(BertkitError, match="no such file"):
         read_parallel(src, tmp_path / "missing.de")
+
+
+# ------------------------------------------------------------------------- labels normalised, bad rows counted
+
+def _jsonl(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+@pytest.mark.parametrize("raw, expected", [
+    (1, ("1", "integer")), ("1", ("1", "integer")), (1.0, ("1", "integer")), (" 1 ", ("1", "integer")),
+    ("1.0", ("1", "integer")), ("-0", ("0", "integer")), ("1e1", ("10", "integer")), (True, ("1", "boolean")),
+    (False, ("0", "boolean")), (0.5, ("0.5", "fraction")), ("0.50", ("0.5", "fraction")),
+    ("positive", ("positive", "name")), ("True", ("True", "name")), ("[0]", ("[0]", "name")),
+    (None, (None, "missing")), (float("nan"), (None, "missing")), ("NaN", (None, "missing")),
+    ("  ", (None, "missing")), ([0], (None, "list")), ({"a": 1}, (None, "object")),
+    ("123456789012345678901234567890", ("123456789012345678901234567890", "integer")),  # exact, not via a float
+])
+def test_canonical_label_of_each_way_of_writing_one(raw, expected):
+    from bertkit.text.tasks import canonical_label
+
+    assert canonical_label(raw) == expected
+
+
+def test_labels_written_several_ways_are_one_class(tmp_path):
+    from bertkit.tasks.labelled import sorted_labels
+
+    values = [1, "1", 1.0, True, 0, "0", 0.0, False, " 1 ", "1.0"]
+    examples = read_labelled(_jsonl(tmp_path / "a.jsonl", [{"text": f"t{i}", "label": v}
+                                                           for i, v in enumerate(values)]))
+    assert [e.label for e in examples] == ["1", "1", "1", "1", "0", "0", "0", "0", "1", "1"]
+    assert sorted_labels({e.label for e in examples}) == ["0", "1"]
+    # a clean file reads as it always did: names as written, integers as integers
+    (tmp_path / "b.tsv").write_text("text\tlabel\nfine\tpositive\nbad\tnegative\nok\t neutral \n")
+    assert [e.label for e in read_labelled(tmp_path / "b.tsv")] == ["positive", "negative", "neutral"]
+    (tmp_path / "c.csv").write_text("text,label\na,0\nb,1\nc,10\n")
+    assert sorted_labels({e.label for e in read_labelled(tmp_path / "c.csv")}) == ["0", "1", "10"]
+
+
+def test_label_kinds_that_name_different_classes_are_one_error(tmp_path):
+    path = _jsonl(tmp_path / "a.jsonl", [{"text": "a", "label": "positive"}, {"text": "b", "label": "negative"},
+                                         {"text": "c", "label": 1}, {"text": "d", "label": True}])
+    with pytest.raises(BertkitError) as error:
+        read_labelled(path)
+    assert str(error.value) == (f'{path}: labels of different kinds: names ("positive" at {path}:1), integers (1 at '
+                                f'{path}:3), booleans (true at {path}:4); write every label as a name, or every one '
+                                'as an integer')
+    path = _jsonl(tmp_path / "b.jsonl", [{"text": "a", "label": 1}, {"text": "b", "label": 0.5}])
+    with pytest.raises(BertkitError, match=r"non-integer numbers \(0.5 at .*b.jsonl:2\).*look like scores"):
+        read_labelled(path)
+    path = _jsonl(tmp_path / "c.jsonl", [{"text": "a", "label": [0]}, {"text": "b", "label": [1]}])
+    with pytest.raises(BertkitError, match=r"c.jsonl:1: the label \[0\] is a JSON list; give one label per row"):
+        read_labelled(path)
+
+
+def test_rows_with_no_label_are_refused_or_skipped_with_their_count(tmp_path):
+    path = tmp_path / "a.jsonl"
+    rows = [{"text": f"t{i}", "label": i % 2} for i in range(20)]
+    rows[3]["label"], rows[7]["label"], rows[9]["label"] = None, "nan", ""
+    del rows[12]["label"]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows).replace('"nan"', "NaN", 1) + "\n")
+    assert '"label": NaN' in path.read_text()  # JSON's NaN (a float), as pandas writes it
+    with pytest.raises(BertkitError) as error:
+        read_labelled(path)  # a command that cannot skip rows (evaluate) does not offer to
+    assert str(error.value) == (f"{path}:4: 4 of the file's 20 rows have no label, this one first; fill them in or "
+                                "remove them")
+    with pytest.raises(BertkitError, match=r"a.jsonl:4: 4 of the file's 20 rows have no label, this one first; fill "
+                                           r"them in or remove them, or pass --skip-bad-lines to skip and count "
+                                           r"them$"):
+        read_labelled(path, skip_bad_lines=False)
+    warnings = []
+    examples = read_labelled(path, skip_bad_lines=True, warn=warnings.append)
+    assert len(examples) == 16 and "t3" not in {e.text for e in examples}
+    assert warnings == [f"skipped 4 of 20 rows with no label ({path}:4 first)"]
+    _jsonl(path, [{"text": "a", "label": None}])
+    with pytest.raises(BertkitError, match=r"a.jsonl: no rows left: 1 has no label \(line 1 first\)"):
+        read_labelled(path, skip_bad_lines=True)
+
+
+def test_empty_texts_are_refused_or_skipped_with_their_count(tmp_path):
+    # a third of the texts empty; a quoted text over two lines first, so rows and lines differ
+    body = "".join(f"{'   ' if i % 3 == 1 else f'text {i}'},{i % 2}\n" for i in range(9))
+    (tmp_path / "a.csv").write_text(f'text,label\n"two\nlines",1\n{body}x,\n')
+    with pytest.raises(BertkitError, match=r"a.csv:5: 3 of the file's 11 rows have an empty text, this one first; "
+                                           r"1 has no label \(line 13 first\); fill them in or remove them, or pass "
+                                           r"--skip-bad-lines"):
+        read_labelled(tmp_path / "a.csv", skip_bad_lines=False)
+    warnings = []
+    examples = read_labelled(tmp_path / "a.csv", skip_bad_lines=True, warn=warnings.append)
+    assert [e.text for e in examples][:3] == ["two\nlines", "text 0", "text 2"] and len(examples) == 7
+    assert warnings == [f"skipped 4 of 11 rows: 3 with an empty text ({tmp_path / 'a.csv'}:5 first), 1 with no label "
+                        f"({tmp_path / 'a.csv'}:13 first)"]
+
+
+def test_pairs_missing_scores_and_labels_are_counted_and_labels_canonical(tmp_path):
+    from bertkit.text.tasks import read_pairs
+
+    rows = [{"sentence1": f"a{i}", "sentence2": f"b{i}", "score": i % 5, "label": i % 2} for i in range(10)]
+    rows[2]["score"], rows[5]["score"], rows[6]["sentence2"] = None, "nan", " "
+    rows[1]["label"], rows[3]["label"] = True, "0.0"
+    path = _jsonl(tmp_path / "p.jsonl", rows)
+    with pytest.raises(BertkitError, match=r"p.jsonl:3: 2 of the file's 10 rows have no score, this one first; 1 has "
+                                           r"an empty or missing sentence \(line 7 first\)"):
+        read_pairs(path, "sentence1", "sentence2", "score", "score", max_score=5.0, skip_bad_lines=False)
+    warnings = []
+    pairs = read_pairs(path, "sentence1", "sentence2", "score", "score", max_score=5.0, skip_bad_lines=True,
+                       warn=warnings.append)
+    assert [p.score for p in pairs] == [0.0, 1.0, 3.0, 4.0, 2.0, 3.0, 4.0] and len(warnings) == 1
+    assert warnings[0].startswith("skipped 3 of 10 rows: 2 with no score")
+    labelled = read_pairs(path, "sentence1", "sentence2", "label", "label", skip_bad_lines=True)
+    assert [p.label for p in labelled] == ["0", "1", "0", "0", "0", "1", "1", "0", "1"]  # true and "0.0" canonical

@@ -1,0 +1,262 @@
+"""Where a command may write: ownership before deletion.
+
+Every command that writes an output at a path the user names comes through `claim` before any work:
+- an output never goes inside a bertkit run or index (a run's checkpoint rotation, a resume or a later replacement
+  would delete it without a word), checkpoints included;
+- an output is never one of the command's own inputs, and never a folder that holds one;
+- an existing output is replaced only with `--overwrite`, and then only when it is an output of the same kind that
+  bertkit wrote: an index over an index, a tokenizer folder over a tokenizer folder, a predictions file over a
+  predictions file. A run directory, a folder holding files bertkit does not write there, a file of another kind are
+  refused with one line that says what the target is and what to do.
+
+What bertkit wrote is recognised by content, not by a marker, so outputs of every earlier version are recognised
+too: a folder kind names the files it may hold (and one it must); a file kind reads the start of the file. Plain
+text outputs (translations, hypotheses) cannot be told from other text: they replace only a UTF-8 text file of no
+other recognised kind that is none of the command's inputs (the README says so).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertkit.errors import BertkitError
+
+_PEEK = 1 << 16  # bytes read from the start of a file to recognise it
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of output: its name in messages ("an index"), whether it is a folder, and the test that says a path
+    holds one that bertkit wrote."""
+
+    article: str
+    directory: bool
+    matches: Callable[[Path], bool]
+
+
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def is_run(path: Path) -> bool:
+    """A bertkit run directory: its config.json carries the bertkit version (a run still training counts too)."""
+    data = _read_json(path / "config.json") if (path / "config.json").is_file() else None
+    return isinstance(data, dict) and "bertkit_version" in data
+
+
+def is_index(path: Path) -> bool:
+    """A bertkit index directory (index.json names the format)."""
+    data = _read_json(path / "index.json") if (path / "index.json").is_file() else None
+    return isinstance(data, dict) and data.get("format") == "bertkit-index"
+
+
+def _entries(path: Path) -> list[str]:
+    """Every file and folder under `path`, relative, folders with a trailing slash; links count as files."""
+    found = []
+    for item in sorted(path.rglob("*")):
+        rel = item.relative_to(path).as_posix()
+        found.append(rel + "/" if item.is_dir() and not item.is_symlink() else rel)
+    return found
+
+
+def _folder(required: str | None, allowed: str) -> Callable[[Path], bool]:
+    """A folder kind: `required` must be there (None: any one entry), and every entry must match the `allowed`
+    pattern."""
+    pattern = re.compile(allowed)
+
+    def matches(path: Path) -> bool:
+        names = _entries(path)
+        there = (path / required).is_file() if required is not None else bool(names)
+        return there and all(pattern.fullmatch(name) for name in names)
+    return matches
+
+
+_HF_FILES = r"config\.json|model\.safetensors|tokenizer\.json|tokenizer_config\.json"
+_ST_FILES = (_HF_FILES + r"|modules\.json|sentence_bert_config\.json|config_sentence_transformers\.json"
+             r"|1_Pooling/|1_Pooling/config\.json|2_Normalize/")
+_INDEX_FILES = (r"index\.json|\.lock|shard-\d{5,9}\.(f32|jsonl|offsets)|ivf-\d{5,9}\.faiss"
+                r"|\.(index\.json|shard-.*|ivf-.*)\.tmp-.*")
+
+
+# every name a folder kind may hold: the rest of a folder is what the user put there
+_KNOWN_NAME = re.compile("|".join((_ST_FILES, _INDEX_FILES, r"probe\.(csv|png)", r"[a-z0-9_-]+\.png")))
+
+
+def _index(path: Path) -> bool:
+    return is_index(path) and _folder("index.json", _INDEX_FILES)(path)
+
+
+def _hf_folder(path: Path) -> bool:
+    return (path / "model.safetensors").is_file() and not is_run(path) and _folder("config.json", _HF_FILES)(path)
+
+
+def _imported_run(path: Path) -> bool:
+    """What `import-hf` writes: a run with weights, config and tokenizer, never trained (no metrics, no
+    checkpoints)."""
+    return is_run(path) and _folder("model.safetensors", _HF_FILES)(path)
+
+
+def _head(path: Path) -> bytes:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(_PEEK)
+    except OSError:
+        return b""
+
+
+def _json_object(keys: tuple[str, ...]) -> Callable[[Path], bool]:
+    def matches(path: Path) -> bool:
+        data = _read_json(path)
+        return isinstance(data, dict) and all(key in data for key in keys)
+    return matches
+
+
+def _predictions(path: Path) -> bool:
+    """JSONL whose first lines are records `predict` writes (a label or entities each)."""
+    lines = [line for line in _head(path).decode("utf-8", "replace").splitlines()[:20] if line.strip()]
+    if not lines:
+        return False
+    for line in lines[:-1] if len(lines) == 20 else lines:  # the 20th may be cut mid-line by the peek
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return False
+        if not (isinstance(record, dict) and ("label" in record or "entities" in record)):
+            return False
+    return True
+
+
+def _npy(path: Path) -> bool:
+    return _head(path)[:6] == b"\x93NUMPY"
+
+
+def _parquet_embeddings(path: Path) -> bool:
+    if _head(path)[:4] != b"PAR1":
+        return False
+    import pyarrow.parquet as pq
+
+    try:
+        return "embedding" in pq.read_schema(path).names
+    except Exception:  # noqa: BLE001 - anything unreadable is not ours
+        return False
+
+
+def _tokens_tsv(path: Path) -> bool:
+    return _head(path).startswith(b"row\ttext\tposition\ttoken_id\ttoken\n")
+
+
+def _png(path: Path) -> bool:
+    return _head(path)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _text(path: Path) -> bool:
+    """Plain UTF-8 text of no other recognised kind (the best that can be said of a translations file)."""
+    head = _head(path)
+    if b"\0" in head or any(kind.matches(path) for kind in _FILE_KINDS if kind is not TEXT):
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:  # a multi-byte character cut by the peek is still text
+        return exc.start >= len(head) - 3
+    return True
+
+
+TOKENIZER = Kind("a tokenizer folder", True, _folder("tokenizer.json", r"tokenizer\.json|tokenizer_config\.json"))
+INDEX = Kind("an index", True, _index)
+ATTENTION = Kind("an attention heatmap folder", True,
+                 _folder(None, r"[a-z]+-[a-z]+-layer\d+(-head\d+)?\.png|alignment\.png"))
+PROBE = Kind("a probe folder", True, _folder("probe.csv", r"probe\.(csv|png)"))
+HF_EXPORT = Kind("a Hugging Face export", True, _hf_folder)
+ST_EXPORT = Kind("a sentence-transformers export", True,
+                 lambda p: not is_run(p) and _folder("modules.json", _ST_FILES)(p))
+IMPORTED_RUN = Kind("an imported run (import-hf)", True, _imported_run)
+PREDICTIONS = Kind("a predictions file", False, _predictions)
+EVALUATION = Kind("an evaluation report", False, _json_object(("truncated", "unseen_labels")))
+STS_REPORT = Kind("an STS report", False, _json_object(("spearman", "pearson", "pairs")))
+EMBEDDINGS_NPY = Kind("an embeddings array (.npy)", False, _npy)
+EMBEDDINGS_PARQUET = Kind("an embeddings table (.parquet)", False, _parquet_embeddings)
+TOKENS_TSV = Kind("a token table (.tokens.tsv)", False, _tokens_tsv)
+PLOT = Kind("a PNG plot", False, _png)
+TEXT = Kind("a text file", False, _text)
+
+_DIR_KINDS = (INDEX, TOKENIZER, ATTENTION, PROBE, ST_EXPORT, HF_EXPORT, IMPORTED_RUN)
+_FILE_KINDS = (PREDICTIONS, EVALUATION, STS_REPORT, EMBEDDINGS_NPY, EMBEDDINGS_PARQUET, TOKENS_TSV, PLOT, TEXT)
+
+
+def describe(path: Path) -> str:
+    """What `path` is, in a few words, for a refusal."""
+    if path.is_symlink():
+        return "a symbolic link"
+    if path.is_dir():
+        if is_run(path):
+            return "a bertkit run" + ("" if _imported_run(path) else " (trained: its checkpoints and metrics would go)")
+        known = next((kind for kind in _DIR_KINDS if kind.matches(path)), None)
+        if known is not None:
+            return known.article
+        files = [name for name in _entries(path) if not name.endswith("/")]
+        foreign = [name for name in files if not _KNOWN_NAME.fullmatch(name)] or files
+        return f"a folder with files bertkit did not write ({', '.join(foreign[:3]) or 'folders'})"
+    known = next((kind for kind in _FILE_KINDS if kind.matches(path)), None)
+    return known.article if known is not None else "a file bertkit did not write"
+
+
+def enclosing(path: Path) -> Path | None:
+    """The nearest run or index directory strictly above `path`, if any."""
+    for parent in Path(path).absolute().parents:
+        if is_run(parent) or is_index(parent):
+            return parent
+    return None
+
+
+def refuse_nested(out: Path, allow: Path | None = None) -> None:
+    """An output inside a run or index directory is refused (`allow`: the one run this command writes into by
+    design, e.g. `plot`'s default)."""
+    home = enclosing(out)
+    if home is not None and (allow is None or home.resolve() != Path(allow).resolve()):
+        what = "run" if is_run(home) else "index"
+        raise BertkitError(f"{out}: inside the {what} {home} (an output never goes inside a run or index: its "
+                           "checkpoint rotation or a later replacement would delete it); choose a path outside it")
+
+
+def _same_or_inside(inner: Path, outer: Path) -> bool:
+    inner, outer = inner.resolve(), outer.resolve()
+    return inner == outer or outer in inner.parents
+
+
+def _exists(out: Path) -> bool:
+    """An output is there: a file, a link, or a non-empty folder (an empty folder holds nothing to lose)."""
+    return out.is_symlink() or out.is_file() or (out.is_dir() and any(out.iterdir())) or \
+        (out.exists() and not out.is_dir())
+
+
+def claim(out: str | Path, kind: Kind, overwrite: bool, inputs: Iterable[str | Path | None] = (),
+          allow_inside: Path | None = None, hint: str = "choose another --out or pass --overwrite") -> None:
+    """Check, before any work, that this command may write its output `out` of `kind` (see the module
+    docstring); refusals are one-line BertkitErrors. `inputs` are the command's own files and folders."""
+    out = Path(out)
+    refuse_nested(out, allow_inside)
+    for source in inputs:
+        if source is None or str(source) == "-" or not Path(source).exists():
+            continue
+        source = Path(source)
+        # a folder output holding an input would delete it; a file output that is an input would replace it
+        if out.exists() and (_same_or_inside(source, out) if out.is_dir() else out.resolve() == source.resolve()):
+            what = "is" if out.resolve() == source.resolve() else "holds"
+            raise BertkitError(f"{out}: {what} this command's own input {source}; write the output elsewhere")
+    if not _exists(out):
+        if out.exists() and kind.directory != out.is_dir():
+            raise BertkitError(f"{out}: is {'a folder' if out.is_dir() else 'a file'}, expected "
+                               f"{'a folder' if kind.directory else 'a file path'}")
+        return
+    if not overwrite:
+        raise BertkitError(f"{out}: already exists{' and is not empty' if out.is_dir() else ''} ({hint})")
+    if out.is_symlink() or out.is_dir() != kind.directory or not kind.matches(out):
+        raise BertkitError(f"{out}: is {describe(out)}, not {kind.article}; --overwrite replaces only "
+                           f"{kind.article} bertkit wrote (remove it yourself if you mean to, or choose another path)")

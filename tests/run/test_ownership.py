@@ -1,0 +1,236 @@
+"""No command destroys what it does not own (issue 38): `--overwrite` replaces only an output of its own kind that
+bertkit wrote, outputs never nest in runs, a target in use is refused with the holder's pid, no lock file is left
+behind, a run killed before its first checkpoint restarts from the same base model, a resume on changed inputs is
+refused, index contents are verified, and a model that cannot fit is refused before its run directory exists."""
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bertkit.index import index_lock
+from bertkit.run.lock import lock_path, locked
+from bertkit.run.outputs import INDEX, PREDICTIONS, TEXT, TOKENIZER, claim, describe
+from bertkit.tasks.classify import ClassifyObjective
+from conftest import cli_error, cli_invoke, cli_ok, repeated_corpus
+
+DOCS = [f"document {i} is about {topic}" for i, topic in enumerate(["films", "rain", "bread", "cats"] * 3)]
+
+
+def _tree(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _docs(folder: Path, name: str = "docs.txt") -> Path:
+    path = folder / name
+    path.write_text("\n".join(DOCS) + "\n")
+    return path
+
+
+def _index(tmp_path, base, name="idx") -> Path:
+    cli_ok("index", "build", "--model", base, _docs(tmp_path), "-o", tmp_path / name, "--no-progress")
+    return tmp_path / name
+
+
+def test_index_build_overwrite_replaces_only_an_index(tmp_path, base):
+    docs = _docs(tmp_path)
+    thesis = tmp_path / "mine"
+    thesis.mkdir()
+    (thesis / "thesis.tex").write_text("\\section{mine}")
+    corpus_dir = tmp_path / "corpus"
+    corpus_dir.mkdir()
+    _docs(corpus_dir)
+    run = tmp_path / "finished"
+    shutil.copytree(base, run)
+    before = {p: _tree(p) for p in (base, run, thesis, corpus_dir)}
+    build = ("index", "build", "--model", base, "--no-progress", "--overwrite")
+    assert "is a bertkit run" in cli_error(*build, docs, "-o", run)
+    assert "this command's own input" in cli_error(*build, docs, "-o", base)  # its own model
+    assert "files bertkit did not write (thesis.tex)" in cli_error(*build, docs, "-o", thesis)
+    assert "this command's own input" in cli_error(*build, corpus_dir, "-o", corpus_dir)
+    assert {p: _tree(p) for p in before} == before  # every refusal left its target byte-identical
+    idx = _index(tmp_path, base)
+    cli_ok(*build, docs, "-o", idx)  # an index over an index: replaced
+    assert json.loads((idx / "index.json").read_text())["count"] == len(DOCS)
+
+
+def test_tokenizer_and_predict_overwrite_refuse_other_kinds(tmp_path, base):
+    corpus = repeated_corpus(tmp_path / "c.txt", 3)
+    before = _tree(base)
+    train = ("tokenizer", "train", corpus, "--vocab-size", "300", "--overwrite")
+    assert "is a bertkit run" in cli_error(*train, "-o", base)
+    cli_ok(*train, "-o", tmp_path / "tok")  # the fixture's tokenizer folder: replaced by a new tokenizer
+    assert json.loads((tmp_path / "tok" / "tokenizer.json").read_text())["model"]["type"] == "BPE"
+
+    inputs = tmp_path / "in.txt"
+    inputs.write_text("a film\n")
+    user = tmp_path / "notes.txt"
+    user.write_text("my own notes, not predictions\n")
+    predict = ("predict", "--model", base, inputs, "--overwrite", "-o")
+    assert "inside the run" in cli_error(*predict, base / "config.json")
+    assert "a text file, not a predictions file" in cli_error(*predict, user)
+    assert "this command's own input" in cli_error(*predict, inputs)
+    assert _tree(base) == before and user.read_text() == "my own notes, not predictions\n"
+
+
+def test_the_kinds_recognise_what_bertkit_wrote(tmp_path, base):
+    idx = _index(tmp_path, base)
+    assert INDEX.matches(idx) and not INDEX.matches(base) and TOKENIZER.matches(tmp_path / "tok")
+    (idx / "extra.txt").write_text("a file the user put there")
+    assert not INDEX.matches(idx) and "did not write (extra.txt)" in describe(idx)
+    records = tmp_path / "p.jsonl"
+    records.write_text('{"text": "a", "label": "positive", "score": 0.9}\n')
+    assert PREDICTIONS.matches(records) and not TEXT.matches(records) and describe(records) == "a predictions file"
+    plain = tmp_path / "t.txt"
+    plain.write_text("ein Satz\n")
+    assert TEXT.matches(plain) and not PREDICTIONS.matches(plain)
+    blob = tmp_path / "b.bin"
+    blob.write_bytes(b"\0\1\2")
+    assert describe(blob) == "a file bertkit did not write"
+    claim(tmp_path / "new.jsonl", PREDICTIONS, overwrite=False)  # a new path is always fine
+
+
+@pytest.mark.parametrize("inside", ["checkpoints/step-40/sub", "checkpoints/step-99", "sub"])
+def test_outputs_never_nest_in_a_run(tmp_path, base, inside):
+    (base / "checkpoints" / "step-40").mkdir(parents=True)
+    before = _tree(base)
+    line = cli_error("pretrain", "--recipe", "tiny", "--corpus", repeated_corpus(tmp_path / "c.txt", 3),
+                     "--out", base / inside, "--no-progress")
+    assert f"inside the run {base}" in line
+    assert "inside the run" in cli_error("tokenizer", "train", tmp_path / "c.txt", "-o", base / inside)
+    assert "inside the run" in cli_error("embed", "--model", base, tmp_path / "c.txt", "-o", base / "x.npy")
+    assert _tree(base) == before
+
+
+def test_a_target_in_use_is_refused_with_the_holders_pid(tmp_path, base):
+    docs = _docs(tmp_path)
+    training = tmp_path / "runs" / "ft"
+    with locked(training):  # a finetune writing there (before its config.json exists)
+        line = cli_error("index", "build", "--model", base, docs, "-o", training, "--no-progress")
+    assert "in use by another bertkit process (pid" in line and not training.exists()
+    idx = _index(tmp_path, base)
+    with index_lock(idx):  # an `index add` committing
+        line = cli_error("index", "build", "--model", base, docs, "-o", idx, "--overwrite", "--no-progress")
+    assert "the index is in use by another bertkit process (pid" in line
+
+
+def test_no_lock_file_is_left_behind(tmp_path, base):
+    corpus = repeated_corpus(tmp_path / "c.txt", 3)
+    cli_ok("tokenizer", "train", corpus, "-o", tmp_path / "t2", "--vocab-size", "300")
+    cli_error("tokenizer", "train", corpus, "-o", tmp_path / "t2", "--vocab-size", "300")  # refused: exists
+    cli_error("pretrain", "--recipe", "tiny", "--corpus", corpus, "--out", base, "--no-progress")  # a run there
+    assert not lock_path(tmp_path / "t2").exists() and not lock_path(base).exists()
+    assert not list(tmp_path.glob(".*.lock"))
+
+
+def _reviews(path: Path, n: int) -> Path:
+    words = {"positive": "great", "negative": "awful", "neutral": "okay"}
+    path.write_text("review,stars\n" + "".join(f"the film was {w} number {i},{lab}\n" for i, (lab, w) in
+                                              enumerate(list(words.items()) * (n // 3))))
+    return path
+
+
+def _curve(run: Path) -> list:
+    keep = ("step", "kind", "loss", "val_loss", "accuracy", "lr")
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    return [{k: r[k] for k in keep if k in r} for r in map(json.loads, lines)]
+
+
+def test_a_finetune_killed_before_its_first_checkpoint_restarts_from_its_base(tmp_path, base, monkeypatch):
+    train = _reviews(tmp_path / "train.csv", 60)
+    args = ["finetune", "classify", "--train", train, "--text-column", "review", "--label-column", "stars",
+            "--max-steps", "6", "--no-progress", "--set", "batch_size=8", "--set", "learning_rate=3e-3",
+            "--set", "log_every=1", "--set", "eval_every=3", "--set", "save_every=100", "--set", "warmup_ratio=0"]
+    cli_ok(*args, "--model", base, "--out", tmp_path / "straight")
+    original = ClassifyObjective.batch
+
+    def killed_at_step_2(self, step):
+        if step == 2:
+            raise KeyboardInterrupt  # before any checkpoint (save_every=100)
+        return original(self, step)
+
+    for resumed, model in (("with-model", ("--model", base)), ("without", ())):
+        monkeypatch.setattr(ClassifyObjective, "batch", killed_at_step_2)
+        assert cli_invoke(*args, "--model", base, "--out", tmp_path / resumed).exit_code != 0
+        monkeypatch.setattr(ClassifyObjective, "batch", original)
+        assert not (tmp_path / resumed / "checkpoints" / "latest").exists()
+        result = cli_ok(*args, *model, "--out", tmp_path / resumed, "--resume")
+        assert "no checkpoint yet" in " ".join(result.output.split())
+        assert _curve(tmp_path / resumed) == _curve(tmp_path / "straight")  # the base, not a random backbone
+    other = tmp_path / "other-base"
+    shutil.copytree(base, other)
+    monkeypatch.setattr(ClassifyObjective, "batch", killed_at_step_2)
+    assert cli_invoke(*args, "--model", base, "--out", tmp_path / "third").exit_code != 0
+    monkeypatch.setattr(ClassifyObjective, "batch", original)
+    line = cli_error(*args, "--model", other, "--out", tmp_path / "third", "--resume")
+    assert f"began from {base.resolve()}, not {other}" in line
+
+
+def test_a_resume_on_changed_content_is_refused_or_recorded(tmp_path, base):
+    corpus = repeated_corpus(tmp_path / "c.txt", 6)
+    args = ["pretrain", "--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set",
+            "batch_size=4", "--set", "min_frequency=1", "--set", "save_every=2", "--set", "eval_every=2",
+            "--corpus", corpus, "--out", tmp_path / "run", "--no-progress"]
+    cli_ok(*args, "--max-steps", "2")
+    recorded = json.loads((tmp_path / "run" / "inputs.json").read_text())
+    assert recorded["files"]["data.corpus"][0]["path"] == str(corpus.resolve())
+    text = corpus.read_text()
+    corpus.write_text(text.replace("the", "a"))  # other text, a different size
+    before = _tree(tmp_path / "run")
+    line = cli_error(*args, "--max-steps", "4", "--resume")
+    assert "data.corpus changed since the run began" in line and "--accept-changed-data" in line
+    assert _tree(tmp_path / "run") == before
+    corpus.write_text(text[::-1])  # same size, other bytes
+    assert "same size, other bytes" in cli_error(*args, "--max-steps", "4", "--resume")
+    result = cli_ok(*args, "--max-steps", "4", "--resume", "--accept-changed-data")
+    assert "warning: data.corpus changed" in " ".join(result.output.split())
+    assert json.loads((tmp_path / "run" / "inputs.json").read_text())["changes"][0]["role"] == "data.corpus"
+
+
+def test_a_finetune_resume_on_a_changed_training_file_is_refused(tmp_path, base, monkeypatch):
+    train = _reviews(tmp_path / "train.csv", 30)
+    args = ["finetune", "classify", "--model", base, "--train", train, "--text-column", "review", "--label-column",
+            "stars", "--max-steps", "2", "--no-progress", "--set", "save_every=1", "--out", tmp_path / "ft"]
+    cli_ok(*args)
+    _reviews(train, 33)
+    line = cli_error(*args[:-4], "--max-steps", "3", "--out", tmp_path / "ft", "--resume")
+    assert "task.train_file changed since the run began" in line
+
+
+def test_index_contents_are_verified_and_non_finite_vectors_refused(tmp_path, base, monkeypatch):
+    idx = _index(tmp_path, base)
+    shard = idx / "shard-00000.f32"
+    good = shard.read_bytes()
+    for bad in (np.full(len(good) // 4, np.nan, dtype=np.float32).tobytes(),
+                np.ones(len(good) // 4, dtype=np.float32).tobytes()):
+        shard.write_bytes(bad)  # the same size: only the digest tells
+        for args in (("search", idx, "films"), ("index", "info", idx)):
+            assert "its content is not what index.json recorded" in cli_error(*args)
+    shard.write_bytes(good)
+    cli_ok("search", idx, "films")
+
+    import bertkit.embedding as embedding
+
+    real = embedding.SentenceEncoder.encode
+
+    def nan_rows(self, texts, *a, **k):
+        vectors = real(self, texts, *a, **k)
+        vectors[0, 0] = np.nan
+        return vectors
+
+    monkeypatch.setattr(embedding.SentenceEncoder, "encode", nan_rows)
+    line = cli_error("index", "build", "--model", base, _docs(tmp_path), "-o", tmp_path / "nan", "--no-progress")
+    assert "non-finite embedding" in line and not (tmp_path / "nan").exists()
+
+
+def test_a_model_that_cannot_fit_is_refused_before_its_run_exists(tmp_path):
+    corpus = repeated_corpus(tmp_path / "c.txt", 3)
+    line = cli_error("pretrain", "--recipe", "tiny", "--set", "positions=learned", "--set", "max_len=1000000000",
+                     "--set", "vocab_size=400", "--set", "min_frequency=1", "--corpus", corpus,
+                     "--out", tmp_path / "huge", "--no-progress")
+    assert "cannot be trained here" in line and "GiB" in line
+    assert not (tmp_path / "huge").exists()
