@@ -68,6 +68,7 @@ def test_info_gives_flops_per_token_and_a_runs_measured_mfu(tmp_path):
     assert "measured: 2,000 tokens/s, 0.03 TFLOP/s, MFU 30.0% (mean of 2 logged windows)" in result.output
 
 
+@pytest.mark.slow
 def test_demo_runs_end_to_end(tmp_path):
     """The README's demo command, on a short budget: every recipe, tokenizer, pretraining, fill-mask, finetuning,
     predictions, SBERT training, an index and searches; rerunnable."""

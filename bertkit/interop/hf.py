@@ -17,6 +17,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+import bertkit
 from bertkit.config import Config, HeadsConfig, ModelConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
@@ -229,7 +230,8 @@ def write_hf_folder(folder: Path, run: Path, config: Config, model: Model, with_
             else "embeddings.token_type_embeddings.weight"
         state[key] = torch.zeros(2, config.model.d_model)
     (folder / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n", encoding="utf-8")
-    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    # "bertkit" in the metadata marks the folder as an export, so that `--overwrite` replaces only an export
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt", "bertkit": bertkit.__version__})
     if (run / TOKENIZER_FILE).is_file():
         shutil.copyfile(run / TOKENIZER_FILE, folder / TOKENIZER_FILE)
         write_hf_tokenizer_config(folder, model_max_length=config.model.max_len)

@@ -29,7 +29,7 @@ from bertkit.arrays import EmbeddingWriter, NpyWriter
 from bertkit.embedding import SentenceEncoder, parse_layers, truncation_warning
 from bertkit.errors import BertkitError
 from bertkit.run.files import disk_errors, replace
-from bertkit.run.outputs import EMBEDDINGS_NPY, EMBEDDINGS_PARQUET, TOKENS_TSV, claim
+from bertkit.run.outputs import EMBEDDINGS_NPY, EMBEDDINGS_PARQUET, ROWS_NPY, TOKENS_TSV, claim
 from bertkit.text.corpus import find_files
 from bertkit.text.records import InputScan, chunks, scan
 
@@ -115,7 +115,7 @@ def run(job: EmbedJob, console: Console | None = None) -> EmbedResult:
     # is written, the other removed as stale) — each only over one bertkit wrote
     targets = [(out, EMBEDDINGS_NPY if suffix == ".npy" else EMBEDDINGS_PARQUET)]
     if suffix == ".npy":
-        targets += [(rows_file, EMBEDDINGS_NPY), (tokens_file, TOKENS_TSV)]
+        targets += [(rows_file, ROWS_NPY), (tokens_file, TOKENS_TSV)]
     for target, kind in targets:
         claim(target, kind, overwrite, inputs=(*inputs, job.model))
     if id_field is not None and suffix == ".npy":

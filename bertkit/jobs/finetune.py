@@ -25,13 +25,14 @@ from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
 from bertkit.recipes import FINETUNE_READS
 from bertkit.run.directory import (CONFIG_FILE, LABELS_FILE, RESULTS_FILE, RESUMABLE_TRAIN_KEYS, check_run_output,
-                                   load_config, load_run, load_run_tokenizer, read_labels, write_config, write_json,
-                                   write_labels)
+                                   is_finished, load_config, load_run, load_run_tokenizer, read_labels, write_config,
+                                   write_json, write_labels)
 from bertkit.paths import resolve_data_path
 from bertkit.run import inputs
 from bertkit.run.checkpoints import latest_checkpoint
 from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked
+from bertkit.run.outputs import refuse_nested
 from bertkit.tasks.base import FinetuneTask
 from bertkit.tasks.registry import finetune_task
 from bertkit.text.features import TaskEncoder
@@ -48,6 +49,7 @@ from bertkit.train.results import FinetuneJob, FinetuneResult
 def run(job: FinetuneJob, console: Console | None = None) -> FinetuneResult:
     """Finetune `job.model` on `job.config.task`; returns the kept checkpoint's validation scores and where the run
     is."""
+    refuse_nested(job.out)  # before the lock, whose file would be created inside the other run
     with locked(job.out):  # one writer per run directory, for the whole job
         return _run(job.config, job.model, Path(job.out), job.resume, job.progress, console or Console(stderr=True),
                     job.accept_changed_data, job.skip_bad_lines)
@@ -68,7 +70,8 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     # the heads' names and sizes come from the task and its labels
     sections = tuple(s for s in FINETUNE_READS[task.kind].sections if s != "sentence")
     check_run_output(out, config, resume, sections, RESUMABLE_TRAIN_KEYS | {"heads.names", "heads.num_labels"})
-    restart = resume and latest_checkpoint(out) is None  # killed before its first checkpoint: nothing trained yet
+    # killed before its first checkpoint: nothing trained yet (a finished run whose checkpoints went is finished)
+    restart = resume and not is_finished(out) and latest_checkpoint(out) is None
     if restart:  # start it again exactly as it began: from the same base model
         model_dir = inputs.restart_base(out, model_dir, required=True)
     if resume and not restart:  # the run's own config and tokenizer; the weights come from its checkpoint
@@ -83,7 +86,10 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
         arch = base_config.model.architecture
         raise BertkitError(f"{model_dir}: finetuning needs an encoder, this is a{'n' if arch[0] == 'e' else ''} {arch}"
                            + (" (train encoder-decoders with `finetune seq2seq`)" if arch == "encoder-decoder" else ""))
-    config = task.settings(config, base_config, model_dir, out, resume)
+    config = task.settings(config, base_config, model_dir, out, resume and not restart)
+    if restart and config.sentence != load_config(out).sentence:  # resolved against the base, as when it began
+        raise BertkitError(f"{out}: holds a different run ([sentence] {dataclasses.asdict(load_config(out).sentence)},"
+                           f" now {dataclasses.asdict(config.sentence)}); resume with the same settings")
     tokenizer = load_run_tokenizer(model_dir, base_config)
     pad_id = special_ids(tokenizer).pad
     config = with_sharding(config)
@@ -96,9 +102,9 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     files = {"task.train_file": [resolve_data_path(task_config.train_file)]}
     if task_config.validation_file is not None:
         files["task.validation_file"] = [resolve_data_path(task_config.validation_file)]
-    recorded = inputs.describe(files, base_model=None if resume and not restart else model_dir)
-    if resume:
-        inputs.check(out, recorded, accept_changed_data, console, main)
+    with_base = not resume or restart  # the base model is compared when it is used again
+    recorded = inputs.check(out, files, accept_changed_data, console, main, model_dir, with_base) if resume else \
+        inputs.describe(files, model_dir, with_base)
 
     # Data: read (rows with no label or text skipped and counted, or refused), label set, optional slice, validation
     # split.
@@ -146,7 +152,10 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     heads = dataclasses.replace(config.heads, names=task.heads(labels), num_labels=len(labels))
     config = dataclasses.replace(config, model=model_cfg, heads=heads, tokenizer=base_config.tokenizer,
                                  train=dataclasses.replace(config.train, max_steps=train_cfg.max_steps))
-    check_fits(model_cfg, heads, config.train.batch_size * max_length, accelerator.device)  # before any write
+    # before any write: a micro-batch is padded to its longest example, at most max_length
+    longest = max((len(e.input_ids) for e in encoded if hasattr(e, "input_ids")), default=max_length)
+    check_fits(model_cfg, heads, config.train.batch_size * min(longest, max_length), accelerator.device,
+               accelerator.num_processes if config.train.sharding == "fsdp" else 1)
     model = Model(model_cfg, heads)
     if task_config.init == "pretrained" and base is not None:
         model.backbone.load_state_dict(base.backbone.state_dict())

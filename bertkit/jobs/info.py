@@ -7,14 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from rich.console import Console
 from rich.table import Table
 
 from bertkit.config import Config, HeadsConfig, ModelConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.flops import train_flops
-from bertkit.nn.model import Model
+from bertkit.nn.model import meta_model
 from bertkit.recipes import load_recipe
 from bertkit.run.directory import RESULTS_FILE, is_run_dir, load_config, read_json
 from bertkit.run.metrics import read_metrics
@@ -73,8 +72,7 @@ def describe(cfg: ModelConfig, heads: HeadsConfig = HeadsConfig()) -> list[str]:
 
 def parameter_counts(cfg: ModelConfig, heads: HeadsConfig = HeadsConfig()) -> dict[str, int]:
     """Parameter counts by part, without allocating the weights (built on the meta device)."""
-    with torch.device("meta"):
-        return Model(cfg, heads).parameter_counts()
+    return meta_model(cfg, heads).parameter_counts()
 
 
 @dataclass(frozen=True)

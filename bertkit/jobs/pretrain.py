@@ -27,6 +27,7 @@ from bertkit.run.directory import (BASELINE_FILE, CONFIG_FILE, RESULTS_FILE, RES
 from bertkit.run import inputs
 from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked
+from bertkit.run.outputs import refuse_nested
 from bertkit.tasks.registry import PRETRAINING
 from bertkit.text.bpe import train_on_corpus
 from bertkit.text.corpus import corpus_fingerprint, find_files, load_corpus
@@ -105,6 +106,7 @@ def run(job: PretrainJob, console: Console | None = None) -> PretrainResult:
     config = with_sharding(config)
     accelerator = make_accelerator(config.train.precision, config.train.sharding)
     out = Path(job.out)
+    refuse_nested(out)  # before the lock, whose file would be created inside the other run
     with locked(out, enabled=accelerator.is_main_process):  # one writer per run directory, for the whole job
         return _run(config, out, accelerator, job.tokenizer, job.resume, job.progress, console,
                     job.accept_changed_data)
@@ -124,9 +126,8 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
     config = with_processes(config, out, resume, accelerator.num_processes, console, main)
     # what the run trains on, by content: a resume on another corpus is refused (a Hub stream has no file to digest)
     local = [c for c in config.data.corpus if not str(c).startswith(HUB_PREFIX)]
-    recorded = inputs.describe({"data.corpus": find_files(local) if local else []})
-    if resume:
-        inputs.check(out, recorded, accept_changed_data, console, main)
+    files = {"data.corpus": find_files(local) if local else []}
+    recorded = inputs.check(out, files, accept_changed_data, console, main) if resume else inputs.describe(files)
 
     # Tokenizer: the run's own on resume, a given one, or a new one trained on the corpus.
     with accelerator.main_process_first():
@@ -158,7 +159,8 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
     config = dataclasses.replace(config, model=dataclasses.replace(config.model, vocab_size=vocab),
                                  heads=dataclasses.replace(config.heads, names=heads))
     # before the run directory is written: a model that cannot fit is one line, not a dead allocation
-    check_fits(config.model, config.heads, config.train.batch_size * config.data.block_size, accelerator.device)
+    check_fits(config.model, config.heads, config.train.batch_size * config.data.block_size, accelerator.device,
+               accelerator.num_processes if config.train.sharding == "fsdp" else 1)
     special = special_ids(tokenizer)
     objective = PRETRAINING[config.train.objective].objective(packed, special, vocab, config.data, config.train,
                                                    accelerator.num_processes)

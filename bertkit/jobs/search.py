@@ -27,7 +27,7 @@ from bertkit.index import (BACKENDS, FORMAT, INDEX_FILE, VERSION, Hit, ShardWrit
                            resolve_backend, shard_vectors, write_faiss, write_meta)
 from bertkit.run.files import atomic_dir, content_digest, disk_errors, fsync_dir
 from bertkit.run.lock import locked
-from bertkit.run.outputs import INDEX, claim
+from bertkit.run.outputs import INDEX, claim, refuse_nested
 from bertkit.text.corpus import find_files
 from bertkit.text.records import chunks, record_id, scan
 
@@ -94,7 +94,8 @@ class IndexBuildResult:
 def build(job: IndexBuildJob, console: Console | None = None) -> IndexBuildResult:
     """Embed every non-empty text of `job.corpus` with `job.model` into a new index directory `job.out`
     (atomically), holding the path's lock throughout (a run or index being written there is refused)."""
-    with locked(job.out, "index"):
+    refuse_nested(job.out)  # before the lock, whose file would be created inside the run
+    with locked(job.out, "output"):
         return _build(job, console or Console(stderr=True))
 
 

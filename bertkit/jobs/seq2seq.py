@@ -19,13 +19,14 @@ from rich.console import Console
 from bertkit.config import Config, HeadsConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
-from bertkit.run.directory import (RESULTS_FILE, RESUMABLE_TRAIN_KEYS, check_run_output, load_config, load_run,
-                                   write_config, write_json)
+from bertkit.run.directory import (RESULTS_FILE, RESUMABLE_TRAIN_KEYS, check_run_output, is_finished, load_config,
+                                   load_run, write_config, write_json)
 from bertkit.paths import resolve_data_path
 from bertkit.run import inputs
 from bertkit.run.checkpoints import latest_checkpoint
 from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked
+from bertkit.run.outputs import refuse_nested
 from bertkit.tasks.seq2seq import Seq2SeqObjective
 from bertkit.text.tasks import hold_out, read_parallel
 from bertkit.text.tokenizer import check_vocab_matches, train_bpe
@@ -61,6 +62,7 @@ Seq2SeqJob = FinetuneJob  # the same fields: the recipe, an encoder-decoder run 
 def run(job: Seq2SeqJob, console: Console | None = None) -> FinetuneResult:
     """Train an encoder-decoder on `seq2seq.train_source` / `seq2seq.train_target`; returns the kept checkpoint's
     validation scores and where the run is."""
+    refuse_nested(job.out)  # before the lock, whose file would be created inside the other run
     with locked(job.out):  # one writer per run directory, for the whole job
         return _run(job.config, job.model, Path(job.out), job.resume, job.progress, console or Console(stderr=True),
                     job.accept_changed_data)
@@ -77,7 +79,8 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     config = with_learning_rate(config, DEFAULT_LEARNING_RATE)
     check_run_output(out, config, resume, ("task", "seq2seq", "train"), RESUMABLE_TRAIN_KEYS)
     base = None
-    restart = resume and latest_checkpoint(out) is None  # killed before its first checkpoint: nothing trained yet
+    # killed before its first checkpoint: nothing trained yet (a finished run whose checkpoints went is finished)
+    restart = resume and not is_finished(out) and latest_checkpoint(out) is None
     if restart:  # start it again exactly as it began: from the same base model, if it had one
         model_dir = inputs.restart_base(out, model_dir, required=False)
     if resume:
@@ -101,9 +104,9 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     files = {f"seq2seq.{key}": [resolve_data_path(getattr(text, key))]
              for key in ("train_source", "train_target", "validation_source", "validation_target")
              if getattr(text, key) is not None}
-    recorded = inputs.describe(files, base_model=None if resume and not restart else model_dir)
-    if resume:
-        inputs.check(out, recorded, accept_changed_data, console, main)
+    with_base = not resume or restart  # the base model is compared when it is used again
+    recorded = inputs.check(out, files, accept_changed_data, console, main, model_dir, with_base) if resume else \
+        inputs.describe(files, model_dir, with_base)
 
     pairs, skipped = read_parallel(text.train_source, text.train_target)
     if task.max_train_examples is not None:
@@ -139,7 +142,10 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     if model_dir is not None and task.finetune_dropout is not None:  # continuing a run: the task's dropout, as finetune
         model_cfg = dataclasses.replace(model_cfg, dropout=task.finetune_dropout,
                                         attention_dropout=task.finetune_dropout)
-    check_fits(model_cfg, heads, config.train.batch_size * max_length, accelerator.device)  # before any write
+    # before any write: a micro-batch is padded to its longest sentence, at most max_length
+    longest = max((len(ids) for ids in (*source, *target)), default=max_length)
+    check_fits(model_cfg, heads, config.train.batch_size * min(longest, max_length), accelerator.device,
+               accelerator.num_processes if config.train.sharding == "fsdp" else 1)
     model = Model(model_cfg, heads)
     if base is not None:
         model.load_state_dict(base.state_dict(), strict=False)  # the same architecture; heads hold no weights

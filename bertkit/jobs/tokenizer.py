@@ -11,7 +11,7 @@ from bertkit.config import TokenizerConfig
 from bertkit.errors import BertkitError
 from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked
-from bertkit.run.outputs import TOKENIZER, claim
+from bertkit.run.outputs import TOKENIZER, claim, refuse_nested
 from bertkit.text.bpe import train_on_corpus
 from bertkit.text.tokenizer import save_tokenizer
 
@@ -43,6 +43,7 @@ def run(job: TokenizerJob, console: Console | None = None) -> TokenizerResult:
     console = console or Console(stderr=True)
     if job.vocab_size < 1:
         raise BertkitError(f"--vocab-size must be positive, got {job.vocab_size}")
+    refuse_nested(job.out)  # before the lock, whose file would be created inside the run
     with locked(job.out, "tokenizer folder"):
         claim(job.out, TOKENIZER, job.overwrite, inputs=job.corpus)
         tok = train_on_corpus(list(job.corpus), job.vocab_size, job.settings, job.text_field, job.skip_bad_lines,

@@ -189,6 +189,13 @@ class Model(nn.Module):
         return next(self.parameters()).device
 
 
+def meta_model(cfg: ModelConfig, heads: HeadsConfig) -> Model:
+    """The model `cfg` / `heads` build, on the meta device: its parameter counts and shapes without allocating a
+    weight (`bertkit info`, the memory check)."""
+    with torch.device("meta"):
+        return Model(cfg, heads)
+
+
 class EncoderModel(Model):
     """A Model over an Encoder (BERT): MLM, ELECTRA, classifier, tagger and sentence heads."""
 

@@ -32,6 +32,7 @@ from bertkit.hardware import resolve_precision
 from bertkit.nn.model import Model
 from bertkit.run.files import atomic_dir, atomic_file, copy_atomic, to_json, write_atomic
 from bertkit.run.outputs import refuse_nested
+from bertkit.text.tasks import canonical_label
 from bertkit.text.tokenizer import check_vocab_matches, load_tokenizer
 
 CONFIG_FILE = "config.json"
@@ -95,7 +96,11 @@ def read_labels(run: str | Path) -> tuple[str, list[str]]:
     data = read_json(path, "labels file")
     if not isinstance(data.get("task"), str) or not isinstance(data.get("labels"), list):
         raise BertkitError(f"{path}: not a bertkit labels file (needs 'task' and 'labels')")
-    return data["task"], [str(label) for label in data["labels"]]
+    labels = [str(label) for label in data["labels"]]
+    # a run from before labels were canonical may hold "1.0" for the class task files now read as "1": the same
+    # class, unless that would merge two of its classes
+    canonical = [name if name is not None else label for label, (name, _) in zip(labels, map(canonical_label, labels))]
+    return data["task"], canonical if len(set(canonical)) == len(labels) else labels
 
 
 def write_run_files(directory: Path, model: Model, config: Config, tokenizer_file: str | Path | None = None) -> None:

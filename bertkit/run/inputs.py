@@ -1,42 +1,78 @@
-"""What a run was trained on: inputs.json records a content digest of every input file (the corpus, the task files)
-and the base model, so that a resume on changed content is refused instead of silently training on other text.
+"""What a run was trained on: inputs.json records every input file's content (the corpus, the task files) and the
+base model, so that a resume on changed content is refused instead of silently training on other text.
 
 inputs.json
-  {"files": {"data.corpus": [{"path", "bytes", "digest"}, ...], "task.train_file": [...], ...},
-   "base_model": {"path", "digest"} | null,
-   "changes": [{"role", "was", "now"}, ...]}   (resumes that accepted changed content on purpose)
+  {"files": {"data.corpus": [{"path", "bytes", "mtime_ns", "sha256"}, ...], "task.train_file": [...], ...},
+   "base_model": {"path", "digest"} | null,      (null: a seq2seq run begun from its recipe alone)
+   "changes": [{"role", "was", "now"}, ...]}     (resumes that accepted changed content on purpose)
 
-The digest is run.files.content_digest: cheap on any size, changed by an edit, a replacement or a truncation.
+A file's record is a sha256 of its whole content: any edit, even one that keeps the size, is seen. A resume reads a
+file again only when its size or modification time moved (a `touch` costs one read, and changes nothing); files over
+`_WHOLE` bytes (a streamed corpus larger than memory can be read) get run.files.content_digest instead — size, both
+ends and 64 samples — which a same-size edit in the middle can slip past. The base model's weights are recorded
+with content_digest too: they are bertkit's own file, written whole.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
 from rich.console import Console
 
 from bertkit.errors import BertkitError
-from bertkit.run.directory import read_json
+from bertkit.run.directory import WEIGHTS_FILE, read_json
 from bertkit.run.files import content_digest, to_json, write_atomic
 
 INPUTS_FILE = "inputs.json"
 ACCEPT_OPTION = "--accept-changed-data"
+_WHOLE = 4 << 30  # files up to 4 GiB are hashed whole (~1 GB/s)
 
 
-def describe(files: dict[str, Iterable[str | Path]], base_model: str | Path | None = None) -> dict:
-    """The inputs record of a run about to start (or resume): each role's files, in order, with their digests."""
-    for paths in files.values():
-        for path in paths:
-            if not Path(path).is_file():
-                raise BertkitError(f"{path}: no such file")
-    record = {"files": {role: [{"path": str(Path(p).resolve()), "bytes": Path(p).stat().st_size,
-                                "digest": content_digest(p)} for p in paths]
-                        for role, paths in files.items()}}
-    if base_model is not None:
-        weights = Path(base_model) / "model.safetensors"
-        record["base_model"] = {"path": str(Path(base_model).resolve()),
-                                "digest": content_digest(weights) if weights.is_file() else None}
+def _sha256(path: Path) -> str:
+    size = path.stat().st_size
+    if size > _WHOLE:
+        return f"sampled:{content_digest(path)}"
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _file(path: str | Path, before: dict | None = None) -> dict:
+    """One file's record; `before` (the recorded one) is reused when size and modification time did not move."""
+    path = Path(path)
+    if not path.is_file():
+        raise BertkitError(f"{path}: no such file")
+    stat = path.stat()
+    entry = {"path": str(path.resolve()), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    same = before is not None and before.get("bytes") == stat.st_size and before.get("mtime_ns") == stat.st_mtime_ns
+    entry["sha256"] = before["sha256"] if same and "sha256" in before else _sha256(path)
+    return entry
+
+
+def _model(base_model: str | Path) -> dict:
+    weights = Path(base_model) / WEIGHTS_FILE
+    return {"path": str(Path(base_model).resolve()),
+            "digest": content_digest(weights) if weights.is_file() else None}
+
+
+def describe(files: dict[str, Iterable[str | Path]], base_model: str | Path | None = None,
+             with_base: bool = False, before: dict | None = None) -> dict:
+    """The inputs record of a run about to start (or resume): each role's files, in order, with their content;
+    with `with_base` also the base model (None: the run begins from its recipe). `before` (a stored record) spares
+    re-reading files whose size and modification time are as recorded."""
+    old = (before or {}).get("files", {})
+    record = {"files": {}}
+    for role, paths in files.items():
+        paths = list(paths)
+        was = old.get(role) or []
+        record["files"][role] = [_file(p, was[i] if i < len(was) and was[i].get("path") == str(Path(p).resolve())
+                                       else None) for i, p in enumerate(paths)]
+    if with_base:
+        record["base_model"] = _model(base_model) if base_model is not None else None
     return record
 
 
@@ -51,61 +87,70 @@ def stored(run: str | Path) -> dict | None:
     return read_json(path, "inputs record") if path.is_file() else None
 
 
-def base_model(run: str | Path) -> Path | None:
-    """The base model the run was started from, as recorded."""
-    record = stored(run) or {}
-    entry = record.get("base_model")
-    return Path(entry["path"]) if isinstance(entry, dict) and isinstance(entry.get("path"), str) else None
-
-
 def restart_base(run: str | Path, given: str | Path | None, required: bool) -> Path | None:
     """The base model of a run started again after a kill before its first checkpoint: the one inputs.json
-    recorded, or the --model given (which must be that one when both are known). `required`: a finetune always has
-    one (a seq2seq run may have begun from the recipe alone)."""
-    recorded = base_model(run)
-    if given is not None and recorded is not None and Path(given).resolve() != recorded:
-        raise BertkitError(f"{run}: began from {recorded}, not {given}; resume with --model {recorded} (or drop "
-                           "--model)")
-    base = given if given is not None else recorded
-    if base is None and required:
+    recorded, or the --model given — which must hold the same weights when both are known (a moved or copied base
+    is fine). `required`: a finetune always has one (a seq2seq run may have begun from its recipe alone)."""
+    record = stored(run) or {}
+    entry = record.get("base_model", "unknown")
+    if entry is None:  # recorded: no base model
+        if given is not None:
+            raise BertkitError(f"{run}: began from its recipe, not from a model; resume without --model")
+        return None
+    if isinstance(entry, dict) and isinstance(entry.get("path"), str):
+        if given is None:
+            if not Path(entry["path"]).is_dir():
+                raise BertkitError(f"{run}: its base model {entry['path']} is gone; resume with --model and the "
+                                   "same model")
+            return Path(entry["path"])
+        if Path(given).resolve() != Path(entry["path"]) and _model(given)["digest"] != entry.get("digest"):
+            raise BertkitError(f"{run}: began from {entry['path']}, not {given} (other weights); resume with --model "
+                               f"{entry['path']} (or drop --model)")
+        return Path(given)
+    if given is None and required:
         raise BertkitError(f"{run}: was killed before its first checkpoint and does not record its base model; "
                            "resume with the --model it began from")
-    return Path(base) if base is not None else None
+    return Path(given) if given is not None else None
 
 
-def check(run: str | Path, current: dict, accept: bool, console: Console, main: bool = True) -> None:
+def check(run: str | Path, files: dict[str, Iterable[str | Path]], accept: bool, console: Console,
+          main: bool = True, base_model: str | Path | None = None, with_base: bool = False) -> dict:
     """On resume: every recorded role must hold the same content now. A change is refused with one line naming
     the file, unless `accept` (then warned, and recorded in inputs.json's "changes"). A run from before inputs.json
-    gets one now, so its next resume is checked. Every process checks; only the `main` one writes and warns."""
+    gets one now, so its next resume is checked. Every process checks; only the `main` one writes and warns.
+    Returns the current record."""
     run = Path(run)
     old = stored(run)
+    current = describe(files, base_model, with_base, before=old)
     if old is None:
         if main:
             write(run, current)
-        return
+        return current
     changes = []
     for role, now in current["files"].items():
         was = old.get("files", {}).get(role)
-        if was is None or [f["digest"] for f in was] == [f["digest"] for f in now]:
+        if was is None or [f.get("sha256") for f in was] == [f["sha256"] for f in now]:
             continue
         changes.append({"role": role, "was": was, "now": now})
     old_base, new_base = old.get("base_model"), current.get("base_model")
     if old_base and new_base and old_base.get("digest") != new_base.get("digest"):
         changes.append({"role": "base_model", "was": old_base, "now": new_base})
-    if not changes:
-        return
-    first = changes[0]
-    detail = _difference(first["was"], first["now"])
-    if not accept:
-        raise BertkitError(f"{run}: {first['role']} changed since the run began ({detail}); resume on the same "
-                           f"content, or pass {ACCEPT_OPTION} to go on with the new content (it is recorded)")
-    if not main:
-        return
-    for change in changes:
-        console.print(f"[yellow]warning: {change['role']} changed since the run began "
-                      f"({_difference(change['was'], change['now'])}); going on with the new content "
-                      f"({ACCEPT_OPTION}), recorded in {run / INPUTS_FILE}")
-    write(run, {**current, "changes": old.get("changes", []) + changes})
+    if changes and not accept:
+        first = changes[0]
+        raise BertkitError(f"{run}: {first['role']} changed since the run began "
+                           f"({_difference(first['was'], first['now'])}); resume on the same content, or pass "
+                           f"{ACCEPT_OPTION} to go on with the new content (it is recorded)")
+    if main:
+        for change in changes:
+            console.print(f"[yellow]warning: {change['role']} changed since the run began "
+                          f"({_difference(change['was'], change['now'])}); going on with the new content "
+                          f"({ACCEPT_OPTION}), recorded in {run / INPUTS_FILE}")
+        # kept up to date (a touched file is not read again next time); what this resume does not name stays
+        merged = {**old, **current, "files": {**old.get("files", {}), **current["files"]},
+                  "changes": old.get("changes", []) + changes}
+        if merged != old:
+            write(run, merged)
+    return current
 
 
 def _difference(was, now) -> str:
@@ -115,7 +160,7 @@ def _difference(was, now) -> str:
     if len(was) != len(now):
         return f"{len(was)} file(s) then, {len(now)} now"
     for a, b in zip(was, now):
-        if a["digest"] != b["digest"]:
+        if a.get("sha256") != b["sha256"]:
             size = f"{a['bytes']:,} -> {b['bytes']:,} bytes" if a["bytes"] != b["bytes"] else "same size, other bytes"
             return f"{b['path']}: {size}"
     return "other content"

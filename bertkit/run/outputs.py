@@ -17,13 +17,15 @@ other recognised kind that is none of the command's inputs (the README says so).
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import BertkitError
+from bertkit.paths import resolve_data_path
 
 _PEEK = 1 << 16  # bytes read from the start of a file to recognise it
 
@@ -57,13 +59,12 @@ def is_index(path: Path) -> bool:
     return isinstance(data, dict) and data.get("format") == "bertkit-index"
 
 
-def _entries(path: Path) -> list[str]:
-    """Every file and folder under `path`, relative, folders with a trailing slash; links count as files."""
-    found = []
-    for item in sorted(path.rglob("*")):
+def _entries(path: Path) -> Iterator[str]:
+    """Every file and folder under `path`, relative, folders with a trailing slash, links as files; lazily, so a
+    refusal of a large folder stops at its first foreign entry (rglob does not follow links)."""
+    for item in path.rglob("*"):
         rel = item.relative_to(path).as_posix()
-        found.append(rel + "/" if item.is_dir() and not item.is_symlink() else rel)
-    return found
+        yield rel + "/" if item.is_dir() and not item.is_symlink() else rel
 
 
 def _folder(required: str | None, allowed: str) -> Callable[[Path], bool]:
@@ -72,9 +73,8 @@ def _folder(required: str | None, allowed: str) -> Callable[[Path], bool]:
     pattern = re.compile(allowed)
 
     def matches(path: Path) -> bool:
-        names = _entries(path)
-        there = (path / required).is_file() if required is not None else bool(names)
-        return there and all(pattern.fullmatch(name) for name in names)
+        there = (path / required).is_file() if required is not None else next(_entries(path), None) is not None
+        return there and all(pattern.fullmatch(name) for name in _entries(path))
     return matches
 
 
@@ -94,7 +94,7 @@ def _index(path: Path) -> bool:
 
 
 def _hf_folder(path: Path) -> bool:
-    return (path / "model.safetensors").is_file() and not is_run(path) and _folder("config.json", _HF_FILES)(path)
+    return not is_run(path) and _folder("model.safetensors", _HF_FILES)(path) and _export(path)
 
 
 def _imported_run(path: Path) -> bool:
@@ -103,10 +103,10 @@ def _imported_run(path: Path) -> bool:
     return is_run(path) and _folder("model.safetensors", _HF_FILES)(path)
 
 
-def _head(path: Path) -> bytes:
+def _head(path: Path, size: int = _PEEK) -> bytes:
     try:
         with path.open("rb") as fh:
-            return fh.read(_PEEK)
+            return fh.read(size)
     except OSError:
         return b""
 
@@ -119,22 +119,51 @@ def _json_object(keys: tuple[str, ...]) -> Callable[[Path], bool]:
 
 
 def _predictions(path: Path) -> bool:
-    """JSONL whose first lines are records `predict` writes (a label or entities each)."""
-    lines = [line for line in _head(path).decode("utf-8", "replace").splitlines()[:20] if line.strip()]
-    if not lines:
+    """JSONL whose first lines are records `predict` writes: text + label, score, scores (classify) or text +
+    entities (NER) — never a labelled task file ({"text", "label"})."""
+    head = _head(path)
+    lines = head.decode("utf-8", "replace").splitlines()
+    if len(head) == _PEEK and lines:  # the last line may be cut by the peek: judge the whole ones (or a longer peek)
+        lines = lines[:-1] or _head(path, 1 << 24).decode("utf-8", "replace").splitlines()[:1]
+    lines = [line for line in lines[:20] if line.strip()]
+    return bool(lines) and all(_prediction(line) for line in lines)
+
+
+def _prediction(line: str) -> bool:
+    try:
+        record = json.loads(line)
+    except ValueError:
         return False
-    for line in lines[:-1] if len(lines) == 20 else lines:  # the 20th may be cut mid-line by the peek
+    if not isinstance(record, dict) or "text" not in record:
+        return False
+    return {"label", "score", "scores"} <= record.keys() or isinstance(record.get("entities"), list)
+
+
+def _npy(dtype: str, dims: tuple[int, ...]) -> Callable[[Path], bool]:
+    """A .npy file of `dtype` with one of `dims` axes (what embed writes: float32 vectors, an int64 row map)."""
+    def matches(path: Path) -> bool:
+        import numpy as np
+
         try:
-            record = json.loads(line)
-        except ValueError:
+            with path.open("rb") as fh:
+                major, _ = np.lib.format.read_magic(fh)
+                read = np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+                shape, _, found = read(fh)
+        except (OSError, ValueError):
             return False
-        if not (isinstance(record, dict) and ("label" in record or "entities" in record)):
-            return False
-    return True
+        return found == np.dtype(dtype) and len(shape) in dims
+    return matches
 
 
-def _npy(path: Path) -> bool:
-    return _head(path)[:6] == b"\x93NUMPY"
+def _export(path: Path) -> bool:
+    """A folder `bertkit export` wrote: its model.safetensors names bertkit in its metadata."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path / "model.safetensors"), "np") as fh:
+            return "bertkit" in (fh.metadata() or {})
+    except Exception:  # noqa: BLE001 - unreadable: not ours
+        return False
 
 
 def _parquet_embeddings(path: Path) -> bool:
@@ -175,19 +204,21 @@ ATTENTION = Kind("an attention heatmap folder", True,
 PROBE = Kind("a probe folder", True, _folder("probe.csv", r"probe\.(csv|png)"))
 HF_EXPORT = Kind("a Hugging Face export", True, _hf_folder)
 ST_EXPORT = Kind("a sentence-transformers export", True,
-                 lambda p: not is_run(p) and _folder("modules.json", _ST_FILES)(p))
+                 lambda p: not is_run(p) and _folder("modules.json", _ST_FILES)(p) and _export(p))
 IMPORTED_RUN = Kind("an imported run (import-hf)", True, _imported_run)
 PREDICTIONS = Kind("a predictions file", False, _predictions)
 EVALUATION = Kind("an evaluation report", False, _json_object(("truncated", "unseen_labels")))
 STS_REPORT = Kind("an STS report", False, _json_object(("spearman", "pearson", "pairs")))
-EMBEDDINGS_NPY = Kind("an embeddings array (.npy)", False, _npy)
+EMBEDDINGS_NPY = Kind("an embeddings array (.npy)", False, _npy("float32", (2, 3)))
+ROWS_NPY = Kind("a row map (.rows.npy)", False, _npy("int64", (1,)))
 EMBEDDINGS_PARQUET = Kind("an embeddings table (.parquet)", False, _parquet_embeddings)
 TOKENS_TSV = Kind("a token table (.tokens.tsv)", False, _tokens_tsv)
 PLOT = Kind("a PNG plot", False, _png)
 TEXT = Kind("a text file", False, _text)
 
 _DIR_KINDS = (INDEX, TOKENIZER, ATTENTION, PROBE, ST_EXPORT, HF_EXPORT, IMPORTED_RUN)
-_FILE_KINDS = (PREDICTIONS, EVALUATION, STS_REPORT, EMBEDDINGS_NPY, EMBEDDINGS_PARQUET, TOKENS_TSV, PLOT, TEXT)
+_FILE_KINDS = (PREDICTIONS, EVALUATION, STS_REPORT, EMBEDDINGS_NPY, ROWS_NPY, EMBEDDINGS_PARQUET, TOKENS_TSV, PLOT,
+               TEXT)
 
 
 def describe(path: Path) -> str:
@@ -200,16 +231,16 @@ def describe(path: Path) -> str:
         known = next((kind for kind in _DIR_KINDS if kind.matches(path)), None)
         if known is not None:
             return known.article
-        files = [name for name in _entries(path) if not name.endswith("/")]
-        foreign = [name for name in files if not _KNOWN_NAME.fullmatch(name)] or files
-        return f"a folder with files bertkit did not write ({', '.join(foreign[:3]) or 'folders'})"
+        files = (name for name in _entries(path) if not name.endswith("/"))
+        foreign = list(itertools.islice((name for name in files if not _KNOWN_NAME.fullmatch(name)), 3))
+        return f"a folder with files bertkit did not write ({', '.join(foreign) or 'in an unexpected layout'})"
     known = next((kind for kind in _FILE_KINDS if kind.matches(path)), None)
     return known.article if known is not None else "a file bertkit did not write"
 
 
 def enclosing(path: Path) -> Path | None:
-    """The nearest run or index directory strictly above `path`, if any."""
-    for parent in Path(path).absolute().parents:
+    """The nearest run or index directory strictly above `path` (links and `..` resolved), if any."""
+    for parent in Path(path).resolve().parents:
         if is_run(parent) or is_index(parent):
             return parent
     return None
@@ -243,9 +274,11 @@ def claim(out: str | Path, kind: Kind, overwrite: bool, inputs: Iterable[str | P
     out = Path(out)
     refuse_nested(out, allow_inside)
     for source in inputs:
-        if source is None or str(source) == "-" or not Path(source).exists():
+        if source is None or str(source) == "-":
             continue
-        source = Path(source)
+        source = resolve_data_path(source)  # a data-root name is the file it names
+        if not source.exists():
+            continue
         # a folder output holding an input would delete it; a file output that is an input would replace it
         if out.exists() and (_same_or_inside(source, out) if out.is_dir() else out.resolve() == source.resolve()):
             what = "is" if out.resolve() == source.resolve() else "holds"

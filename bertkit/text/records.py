@@ -136,18 +136,24 @@ def refuse_respelled(files: list[Path], text_field: str, keep_empty: bool, exist
         return
     rows = [row for entries in candidates.values() for row, _ in entries]
     texts = dict(zip(rows, existing_texts(rows)))
-    count, example = 0, None
+    # a file is the same file only when every one of its records matches (two README.txt files sharing a title
+    # line are two files)
+    seen: dict[Path, list] = {}  # path -> [records, matched, first match]
     for _, path, record in kept_records(files, text_field, None, keep_empty):
+        tally = seen.setdefault(path, [0, 0, None])
+        tally[0] += 1
         for row, key in candidates.get(place(path.name, record.number), ()):
             if texts[row] == record.text.strip():  # the index keeps texts stripped
-                count += 1
-                example = example or (path, record.number, key)
+                tally[1] += 1
+                tally[2] = tally[2] or (record.number, key)
                 break
-    if count:
-        path, number, key = example
-        raise BertkitError(f"{path}:{number}: already in the index as {key!r} ({count:,} document(s) with the same "
-                           "file name, line and text: the same file under another path); nothing added: add only "
-                           "what the index lacks (to index these texts again, give them ids with --id-field)")
+    for path, (total, matched, example) in seen.items():
+        if total and matched == total:
+            number, key = example
+            raise BertkitError(f"{path}:{number}: already in the index as {key!r} (all {total:,} document(s) with "
+                               "the same file name, lines and texts: the same file under another path); nothing "
+                               "added: add only what the index lacks (to index these texts again, give them ids "
+                               "with --id-field)")
 
 
 def chunks(files: list[Path], text_field: str, id_field: str | None, keep_empty: bool, size: int,

@@ -16,21 +16,21 @@ import torch
 
 from bertkit.config import HeadsConfig, ModelConfig
 from bertkit.errors import BertkitError
-from bertkit.nn.model import Model
+from bertkit.nn.model import meta_model
 
 _STATE_BYTES = 16  # fp32 weight + gradient + AdamW exp_avg + exp_avg_sq
 
 
-def training_bytes(cfg: ModelConfig, heads: HeadsConfig, tokens: int) -> tuple[int, int]:
-    """(a lower bound on the bytes training needs, the parameter count) for a model built from `cfg` / `heads`
-    taking micro-batches of `tokens` tokens; the model is built on the meta device (nothing allocated)."""
-    with torch.device("meta"):
-        model = Model(cfg, heads)
+def training_bytes(cfg: ModelConfig, heads: HeadsConfig, tokens: int, shards: int = 1) -> tuple[int, int]:
+    """(a lower bound on the bytes one process needs to train, the parameter count) for a model built from `cfg` /
+    `heads` taking micro-batches of `tokens` tokens, its state split over `shards` processes (FSDP); the model is
+    built on the meta device (nothing allocated)."""
+    model = meta_model(cfg, heads)
     params = model.parameter_counts()["total"]
     buffers = sum(b.numel() * b.element_size() for b in model.buffers())
     layers = cfg.n_layers + (cfg.n_decoder_layers if cfg.architecture == "encoder-decoder" else 0)
     activations = 4 * tokens * cfg.d_model * layers * 4
-    return params * _STATE_BYTES + buffers + activations, params
+    return params * _STATE_BYTES // max(1, shards) + buffers + activations, params
 
 
 def available_bytes(device: torch.device) -> int | None:
@@ -50,9 +50,10 @@ def available_bytes(device: torch.device) -> int | None:
         return None
 
 
-def check_fits(cfg: ModelConfig, heads: HeadsConfig, tokens: int, device: torch.device) -> None:
-    """Refuse, with one line, a model whose training state cannot fit in `device`'s free memory."""
-    needed, params = training_bytes(cfg, heads, tokens)
+def check_fits(cfg: ModelConfig, heads: HeadsConfig, tokens: int, device: torch.device, shards: int = 1) -> None:
+    """Refuse, with one line, a model whose training state cannot fit in `device`'s free memory (`tokens`: a
+    micro-batch's, at most; `shards`: the processes an FSDP run splits the state over)."""
+    needed, params = training_bytes(cfg, heads, tokens, shards)
     free = available_bytes(device)
     if free is not None and needed > free:
         raise BertkitError(f"the model cannot be trained here: {params / 1e6:,.1f} M parameters need at least "

@@ -5,6 +5,7 @@ import json
 
 import numpy as np
 import pyarrow.parquet as pq
+import pytest
 
 from bertkit.embedding import SentenceEncoder
 from conftest import bertkit_capped as _limited
@@ -41,6 +42,7 @@ def test_chunked_streaming_equals_one_pass_and_maps_skipped_rows(tmp_path, base,
     np.testing.assert_allclose(everything[[i for i, t in enumerate(LINES) if t.strip()]], expected, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_compiled_embeddings_equal_eager(tmp_path, base):
     """--compile runs the encoder through torch.compile (dynamic shapes over the sorted batches): same vectors."""
     from torch._dynamo.utils import counters

@@ -85,6 +85,7 @@ def test_export_fills_masks_in_transformers_like_bertkit(tmp_path, corpus):
     assert [o["score"] for o in ours] == pytest.approx([t["score"] for t in theirs], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_kill_9_and_resume_gives_the_same_loss_curve(tmp_path, corpus):
     args = merged(TINY, ["--corpus", corpus, "--max-steps", "120", "--set", "save_every=10", "--set", "eval_every=40"])
     _cli("pretrain", *args, "--out", tmp_path / "straight")
@@ -122,6 +123,7 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path, corpus):
     assert two == pytest.approx(one, rel=1e-4)
 
 
+@pytest.mark.slow
 def test_a_run_resumes_with_another_process_count_on_the_same_global_batches(tmp_path, corpus):
     """Elastic resume: checkpointed with 2 processes and continued with 1 (or the other way), a run keeps its global
     batch (the accumulation follows the process count) and logs the losses of the uninterrupted run."""
@@ -167,6 +169,7 @@ def test_a_run_resumes_with_another_process_count_on_the_same_global_batches(tmp
     assert before == {p: p.read_bytes() for p in small.rglob("*") if p.is_file()}
 
 
+@pytest.mark.slow
 def test_two_nodes_on_loopback_match_one_process(tmp_path, corpus):
     """The multi-node recipe of the README, simulated: two torchrun launches (--nnodes 2, one process each, node
     ranks 0 and 1) meeting at one rendezvous address give the losses of one process holding the global batch."""
@@ -194,6 +197,7 @@ def test_two_nodes_on_loopback_match_one_process(tmp_path, corpus):
     assert len(one) == len(two) == 6 and two == pytest.approx(one, rel=1e-4)
 
 
+@pytest.mark.slow
 def test_bad_inputs_are_one_line_and_never_damage_a_run(tmp_path, corpus):
     def fails(*args, match):
         result = _cli("pretrain", *merged(TINY, args), check=False)

@@ -59,6 +59,7 @@ def test_cosine_training_learns_and_evaluate_sts_agrees(tmp_path, base):
     assert same > different
 
 
+@pytest.mark.slow
 def test_mnrl_with_hard_negatives_and_softmax_learn(tmp_path, base):
     train = _pairs(tmp_path / "train.jsonl", 400, kind="mnrl")
     out = tmp_path / "mnrl"
@@ -76,6 +77,7 @@ def test_mnrl_with_hard_negatives_and_softmax_learn(tmp_path, base):
     assert "has no task head" in cli_error("predict", "--model", out, labelled)  # not a classifier for predict
 
 
+@pytest.mark.slow
 def test_two_processes_rank_against_every_process_negatives_like_one(tmp_path, base):
     """mnrl's in-batch negatives span processes (sentence_loss.cross_process_negatives, on by default): 2 processes
     of 4 rows log the losses of 1 process of 8 — without the gather each would rank against its own 4 only."""
@@ -102,6 +104,7 @@ def test_two_processes_rank_against_every_process_negatives_like_one(tmp_path, b
     assert losses(tmp_path / "e") == pytest.approx(one, rel=1e-4)
 
 
+@pytest.mark.slow
 def test_sentence_training_resumes_exactly(tmp_path, base, monkeypatch):
     train = _pairs(tmp_path / "train.jsonl", 80)
     args = merged(["finetune", "sentence", "--model", base, "--train", train, "--max-steps", "8", *FAST,

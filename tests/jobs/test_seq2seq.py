@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from bertkit.tasks.seq2seq import Seq2SeqObjective
-from conftest import cli_error, cli_ok
+from conftest import cli_error, cli_invoke, cli_ok, merged
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "data" / "samples"
@@ -47,6 +47,7 @@ def mt(tmp_path_factory):
     return folder / "run", (val_src, val_tgt)
 
 
+@pytest.mark.slow
 def test_seq2seq_learns_through_cross_attention(mt):
     run, _ = mt
     results = json.loads((run / "results.json").read_text())
@@ -56,6 +57,7 @@ def test_seq2seq_learns_through_cross_attention(mt):
     assert not (run / "target").exists()  # one joint vocabulary by default
 
 
+@pytest.mark.slow
 def test_translate_greedy_and_beam_and_evaluate_agree(mt, tmp_path):
     run, (val_src, val_tgt) = mt
     output = cli_ok("translate", run, "red dog runs", "small cat sleeps", "--beam", "1").output.splitlines()
@@ -71,6 +73,7 @@ def test_translate_greedy_and_beam_and_evaluate_agree(mt, tmp_path):
     assert translated.read_text() == hyps.read_text()  # the same path, file in and file out
 
 
+@pytest.mark.slow
 def test_attention_alignment_for_an_encoder_decoder(mt, tmp_path):
     run, _ = mt
     out = tmp_path / "maps"
@@ -88,6 +91,7 @@ def test_attention_alignment_for_an_encoder_decoder(mt, tmp_path):
     torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:2]))  # rows are distributions
 
 
+@pytest.mark.slow
 def test_separate_vocabularies_and_continuing_from_a_run(mt, tmp_path):
     run, (val_src, val_tgt) = mt
     out = tmp_path / "separate"
@@ -126,6 +130,7 @@ def test_label_smoothing_loss_is_the_smoothed_cross_entropy():
     assert objective.normalizer(batch) == 7
 
 
+@pytest.mark.slow
 def test_bad_inputs_are_one_line_and_damage_nothing(mt, tmp_path, base):
     run, (val_src, val_tgt) = mt
     short = tmp_path / "short.de"
@@ -152,3 +157,32 @@ def test_bad_inputs_are_one_line_and_damage_nothing(mt, tmp_path, base):
     assert "already holds a run" in cli_error("finetune", "seq2seq", "--train-source", val_src, "--train-target",
                                               val_tgt, "--out", run)
     assert (run / "model.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_a_run_killed_before_its_first_checkpoint_restarts_from_the_same_start(tmp_path, monkeypatch):
+    """Issue 38: a resume before the first checkpoint starts the run again as it began — from its recipe here (a
+    run continued from a model restarts from that model: finetune's test) — to the same losses; a --model it did
+    not begin from is refused."""
+    src, tgt = _lexicon_pairs(tmp_path, "train", 120, 0)
+    args = merged(["finetune", "seq2seq", "--train-source", src, "--train-target", tgt, "--max-steps", "4", *TINY,
+                   "--set", "vocab_size=300", "--set", "log_every=1", "--set", "eval_every=4",
+                   "--set", "save_every=100", "--set", "bleu_examples=4"])
+    cli_ok(*args, "--out", tmp_path / "straight")
+    original = Seq2SeqObjective.batch
+
+    def killed_at_step_2(self, step):
+        if step == 2:
+            raise KeyboardInterrupt
+        return original(self, step)
+
+    monkeypatch.setattr(Seq2SeqObjective, "batch", killed_at_step_2)
+    assert cli_invoke(*args, "--out", tmp_path / "killed").exit_code != 0
+    monkeypatch.setattr(Seq2SeqObjective, "batch", original)
+    assert "began from its recipe, not from a model" in cli_error(*args, "--out", tmp_path / "killed", "--resume",
+                                                                   "--model", tmp_path / "straight")
+    cli_ok(*args, "--out", tmp_path / "killed", "--resume")
+
+    def losses(run):
+        return [r.get("loss") for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+    assert losses(tmp_path / "killed") == losses(tmp_path / "straight")

@@ -86,6 +86,7 @@ def one_process():
             "grads": {n: p.grad for n, p in model.named_parameters() if p.grad is not None}}
 
 
+@pytest.mark.slow
 def test_two_processes_with_gathered_negatives_equal_one_holding_the_global_batch(tmp_path, one_process):
     two = _two_processes(tmp_path, cross_process=True)
     torch.testing.assert_close(two["totals"], one_process["totals"], rtol=1e-5, atol=1e-5)
@@ -94,6 +95,7 @@ def test_two_processes_with_gathered_negatives_equal_one_holding_the_global_batc
         torch.testing.assert_close(two["grads"][name], grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
+@pytest.mark.slow
 def test_without_the_gather_each_process_ranks_its_own_half_only(tmp_path, one_process):
     two = _two_processes(tmp_path, cross_process=False)
     assert two["totals"][0] < one_process["totals"][0] - 1e-3  # 5 candidates per anchor instead of 16: easier

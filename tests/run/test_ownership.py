@@ -10,13 +10,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors.torch import load_file, save_file
 
+from bertkit.errors import BertkitError
 from bertkit.index import index_lock
 from bertkit.run.lock import lock_path, locked
 from bertkit.run.outputs import INDEX, PREDICTIONS, TEXT, TOKENIZER, claim, describe
 from bertkit.tasks.classify import ClassifyObjective
 from conftest import cli_error, cli_invoke, cli_ok, repeated_corpus
 
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "samples" / "corpus.txt"
 DOCS = [f"document {i} is about {topic}" for i, topic in enumerate(["films", "rain", "bread", "cats"] * 3)]
 
 
@@ -83,8 +86,14 @@ def test_the_kinds_recognise_what_bertkit_wrote(tmp_path, base):
     (idx / "extra.txt").write_text("a file the user put there")
     assert not INDEX.matches(idx) and "did not write (extra.txt)" in describe(idx)
     records = tmp_path / "p.jsonl"
-    records.write_text('{"text": "a", "label": "positive", "score": 0.9}\n')
+    records.write_text('{"text": "a", "label": "positive", "score": 0.9, "scores": {"positive": 0.9}}\n')
     assert PREDICTIONS.matches(records) and not TEXT.matches(records) and describe(records) == "a predictions file"
+    task_file = tmp_path / "train.jsonl"
+    task_file.write_text('{"text": "a film", "label": "positive"}\n')
+    assert not PREDICTIONS.matches(task_file)  # a labelled task file is never taken for predictions
+    long = tmp_path / "long.jsonl"
+    long.write_text(json.dumps({"text": "word " * 20000, "entities": []}) + "\n")  # a first line past the peek
+    assert PREDICTIONS.matches(long)
     plain = tmp_path / "t.txt"
     plain.write_text("ein Satz\n")
     assert TEXT.matches(plain) and not PREDICTIONS.matches(plain)
@@ -104,6 +113,25 @@ def test_outputs_never_nest_in_a_run(tmp_path, base, inside):
     assert "inside the run" in cli_error("tokenizer", "train", tmp_path / "c.txt", "-o", base / inside)
     assert "inside the run" in cli_error("embed", "--model", base, tmp_path / "c.txt", "-o", base / "x.npy")
     assert _tree(base) == before
+
+
+def test_nesting_sees_through_links_and_dot_dots_and_creates_nothing(tmp_path, base):
+    (base / "checkpoints").mkdir()
+    (tmp_path / "ck").symlink_to(base / "checkpoints")
+    before = sorted(p.relative_to(base) for p in base.rglob("*"))  # folders too
+    assert f"inside the run {base}" in cli_error("tokenizer", "train", SAMPLE, "-o", tmp_path / "ck" / "step-99")
+    assert "inside the run" in cli_error("tokenizer", "train", SAMPLE, "-o", base / "new" / "deeper" / "tok")
+    assert sorted(p.relative_to(base) for p in base.rglob("*")) == before  # not even an empty folder or a lock
+    cli_ok("tokenizer", "train", SAMPLE, "-o", base / ".." / "beside" / "tok", "--vocab-size", "300")
+
+
+def test_an_input_named_from_the_data_root_is_an_input(tmp_path, monkeypatch):
+    root = tmp_path / "data"
+    (root / "mt").mkdir(parents=True)
+    (root / "mt" / "test.de").write_text("Ein Satz.\n")
+    monkeypatch.setenv("BERTKIT_DATA", str(root))
+    with pytest.raises(BertkitError, match="this command's own input"):
+        claim(root / "mt" / "test.de", TEXT, overwrite=True, inputs=("mt/test.de",))
 
 
 def test_a_target_in_use_is_refused_with_the_holders_pid(tmp_path, base):
@@ -163,11 +191,17 @@ def test_a_finetune_killed_before_its_first_checkpoint_restarts_from_its_base(tm
         assert _curve(tmp_path / resumed) == _curve(tmp_path / "straight")  # the base, not a random backbone
     other = tmp_path / "other-base"
     shutil.copytree(base, other)
+    weights = load_file(other / "model.safetensors")
+    save_file({k: v + 1 for k, v in weights.items()}, other / "model.safetensors")  # another model
+    moved = tmp_path / "moved-base"
+    shutil.copytree(base, moved)  # the same weights elsewhere: accepted
     monkeypatch.setattr(ClassifyObjective, "batch", killed_at_step_2)
     assert cli_invoke(*args, "--model", base, "--out", tmp_path / "third").exit_code != 0
     monkeypatch.setattr(ClassifyObjective, "batch", original)
     line = cli_error(*args, "--model", other, "--out", tmp_path / "third", "--resume")
-    assert f"began from {base.resolve()}, not {other}" in line
+    assert f"began from {base.resolve()}, not {other} (other weights)" in line
+    cli_ok(*args, "--model", moved, "--out", tmp_path / "third", "--resume")
+    assert _curve(tmp_path / "third") == _curve(tmp_path / "straight")
 
 
 def test_a_resume_on_changed_content_is_refused_or_recorded(tmp_path, base):

@@ -69,6 +69,7 @@ def corpus(tmp_path):
     return repeated_corpus(tmp_path / "corpus.txt", 20)
 
 
+@pytest.mark.slow
 def test_kills_mid_metrics_line_and_before_results_resume_exactly(tmp_path, corpus):
     args = [*TINY, "--corpus", corpus, "--max-steps", "30"]
     _cli("pretrain", *args, "--out", tmp_path / "straight")
@@ -108,6 +109,7 @@ def test_kills_mid_metrics_line_and_before_results_resume_exactly(tmp_path, corp
     assert not _leftovers(late)
 
 
+@pytest.mark.slow
 def test_resuming_a_finished_run_changes_nothing_and_a_larger_budget_extends_it(tmp_path, corpus):
     args = [*TINY, "--corpus", corpus]
     run = tmp_path / "run"
@@ -132,6 +134,7 @@ def test_resuming_a_finished_run_changes_nothing_and_a_larger_budget_extends_it(
     assert _snapshot(run) == final
 
 
+@pytest.mark.slow
 def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path, corpus):
     args = [*TINY, "--corpus", corpus, "--max-steps", "100000"]
     run = tmp_path / "run"
@@ -156,6 +159,7 @@ def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path, corpus):
     assert len(records) == len(set(records))
 
 
+@pytest.mark.slow
 def test_a_full_disk_during_pretraining_is_one_line_and_the_run_resumes(tmp_path, corpus):
     args = [*TINY, "--corpus", corpus]
     run = tmp_path / "run"
@@ -192,6 +196,7 @@ def _finished_run(tmp_path, corpus) -> tuple[Path, list]:
     return run, args
 
 
+@pytest.mark.slow
 def test_damaged_checkpoint_files_are_one_line_naming_the_fallback(tmp_path, corpus):
     run, args = _finished_run(tmp_path, corpus)
     marker = tmp_path / "pwned"

@@ -119,6 +119,7 @@ def _records(run: Path) -> list[dict]:
             for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_rtd_run_resumes_exactly_fills_masks_and_finetunes(tmp_path):
     corpus = repeated_corpus(tmp_path / "corpus.txt", 30)
     args = [*TINY, "--corpus", corpus, "--max-steps", "20", "--set", "save_every=10"]
@@ -158,6 +159,7 @@ def test_rtd_run_resumes_exactly_fills_masks_and_finetunes(tmp_path):
     assert heads == ["classifier"]  # the discriminator's backbone under a fresh head; ELECTRA's heads are gone
 
 
+@pytest.mark.slow
 def test_rtd_bad_inputs_are_one_line(tmp_path):
     corpus = repeated_corpus(tmp_path / "corpus.txt", 3)
 

@@ -100,6 +100,7 @@ def streamed_runs(tmp_path_factory):
     return root, args
 
 
+@pytest.mark.slow
 def test_streamed_pretraining_resumes_exactly_and_splits_over_processes(streamed_runs):
     root, args = streamed_runs
     straight = root / "straight"

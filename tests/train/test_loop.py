@@ -190,6 +190,7 @@ def test_best_checkpoint_is_kept_and_patience_stops_early(tmp_path, packed, samp
               progress=False, metric="nope")
 
 
+@pytest.mark.slow
 def test_compiled_training_matches_eager_and_resumes_exactly(tmp_path, packed, sample_tokenizer):
     """train.compile = on trains through torch.compile (inductor): the same losses as eager (to float rounding:
     inductor fuses and reorders), checkpoints with the plain parameter names, and an exact resume."""

@@ -57,6 +57,7 @@ def runs(tmp_path_factory):
     return {"root": root, "args": args, "sharded_log": " ".join(sharded.stderr.split())}
 
 
+@pytest.mark.slow
 def test_sharded_training_is_data_parallel_training(runs):
     """Same losses (to float rounding of the sharded reductions) and final weights; the checkpoint is every
     process's shards (no whole weights file), and the run exports one model.safetensors that loads as a run."""
@@ -73,6 +74,7 @@ def test_sharded_training_is_data_parallel_training(runs):
     assert config.model.n_layers == 2 and torch.isfinite(next(model.parameters())).all()
 
 
+@pytest.mark.slow
 def test_a_killed_sharded_run_resumes_exactly_sharded_or_whole(runs):
     root, args = runs["root"], runs["args"]
     assert (root / "killed" / "checkpoints" / "latest").read_text() == "step-4"
@@ -90,6 +92,7 @@ def test_a_killed_sharded_run_resumes_exactly_sharded_or_whole(runs):
     assert json.loads((whole / "config.json").read_text())["train"]["sharding"] == "none"
 
 
+@pytest.mark.slow
 def test_an_accelerate_config_with_fsdp_selects_sharding(runs, tmp_path):
     config = tmp_path / "fsdp.yaml"
     config.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: FSDP\nfsdp_config:\n  fsdp_version: 2\n"
@@ -109,6 +112,7 @@ def test_an_accelerate_config_with_fsdp_selects_sharding(runs, tmp_path):
         {k: v.shape for k, v in load_file(runs["root"] / "fsdp" / "model.safetensors").items()}
 
 
+@pytest.mark.slow
 def test_finetuning_runs_sharded_like_data_parallel(runs, tmp_path):
     args = ["finetune", "classify", "--model", runs["root"] / "ddp", "--train", ROOT / "data" / "samples" /
             "sentiment.tsv", "--text-column", "sentence", "--max-steps", "6", "--no-progress", "--set",
@@ -122,6 +126,7 @@ def test_finetuning_runs_sharded_like_data_parallel(runs, tmp_path):
     assert (fsdp["best_step"], fsdp["validation"]["accuracy"]) == (ddp["best_step"], ddp["validation"]["accuracy"])
 
 
+@pytest.mark.slow
 def test_an_encoder_decoder_trains_and_decodes_sharded_like_data_parallel(tmp_path):
     """seq2seq's validation decodes greedily (BLEU) through the decoder's own modules: under FSDP too."""
     samples = ROOT / "data" / "samples"
@@ -139,6 +144,7 @@ def test_an_encoder_decoder_trains_and_decodes_sharded_like_data_parallel(tmp_pa
     _same_weights(tmp_path / "ddp", tmp_path / "fsdp")
 
 
+@pytest.mark.slow
 def test_what_sharding_cannot_do_is_one_line(runs, tmp_path):
     line = cli_error("pretrain", *runs["args"], *FSDP, "--out", tmp_path / "alone")
     assert "train.sharding: fsdp shards the model over processes and this launch has 1" in line
