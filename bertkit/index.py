@@ -169,10 +169,19 @@ class VectorIndex:
         if k < 1:
             return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
         if exact or (exact is None and self.backend != "faiss"):
-            return exact_search(self.vectors(), queries, k)
+            try:
+                return exact_search(self.vectors(), queries, k)
+            except NotUnitLength as exc:
+                file = self.path / self.shards[exc.shard]["vectors"]
+                raise BertkitError(f"{file}: holds vectors that are not finite or not of unit length (changed or "
+                                   "corrupt); rebuild the index") from None
         index = self.faiss_index()
         index.nprobe = min(nprobe or self.meta["faiss"]["nprobe"], index.nlist)
         scores, rows = index.search(queries, k)
+        found = scores[rows >= 0]  # FAISS pads with -1 rows when a probe finds fewer than k
+        if not (np.isfinite(found).all() and (np.abs(found) <= _UNIT).all()):
+            raise BertkitError(f"{self.path}: its FAISS index or shards hold vectors that are not finite or not of "
+                               "unit length (changed or corrupt); rebuild the index")
         return scores, rows
 
     def faiss_index(self):
@@ -265,15 +274,30 @@ def _reading(file: Path) -> Iterator[None]:
                            "while in use?)") from None
 
 
+class NotUnitLength(Exception):
+    """A shard scored outside [-1, 1] (or NaN) against unit queries: its vectors were changed."""
+
+    def __init__(self, shard: int):
+        super().__init__(shard)
+        self.shard = shard
+
+
+_UNIT = 1.001  # |cosine| of unit vectors, with float32 rounding
+
+
 def exact_search(shards: list[np.ndarray], queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact inner-product top-k over memory-mapped shards, a chunk at a time (memory does not grow with N)."""
+    """Exact inner-product top-k over memory-mapped shards, a chunk at a time (memory does not grow with N). Every
+    score is checked (a cosine of unit vectors is finite and in [-1, 1]), so a shard changed where its digest did not
+    sample is still caught, as `NotUnitLength`."""
     best_scores = np.full((len(queries), 0), -np.inf, dtype=np.float32)
     best_rows = np.zeros((len(queries), 0), dtype=np.int64)
     base = 0
-    for shard in shards:
+    for number, shard in enumerate(shards):
         for start in range(0, len(shard), _EXACT_CHUNK):
             block = np.asarray(shard[start:start + _EXACT_CHUNK])  # (n, D)
             scores = queries @ block.T  # (Q, n)
+            if not np.isfinite(scores).all() or np.abs(scores).max(initial=0.0) > _UNIT:
+                raise NotUnitLength(number)
             take = min(k, scores.shape[1])
             top = np.argpartition(-scores, take - 1, axis=1)[:, :take]  # (Q, take), unordered
             best_scores = np.concatenate([best_scores, np.take_along_axis(scores, top, 1)], axis=1)

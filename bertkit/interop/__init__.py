@@ -23,7 +23,7 @@ def import_hf(src: str | Path, out: str | Path, overwrite: bool = False) -> dict
     src = Path(src)
     sentence_transformers = read_sentence_config(src)
     bert_folder, sentence = sentence_transformers or (src, SentenceConfig())
-    claim(out, IMPORTED_RUN, overwrite, inputs=(src,))
+    claim(out, IMPORTED_RUN, overwrite, inputs=(src,), hint="choose another OUT or pass --overwrite")
     model, skipped = model_from_hf(bert_folder)
     with locked(out), atomic_dir(out, overwrite=overwrite) as tmp:
         write_run_files(tmp, model, Config(model=model.config, heads=model.head_config, sentence=sentence))

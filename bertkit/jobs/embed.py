@@ -112,12 +112,14 @@ def run(job: EmbedJob, console: Console | None = None) -> EmbedResult:
     if (layers is not None or tokens) and id_field is not None:
         raise BertkitError("--id-field needs a .parquet output, --layers / --tokens a .npy one")
     # every file this run writes or removes: OUT and, beside a .npy, its row map and token table (one of the two
-    # is written, the other removed as stale) — each only over one bertkit wrote
-    targets = [(out, EMBEDDINGS_NPY if suffix == ".npy" else EMBEDDINGS_PARQUET)]
-    if suffix == ".npy":
-        targets += [(rows_file, ROWS_NPY), (tokens_file, TOKENS_TSV)]
-    for target, kind in targets:
-        claim(target, kind, overwrite, inputs=(*inputs, job.model))
+    # is written, the other removed as stale) — each only over one bertkit wrote, and a sidecar only as part of
+    # the output it belongs to: beside no OUT, it is somebody else's file
+    claim(out, EMBEDDINGS_NPY if suffix == ".npy" else EMBEDDINGS_PARQUET, overwrite, inputs=(*inputs, job.model))
+    for side, kind in ((rows_file, ROWS_NPY), (tokens_file, TOKENS_TSV)) if suffix == ".npy" else ():
+        if side.exists() and not out.exists():
+            raise BertkitError(f"{side}: already exists beside {out}, which is not there: it is not this output's; "
+                               "move it or choose another --out")
+        claim(side, kind, overwrite, inputs=(*inputs, job.model))
     if id_field is not None and suffix == ".npy":
         raise BertkitError(f"{out}: ids need a .parquet output (an .npy file holds only the matrix)")
     if chunk_size < batch_size:

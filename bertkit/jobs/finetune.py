@@ -73,7 +73,9 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     # killed before its first checkpoint: nothing trained yet (a finished run whose checkpoints went is finished)
     restart = resume and not is_finished(out) and latest_checkpoint(out) is None
     if restart:  # start it again exactly as it began: from the same base model
-        model_dir = inputs.restart_base(out, model_dir, required=True)
+        model_dir = inputs.base_of(out, model_dir, required=True)
+    elif resume and model_dir is not None:  # a --model given to a resume must be the one the run began from
+        inputs.base_of(out, model_dir, required=False)
     if resume and not restart:  # the run's own config and tokenizer; the weights come from its checkpoint
         model_dir, base = out, None
         base_config = load_config(out)

@@ -65,7 +65,7 @@ def run(job: PlotJob) -> PlotResult:
     target = Path(out) if out else Path(run_dir) / "curves.png"
     # the run's own curves.png is the plot's by design; any other target only over a PNG (replaced: a plot is
     # cheap to redraw, and redrawing is what `plot` is for)
-    claim(target, PLOT, overwrite=True, inputs=(run_dir,), allow_inside=run_dir)
+    claim(target, PLOT, overwrite=True, inputs=(run_dir,), allow_inside=run_dir, replacer="`plot`")
     with atomic_file(target, overwrite=True) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)

@@ -82,7 +82,9 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     # killed before its first checkpoint: nothing trained yet (a finished run whose checkpoints went is finished)
     restart = resume and not is_finished(out) and latest_checkpoint(out) is None
     if restart:  # start it again exactly as it began: from the same base model, if it had one
-        model_dir = inputs.restart_base(out, model_dir, required=False)
+        model_dir = inputs.base_of(out, model_dir, required=False)
+    elif resume and model_dir is not None:  # a --model given to a resume must be the one the run began from
+        inputs.base_of(out, model_dir, required=False)
     if resume:
         stored = load_config(out)
         config = dataclasses.replace(config, model=stored.model, tokenizer=stored.tokenizer)

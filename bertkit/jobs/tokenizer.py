@@ -44,7 +44,7 @@ def run(job: TokenizerJob, console: Console | None = None) -> TokenizerResult:
     if job.vocab_size < 1:
         raise BertkitError(f"--vocab-size must be positive, got {job.vocab_size}")
     refuse_nested(job.out)  # before the lock, whose file would be created inside the run
-    with locked(job.out, "tokenizer folder"):
+    with locked(job.out, "output"):
         claim(job.out, TOKENIZER, job.overwrite, inputs=job.corpus)
         tok = train_on_corpus(list(job.corpus), job.vocab_size, job.settings, job.text_field, job.skip_bad_lines,
                               console)

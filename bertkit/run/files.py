@@ -137,7 +137,8 @@ def atomic_dir(out: str | Path, overwrite: bool = False, exists_hint: str = "cho
     is deleted and `out` is untouched. The emptiness check is repeated just before the rename, so a directory
     another process created meanwhile is never replaced unless `overwrite`.
     """
-    out = Path(out)
+    # normalised first: `tok/../tok` names its parent through itself, which is gone once it is moved aside
+    out = Path(os.path.abspath(out))
     if out.exists() and not out.is_dir():
         raise BertkitError(f"{out}: exists and is not a directory")
     if _non_empty(out) and not overwrite:
@@ -179,7 +180,7 @@ def _non_empty(path: Path) -> bool:
 def atomic_file(out: str | Path, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside `out`; when the block succeeds it is fsynced and becomes `out` in one rename.
     An existing `out` is an error unless `overwrite` (and is untouched on failure)."""
-    out = Path(out)
+    out = Path(os.path.abspath(out))
     if out.is_dir():
         raise BertkitError(f"{out}: is a directory, expected a file path")
     if out.exists() and not overwrite:

@@ -87,10 +87,11 @@ def stored(run: str | Path) -> dict | None:
     return read_json(path, "inputs record") if path.is_file() else None
 
 
-def restart_base(run: str | Path, given: str | Path | None, required: bool) -> Path | None:
-    """The base model of a run started again after a kill before its first checkpoint: the one inputs.json
-    recorded, or the --model given — which must hold the same weights when both are known (a moved or copied base
-    is fine). `required`: a finetune always has one (a seq2seq run may have begun from its recipe alone)."""
+def base_of(run: str | Path, given: str | Path | None, required: bool) -> Path | None:
+    """The base model a run began from, for a resume: the one inputs.json recorded, or the --model given — which
+    must hold the same weights when both are known (a moved or copied base is fine; another model is refused, also
+    where the run resumes from a checkpoint and would ignore it). `required`: a finetune always has one (a seq2seq
+    run may have begun from its recipe alone)."""
     record = stored(run) or {}
     entry = record.get("base_model", "unknown")
     if entry is None:  # recorded: no base model

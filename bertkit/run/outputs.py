@@ -268,9 +268,11 @@ def _exists(out: Path) -> bool:
 
 
 def claim(out: str | Path, kind: Kind, overwrite: bool, inputs: Iterable[str | Path | None] = (),
-          allow_inside: Path | None = None, hint: str = "choose another --out or pass --overwrite") -> None:
+          allow_inside: Path | None = None, hint: str = "choose another --out or pass --overwrite",
+          replacer: str = "--overwrite") -> None:
     """Check, before any work, that this command may write its output `out` of `kind` (see the module
-    docstring); refusals are one-line BertkitErrors. `inputs` are the command's own files and folders."""
+    docstring); refusals are one-line BertkitErrors naming what the command has (`hint`: what to do about an
+    existing output; `replacer`: what replaces one). `inputs` are the command's own files and folders."""
     out = Path(out)
     refuse_nested(out, allow_inside)
     for source in inputs:
@@ -291,5 +293,5 @@ def claim(out: str | Path, kind: Kind, overwrite: bool, inputs: Iterable[str | P
     if not overwrite:
         raise BertkitError(f"{out}: already exists{' and is not empty' if out.is_dir() else ''} ({hint})")
     if out.is_symlink() or out.is_dir() != kind.directory or not kind.matches(out):
-        raise BertkitError(f"{out}: is {describe(out)}, not {kind.article}; --overwrite replaces only "
+        raise BertkitError(f"{out}: is {describe(out)}, not {kind.article}; {replacer} replaces only "
                            f"{kind.article} bertkit wrote (remove it yourself if you mean to, or choose another path)")

@@ -268,3 +268,53 @@ def test_a_model_that_cannot_fit_is_refused_before_its_run_exists(tmp_path):
                      "--out", tmp_path / "huge", "--no-progress")
     assert "cannot be trained here" in line and "GiB" in line
     assert not (tmp_path / "huge").exists()
+
+
+def test_probe_findings_dot_dot_sidecars_plot_and_import_hints(tmp_path, base):
+    """A hostile probe of the first version: `DIR/../DIR --overwrite` moved the old output aside and died with a
+    traceback; a user's file beside an absent embeddings output was removed as a stale sidecar; the refusals of
+    `plot` and `import-hf` named options those commands do not have."""
+    corpus = repeated_corpus(tmp_path / "c.txt", 3)
+    tok = tmp_path / "tok"
+    cli_ok("tokenizer", "train", corpus, "-o", f"{tok}/../tok", "--vocab-size", "300", "--overwrite")
+    assert TOKENIZER.matches(tok) and not list(tmp_path.glob(".tok.*"))
+
+    mine = tmp_path / "emb.rows.npy"
+    np.save(mine, np.arange(5))
+    line = cli_error("embed", "--model", base, corpus, "-o", tmp_path / "emb.npy", "--overwrite")
+    assert "emb.rows.npy: already exists beside" in line and np.load(mine).tolist() == [0, 1, 2, 3, 4]
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    (base / "metrics.jsonl").write_text('{"step": 1, "kind": "train", "loss": 1.0}\n')
+    line = cli_error("plot", base, "-o", notes)
+    assert "`plot` replaces only a PNG plot" in line and "--overwrite" not in line and notes.read_text() == "mine"
+    assert "choose another OUT or pass --overwrite" in cli_error("import-hf", tmp_path / "tok", base)
+
+
+def test_a_shard_changed_where_its_digest_does_not_look_is_caught_by_search(tmp_path, base):
+    idx = _index(tmp_path, base)
+    shard = idx / "shard-00000.f32"
+    vectors = np.fromfile(shard, dtype=np.float32)
+    vectors[5] = 1e30  # one value of one row
+    vectors.tofile(shard)
+    meta = json.loads((idx / "index.json").read_text())
+    from bertkit.run.files import content_digest
+
+    meta["shards"][0]["digests"]["vectors"] = content_digest(shard)  # as if the digest's samples missed the change
+    (idx / "index.json").write_text(json.dumps(meta))
+    assert "holds vectors that are not finite or not of unit length" in cli_error("search", idx, "films")
+
+
+def test_a_resume_given_another_base_model_is_refused(tmp_path, base):
+    train = _reviews(tmp_path / "train.csv", 30)
+    args = ["finetune", "classify", "--train", train, "--text-column", "review", "--label-column", "stars",
+            "--no-progress", "--set", "save_every=1", "--out", tmp_path / "ft"]
+    cli_ok(*args, "--model", base, "--max-steps", "2")
+    other = tmp_path / "other"
+    shutil.copytree(base, other)
+    weights = load_file(other / "model.safetensors")
+    save_file({k: v * 2 for k, v in weights.items()}, other / "model.safetensors")
+    line = cli_error(*args, "--model", other, "--max-steps", "3", "--resume")
+    assert "(other weights)" in line
+    cli_ok(*args, "--max-steps", "3", "--resume")  # without --model: its own checkpoint
