@@ -117,15 +117,14 @@ def base_of(run: str | Path, given: str | Path | None, required: bool) -> Path |
 def check(run: str | Path, files: dict[str, Iterable[str | Path]], accept: bool, console: Console,
           main: bool = True, base_model: str | Path | None = None, with_base: bool = False) -> dict:
     """On resume: every recorded role must hold the same content now. A change is refused with one line naming
-    the file, unless `accept` (then warned, and recorded in inputs.json's "changes"). A run from before inputs.json
-    gets one now, so its next resume is checked. Every process checks; only the `main` one writes and warns.
-    Returns the current record."""
+    the file, unless `accept` (then warned, and recorded in inputs.json's "changes"). Nothing else is written: a
+    resume refused later for another reason leaves the run as it was (a run from before inputs.json has nothing to
+    compare with, and is not checked). Every process checks; only the `main` one writes and warns. Returns the
+    current record."""
     run = Path(run)
     old = stored(run)
     current = describe(files, base_model, with_base, before=old)
     if old is None:
-        if main:
-            write(run, current)
         return current
     changes = []
     for role, now in current["files"].items():
@@ -141,16 +140,14 @@ def check(run: str | Path, files: dict[str, Iterable[str | Path]], accept: bool,
         raise BertkitError(f"{run}: {first['role']} changed since the run began "
                            f"({_difference(first['was'], first['now'])}); resume on the same content, or pass "
                            f"{ACCEPT_OPTION} to go on with the new content (it is recorded)")
-    if main:
+    if main and changes:
         for change in changes:
             console.print(f"[yellow]warning: {change['role']} changed since the run began "
                           f"({_difference(change['was'], change['now'])}); going on with the new content "
                           f"({ACCEPT_OPTION}), recorded in {run / INPUTS_FILE}")
-        # kept up to date (a touched file is not read again next time); what this resume does not name stays
-        merged = {**old, **current, "files": {**old.get("files", {}), **current["files"]},
-                  "changes": old.get("changes", []) + changes}
-        if merged != old:
-            write(run, merged)
+        # what this resume does not name (the base model after a checkpoint) stays as recorded
+        write(run, {**old, **current, "files": {**old.get("files", {}), **current["files"]},
+                    "changes": old.get("changes", []) + changes})
     return current
 
 
