@@ -151,6 +151,23 @@ def bertkit_capped(args, limit: int, cwd: Path):
                           env=env, cwd=cwd, capture_output=True, text=True, timeout=300, check=False)
 
 
+def interrupted(objective, step: int, *args) -> None:
+    """`bertkit ARGS` in-process, stopped as a Ctrl-C would stop it when `objective.batch(step)` is reached (before
+    that step trains); the command must fail."""
+    original = objective.batch
+
+    def batch(self, at):
+        if at == step:
+            raise KeyboardInterrupt
+        return original(self, at)
+
+    objective.batch = batch
+    try:
+        assert cli_invoke(*args).exit_code != 0
+    finally:
+        objective.batch = original
+
+
 def merged(*parts) -> list:
     """Argument lists joined, a later `--set key=value` replacing an earlier one of the same key (bertkit refuses a
     key given twice with two values): a base list of options plus a test's own."""

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from bertkit.tasks.seq2seq import Seq2SeqObjective
-from conftest import cli_error, cli_invoke, cli_ok, merged
+from conftest import cli_error, cli_ok, interrupted, merged
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "data" / "samples"
@@ -160,7 +160,7 @@ def test_bad_inputs_are_one_line_and_damage_nothing(mt, tmp_path, base):
 
 
 @pytest.mark.slow
-def test_a_run_killed_before_its_first_checkpoint_restarts_from_the_same_start(tmp_path, monkeypatch):
+def test_a_run_killed_before_its_first_checkpoint_restarts_from_the_same_start(tmp_path):
     """Issue 38: a resume before the first checkpoint starts the run again as it began — from its recipe here (a
     run continued from a model restarts from that model: finetune's test) — to the same losses; a --model it did
     not begin from is refused."""
@@ -169,16 +169,7 @@ def test_a_run_killed_before_its_first_checkpoint_restarts_from_the_same_start(t
                    "--set", "vocab_size=300", "--set", "log_every=1", "--set", "eval_every=4",
                    "--set", "save_every=100", "--set", "bleu_examples=4"])
     cli_ok(*args, "--out", tmp_path / "straight")
-    original = Seq2SeqObjective.batch
-
-    def killed_at_step_2(self, step):
-        if step == 2:
-            raise KeyboardInterrupt
-        return original(self, step)
-
-    monkeypatch.setattr(Seq2SeqObjective, "batch", killed_at_step_2)
-    assert cli_invoke(*args, "--out", tmp_path / "killed").exit_code != 0
-    monkeypatch.setattr(Seq2SeqObjective, "batch", original)
+    interrupted(Seq2SeqObjective, 2, *args, "--out", tmp_path / "killed")
     assert "began from its recipe, not from a model" in cli_error(*args, "--out", tmp_path / "killed", "--resume",
                                                                    "--model", tmp_path / "straight")
     cli_ok(*args, "--out", tmp_path / "killed", "--resume")

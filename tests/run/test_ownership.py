@@ -17,7 +17,7 @@ from bertkit.index import index_lock
 from bertkit.run.lock import lock_path, locked
 from bertkit.run.outputs import INDEX, PREDICTIONS, TEXT, TOKENIZER, claim, describe
 from bertkit.tasks.classify import ClassifyObjective
-from conftest import cli_error, cli_invoke, cli_ok, repeated_corpus
+from conftest import cli_error, cli_ok, interrupted, repeated_corpus
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "samples" / "corpus.txt"
 DOCS = [f"document {i} is about {topic}" for i, topic in enumerate(["films", "rain", "bread", "cats"] * 3)]
@@ -168,23 +168,14 @@ def _curve(run: Path) -> list:
     return [{k: r[k] for k in keep if k in r} for r in map(json.loads, lines)]
 
 
-def test_a_finetune_killed_before_its_first_checkpoint_restarts_from_its_base(tmp_path, base, monkeypatch):
+def test_a_finetune_killed_before_its_first_checkpoint_restarts_from_its_base(tmp_path, base):
     train = _reviews(tmp_path / "train.csv", 60)
     args = ["finetune", "classify", "--train", train, "--text-column", "review", "--label-column", "stars",
             "--max-steps", "6", "--no-progress", "--set", "batch_size=8", "--set", "learning_rate=3e-3",
             "--set", "log_every=1", "--set", "eval_every=3", "--set", "save_every=100", "--set", "warmup_ratio=0"]
     cli_ok(*args, "--model", base, "--out", tmp_path / "straight")
-    original = ClassifyObjective.batch
-
-    def killed_at_step_2(self, step):
-        if step == 2:
-            raise KeyboardInterrupt  # before any checkpoint (save_every=100)
-        return original(self, step)
-
     for resumed, model in (("with-model", ("--model", base)), ("without", ())):
-        monkeypatch.setattr(ClassifyObjective, "batch", killed_at_step_2)
-        assert cli_invoke(*args, "--model", base, "--out", tmp_path / resumed).exit_code != 0
-        monkeypatch.setattr(ClassifyObjective, "batch", original)
+        interrupted(ClassifyObjective, 2, *args, "--model", base, "--out", tmp_path / resumed)  # save_every=100
         assert not (tmp_path / resumed / "checkpoints" / "latest").exists()
         result = cli_ok(*args, *model, "--out", tmp_path / resumed, "--resume")
         assert "no checkpoint yet" in " ".join(result.output.split())
@@ -195,9 +186,7 @@ def test_a_finetune_killed_before_its_first_checkpoint_restarts_from_its_base(tm
     save_file({k: v + 1 for k, v in weights.items()}, other / "model.safetensors")  # another model
     moved = tmp_path / "moved-base"
     shutil.copytree(base, moved)  # the same weights elsewhere: accepted
-    monkeypatch.setattr(ClassifyObjective, "batch", killed_at_step_2)
-    assert cli_invoke(*args, "--model", base, "--out", tmp_path / "third").exit_code != 0
-    monkeypatch.setattr(ClassifyObjective, "batch", original)
+    interrupted(ClassifyObjective, 2, *args, "--model", base, "--out", tmp_path / "third")
     line = cli_error(*args, "--model", other, "--out", tmp_path / "third", "--resume")
     assert f"began from {base.resolve()}, not {other} (other weights)" in line
     cli_ok(*args, "--model", moved, "--out", tmp_path / "third", "--resume")
@@ -225,7 +214,7 @@ def test_a_resume_on_changed_content_is_refused_or_recorded(tmp_path, base):
     assert json.loads((tmp_path / "run" / "inputs.json").read_text())["changes"][0]["role"] == "data.corpus"
 
 
-def test_a_finetune_resume_on_a_changed_training_file_is_refused(tmp_path, base, monkeypatch):
+def test_a_finetune_resume_on_a_changed_training_file_is_refused(tmp_path, base):
     train = _reviews(tmp_path / "train.csv", 30)
     args = ["finetune", "classify", "--model", base, "--train", train, "--text-column", "review", "--label-column",
             "stars", "--max-steps", "2", "--no-progress", "--set", "save_every=1", "--out", tmp_path / "ft"]
