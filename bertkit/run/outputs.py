@@ -28,6 +28,7 @@ from bertkit.errors import BertkitError
 from bertkit.paths import resolve_data_path
 
 _PEEK = 1 << 16  # bytes read from the start of a file to recognise it
+_REPORT = 1 << 24  # a JSON report is smaller than this
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,11 @@ def _head(path: Path, size: int = _PEEK) -> bytes:
 
 
 def _json_object(keys: tuple[str, ...]) -> Callable[[Path], bool]:
+    """A JSON report holding `keys`. Parsed only when it starts like one and is report-sized: every other kind's
+    test runs this too, and a large corpus must not be read whole to be told apart."""
     def matches(path: Path) -> bool:
+        if _head(path).lstrip()[:1] != b"{" or path.stat().st_size > _REPORT:
+            return False
         data = _read_json(path)
         return isinstance(data, dict) and all(key in data for key in keys)
     return matches
@@ -263,8 +268,7 @@ def _same_or_inside(inner: Path, outer: Path) -> bool:
 
 def _exists(out: Path) -> bool:
     """An output is there: a file, a link, or a non-empty folder (an empty folder holds nothing to lose)."""
-    return out.is_symlink() or out.is_file() or (out.is_dir() and any(out.iterdir())) or \
-        (out.exists() and not out.is_dir())
+    return out.is_symlink() or (out.exists() and (not out.is_dir() or any(out.iterdir())))
 
 
 def claim(out: str | Path, kind: Kind, overwrite: bool, inputs: Iterable[str | Path | None] = (),
