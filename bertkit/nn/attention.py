@@ -7,10 +7,16 @@ Relative positions need the weights inside the value sum, so they always take th
 A third input form serves unpadded batches (`Packed`): the real tokens of every sequence back to back as one row,
 attention kept inside each sequence — on a GPU by PyTorch's variable-length flash kernel (`varlen_attn`, no work
 spent on padding), elsewhere by SDPA with the equivalent block-diagonal mask (the reference it is tested against).
+
+Outputs at padded positions are undefined: only real positions (1 in the padding mask) are meaningful. The packed
+path never computes padded positions (the stack puts zeros there), and the padded SDPA and eager paths compute
+finite values there that may differ between paths, precisions and kernels. Everything downstream (pooling, losses,
+heads, metrics) must select or mask real positions, never read padding.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -28,6 +34,20 @@ try:  # PyTorch's variable-length flash attention (CUDA, fp16 / bf16)
     from torch.nn.attention.varlen import varlen_attn
 except ImportError:  # older PyTorch: packed batches use the block-diagonal reference
     varlen_attn = None
+
+
+def takes_keyword(function, name: str) -> bool:
+    """Whether `function`'s signature names the parameter `name` (False when it cannot be read; a bare **kwargs
+    does not count: a wrapper's **kwargs says nothing about what it passes on to)."""
+    try:
+        return name in inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+# varlen_attn of torch 2.10 / 2.11 has no `enable_gqa` (torch 2.13's has): without it, GQA / MQA repeats the k/v
+# heads before the call. Checked once, at import: reading the signature per call would cost every layer every step.
+VARLEN_GQA = varlen_attn is not None and takes_keyword(varlen_attn, "enable_gqa")
 
 
 @dataclass(frozen=True)
@@ -118,6 +138,7 @@ class Attention(nn.Module):
 
     Self-attention when `kv` is None, cross-attention (queries from x, keys/values from kv) otherwise. Rotary and
     relative positions act only in self-attention (`cross=False`); cross-attention has no notion of offset.
+    Outputs at padded query positions are undefined (see the module docstring): read real positions only.
     """
 
     def __init__(self, cfg: ModelConfig, cross: bool = False):
@@ -184,8 +205,12 @@ class Attention(nn.Module):
         """Attention within each sequence of a packed row: q (1, H, N, dh), k / v (1, Hkv, N, dh) -> (1, H, N, dh)."""
         gqa = self.n_kv_heads != self.n_heads
         if packed.kernel_ready(q) and dropout == 0.0:  # the flash kernel takes (N, heads, dh) and no dropout
+            if gqa and not VARLEN_GQA:  # query head h reads kv head h // (H / Hkv), as in `_eager`
+                group = self.n_heads // self.n_kv_heads
+                k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (1, H, N, dh)
+            grouped = {"enable_gqa": True} if gqa and VARLEN_GQA else {}  # MHA: no keyword, which 2.10 / 2.11 lack
             out = varlen_attn(*(t[0].transpose(0, 1).contiguous() for t in (q, k, v)), packed.cu_seqlens,
-                              packed.cu_seqlens, packed.max_len, packed.max_len, enable_gqa=gqa)  # (N, H, dh)
+                              packed.cu_seqlens, packed.max_len, packed.max_len, **grouped)  # (N, H, dh)
             return out.transpose(0, 1)[None]
         return sdpa(q, k, v, packed.block_mask(), dropout, False, gqa=gqa)
 

@@ -100,7 +100,10 @@ class LMHead(nn.Module):
 
 
 def pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None, mode: str) -> torch.Tensor:
-    """Summarise a sequence: the [CLS] state, or the mean / max over real (unpadded) tokens. (B, T, D) -> (B, D)"""
+    """Summarise a sequence: the [CLS] state, or the mean / max over real (unpadded) tokens. (B, T, D) -> (B, D)
+
+    Padded positions never reach the result, whatever they hold (their states are undefined): masked out, not
+    multiplied by zero."""
     if mode == "cls":
         return hidden[:, 0]
     if mode not in ("mean", "max"):
@@ -109,8 +112,9 @@ def pool(hidden: torch.Tensor, attention_mask: torch.Tensor | None, mode: str) -
         return hidden.mean(1) if mode == "mean" else hidden.amax(1)
     real = attention_mask.bool().unsqueeze(-1)  # (B, T, 1)
     if mode == "mean":
+        # padding filled, not multiplied by 0 (0 × inf / NaN is NaN: padded states are undefined, see `attention`);
         # float32 sums: a bf16 sum over hundreds of tokens loses the low bits
-        total = (hidden.float() * real).sum(1)  # (B, D)
+        total = hidden.masked_fill(~real, 0).float().sum(1)  # (B, D)
         return (total / real.sum(1).clamp(min=1)).to(hidden.dtype)
     return hidden.masked_fill(~real, torch.finfo(hidden.dtype).min).amax(1)
 

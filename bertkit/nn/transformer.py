@@ -139,7 +139,7 @@ class _Stack(nn.Module):
             if hidden is not None:
                 hidden[-1] = x
         if select is not None:  # back in place: (1, N, D) -> (B, T, D), zeros at padding
-            x = x.new_zeros(*select.shape, x.shape[-1]).index_put((select,), x[0])
+            x = _unpack(x, select)
         return StackOutput(x, hidden, attentions)
 
     def _packs(self, attention_mask: torch.Tensor | None, x: torch.Tensor, cache: KVCache | None,
@@ -170,6 +170,12 @@ def _pack(x: torch.Tensor, select: torch.Tensor, position_ids: torch.Tensor | No
         position_ids = torch.arange(t, device=x.device)
     positions = position_ids.expand(b, t)[select]  # (N,)
     return x[select][None], Packed(cu_seqlens, int(lengths.max())), positions
+
+
+def _unpack(x: torch.Tensor, select: torch.Tensor) -> torch.Tensor:
+    """The packed states (1, N, D) back in their padded places (B, T, D) (`select` (B, T): the real tokens). Padding
+    positions hold zeros; consumers must not rely on it (padded positions are undefined: `attention` module)."""
+    return x.new_zeros(*select.shape, x.shape[-1]).index_put((select,), x[0])  # (B, T, D)
 
 
 def _cat_positions(past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:

@@ -1,11 +1,12 @@
 """Unpadded (variable-length) encoder batches: the real tokens packed into one row give the padded forward's states
 and gradients at every real token, for every position kind that allows it; auto packs only where the GPU kernel
-runs."""
+runs; the call to PyTorch's varlen kernel fits its signature (with or without enable_gqa)."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from bertkit.nn import transformer
+from bertkit.nn import attention, transformer
 from bertkit.nn.model import Model
 from bertkit.nn.transformer import set_unpad
 from conftest import tiny, heads
@@ -70,3 +71,62 @@ def test_auto_packs_only_where_the_varlen_kernel_runs(monkeypatch):
         model(ids, torch.ones_like(mask))  # no padding to drop
     with pytest.raises(ValueError, match="unpad must be"):
         set_unpad(model, "sometimes")
+
+
+def _varlen_reference(query, key, value, cu_seq_q, max_q, enable_gqa=False):
+    """What the variable-length kernel computes, by SDPA with the block-diagonal mask: query (N, H, dh), key / value
+    (N, Hkv, dh) -> (N, H, dh)."""
+    mask = attention.Packed(cu_seq_q, max_q).block_mask()  # (1, 1, N, N)
+    q, k, v = (t.transpose(0, 1)[None] for t in (query, key, value))  # (1, heads, N, dh)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=enable_gqa)[0].transpose(0, 1)
+
+
+def _fake_kernels(calls: list) -> dict:
+    """Stand-ins for `varlen_attn` with torch 2.10 / 2.11's signature (no enable_gqa) and with torch 2.13's, which
+    record the k/v head count and keywords they were given. Without enable_gqa, SDPA refuses unequal head counts:
+    the old kernel's reference only runs on repeated heads."""
+    def old(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None):
+        calls.append((key.shape[1], {}))
+        return _varlen_reference(query, key, value, cu_seq_q, max_q)
+
+    def new(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None,
+            window_size=(-1, -1), enable_gqa=None):  # None: the keyword was not passed
+        calls.append((key.shape[1], {} if enable_gqa is None else {"enable_gqa": enable_gqa}))
+        return _varlen_reference(query, key, value, cu_seq_q, max_q, bool(enable_gqa))
+
+    return {"without enable_gqa": old, "with enable_gqa": new}
+
+
+@pytest.mark.parametrize("kernel", ["without enable_gqa", "with enable_gqa"])
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])  # MHA, GQA, MQA (4 query heads)
+def test_the_varlen_call_fits_the_kernels_signature(kernel, n_kv_heads, monkeypatch):
+    """torch 2.10 / 2.11's varlen_attn has no enable_gqa: the signature is read once and GQA / MQA repeat the k/v
+    heads (MHA never passes the keyword). Either way the packed states equal the block-diagonal SDPA reference."""
+    calls: list = []
+    fake = _fake_kernels(calls)[kernel]
+    model = Model(tiny(positions="rotary", n_kv_heads=n_kv_heads)).eval()
+    set_unpad(model, "always")
+    ids, mask = _batch()
+    real = mask.bool()
+    with torch.no_grad():
+        reference = model(ids, mask).last_hidden_state  # CPU: kernel not ready, block-diagonal SDPA
+        monkeypatch.setattr(attention, "varlen_attn", fake)
+        monkeypatch.setattr(attention, "VARLEN_GQA", attention.takes_keyword(fake, "enable_gqa"))
+        monkeypatch.setattr(attention.Packed, "kernel_ready", lambda self, q: True)
+        through_kernel = model(ids, mask).last_hidden_state
+    assert attention.VARLEN_GQA == (kernel == "with enable_gqa")
+    assert len(calls) == model.config.n_layers  # every block took the kernel
+    torch.testing.assert_close(through_kernel[real], reference[real], atol=1e-6, rtol=1e-5)
+    gqa = n_kv_heads != 4
+    if kernel == "without enable_gqa":
+        assert calls == [(4, {})] * len(calls)  # heads repeated to the query heads, no keyword
+    else:
+        assert calls == [(n_kv_heads, {"enable_gqa": True} if gqa else {})] * len(calls)
+
+
+def test_the_signature_check():
+    assert attention.takes_keyword(lambda q, *, enable_gqa=False: q, "enable_gqa")
+    assert not attention.takes_keyword(lambda q, **kwargs: q, "enable_gqa")  # a wrapper's **kwargs proves nothing
+    assert not attention.takes_keyword(object(), "enable_gqa")  # no readable signature: the safe answer
+    if attention.varlen_attn is not None:
+        assert attention.VARLEN_GQA == attention.takes_keyword(attention.varlen_attn, "enable_gqa")
