@@ -21,8 +21,10 @@ sentence-transformers runs under the same bf16 autocast). The first line names t
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -120,6 +122,7 @@ def main() -> None:
             choice = "built"
     sentences = real_sentences(args.sentences)
     work = Path(tempfile.mkdtemp(prefix="bertkit-embed-bench-"))
+    atexit.register(shutil.rmtree, work, True)  # the imported or built model, the .npy outputs
     corpus = work / "sentences.txt"
     corpus.write_text("\n".join(sentences) + "\n", encoding="utf-8")
     if choice == "minilm":
