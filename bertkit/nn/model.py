@@ -91,14 +91,19 @@ class Model(nn.Module):
 
     def _on_top(self, out: StackOutput, mask: torch.Tensor | None, mlm_select: torch.Tensor | None,
                 head: str | None, pool: str | None) -> StackOutput:
-        """The heads on a stack's output (`mask`: its padding mask, 1 at real tokens). With `mlm_select` (B, T) bool,
-        the MLM head runs on the selected positions and `.logits` holds their (N, V) scores. With `pool` (cls |
-        mean | max) `.pooled` holds one (B, D) vector per sequence (not normalised). With `head` (a registered head
+        """The heads on a stack's output (`mask`: its padding mask, 1 at real tokens). With `mlm_select` (B, T) bool
+        (or the (N,) flat positions it selects) the MLM head runs on the selected positions and `.logits` holds
+        their (N, V) scores. With `pool` (cls | mean | max) `.pooled` holds one (B, D) vector per sequence (not
+        normalised). With `head` (a registered head
         with `logits=True`) `.logits` is that head's output: classifier (B, C), tagger (B, T, C), lm (B, T, V),
         pair_classifier (B/2, C) from the pooled [u; v]. Heads run inside forward so that they stay under
         DistributedDataParallel's gradient hooks."""
         if mlm_select is not None:
-            out.logits = self.mlm_logits(out.last_hidden_state[mlm_select])
+            hidden = out.last_hidden_state  # (B, T, D)
+            if mlm_select.dtype == torch.bool:
+                out.logits = self.mlm_logits(hidden[mlm_select])
+            else:  # flat positions into the (B * T) tokens (MLMObjective.prepare)
+                out.logits = self.mlm_logits(hidden.reshape(-1, hidden.shape[-1]).index_select(0, mlm_select))
         if pool is not None:
             out.pooled = pool_states(out.last_hidden_state, mask, pool)  # (B, D)
         if head is not None:

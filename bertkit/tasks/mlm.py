@@ -92,13 +92,27 @@ class MLMObjective:
         rows, t = micro["input_ids"].shape
         return train_flops(config, self.kind, rows, t, masked=int((micro["labels"] != IGNORE_INDEX).sum()))
 
+    @staticmethod
+    def prepare(micro: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Host side of a training micro-batch: the flat positions of its masked tokens and their targets. Counted
+        here, the device never waits to learn how many there are (boolean indexing on a GPU must), and a compiled
+        model sees one index tensor of varying length instead of a data-dependent selection (no graph break)."""
+        flat = micro["labels"].reshape(-1)  # (B * L,)
+        positions = (flat != IGNORE_INDEX).nonzero().squeeze(1)  # (N,)
+        return {**micro, "mlm_positions": positions, "mlm_targets": flat[positions]}
+
     def loss(self, model: torch.nn.Module, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         """Summed MLM loss over the micro-batch's masked tokens (+ the weighted contrastive term on two-view
         batches; validation batches have one view and score MLM alone, comparable with a plain MLM run)."""
-        selected = micro["labels"] != IGNORE_INDEX  # (B, L)
         paired = "masked_per_row" in micro
+        if "mlm_positions" in micro:  # prepared on the host (`prepare`)
+            selected, targets = micro["mlm_positions"], micro["mlm_targets"]  # (N,) each
+            torch._dynamo.maybe_mark_dynamic(selected, 0)  # under torch.compile: one graph for every count
+            torch._dynamo.maybe_mark_dynamic(targets, 0)
+        else:
+            selected = micro["labels"] != IGNORE_INDEX  # (B, L)
+            targets = micro["labels"][selected]  # (N,)
         out = model(micro["input_ids"], mlm_select=selected, pool="mean" if paired else None)
-        targets = micro["labels"][selected]  # (N,)
         loss_sum = F.cross_entropy(out.logits.float(), targets, reduction="sum")
         stats = {"accuracy": (out.logits.argmax(-1) == targets).sum()}
         if paired:

@@ -41,16 +41,20 @@ def with_learning_rate(config: Config, rate: float) -> Config:
     return dataclasses.replace(config, train=dataclasses.replace(config.train, learning_rate=rate))
 
 
-# torch.compile (train.compile = "auto"): the steps after which a compiled run is ahead of an eager one (its compile
-# time divided by the seconds it saves per step), measured by benchmarks/compile_speed.py per device type. None:
-# not measured to win there, so auto leaves it off.
-COMPILE_BREAK_EVEN_STEPS: dict[str, int | None] = {"cpu": None, "cuda": None}
+# torch.compile (train.compile = "auto"): when compiling pays back within a run, per device type. A run is long enough
+# at twice the break-even (so that a machine slower to compile still gains), counted in steps for a step-limited run
+# and in seconds of training for a time-budgeted one. Measured on one H100 (torch 2.11, BERT-base shape, bf16, batch
+# 128 x 128; issue 33's table): eager 357,673 tok/s, compiled 508,549 (1.42x) after 37.6 s of compilation, so each
+# step saves 13.6 ms and the compilation is won back after ~2,770 steps, or ~127 s of eager training (37.6 s / the
+# 29.7% of each step it saves). None: not measured to win there (CPU: benchmarks/compile_speed.py), auto leaves it off.
+COMPILE_BREAK_EVEN_STEPS: dict[str, int | None] = {"cpu": None, "cuda": 2_770}
+COMPILE_BREAK_EVEN_SECONDS: dict[str, float | None] = {"cpu": None, "cuda": 127.0}
 
 
-def use_compile(setting: str, device: torch.device, steps: int) -> tuple[bool, str]:
-    """Whether a run of `steps` more steps on `device` trains through torch.compile, and why: `on` / `off` as
-    given; `auto` on where compiling was measured to pay back within the run (twice the break-even, so that a
-    machine slower to compile still gains)."""
+def use_compile(setting: str, device: torch.device, steps: int, seconds: float | None = None) -> tuple[bool, str]:
+    """Whether a run of `steps` more steps (or, under a time budget, `seconds` more seconds) on `device` trains
+    through torch.compile, and why: `on` / `off` as given; `auto` on where compiling was measured to pay back
+    within the run (twice the break-even)."""
     if setting != "auto":
         return setting == "on", "train.compile = " + setting
     even = COMPILE_BREAK_EVEN_STEPS.get(device.type)
@@ -58,4 +62,10 @@ def use_compile(setting: str, device: torch.device, steps: int) -> tuple[bool, s
         return False, f"auto: not measured to pay on {device.type}"
     if steps < 2 * even:
         return False, f"auto: {steps:,} steps are too few to win back the compile time ({2 * even:,} needed)"
+    even_s = COMPILE_BREAK_EVEN_SECONDS.get(device.type) or 0.0
+    if seconds is not None and seconds < 2 * even_s:
+        return False, (f"auto: a {seconds:,.0f} s budget is too short to win back the compile time "
+                       f"({2 * even_s:,.0f} s needed)")
+    if seconds is not None:
+        return True, f"auto: a {seconds:,.0f} s budget wins back the compile time (break-even ~{even_s:,.0f} s)"
     return True, f"auto: {steps:,} steps win back the compile time (break-even ~{even:,})"

@@ -1,0 +1,78 @@
+"""Evaluation inside the loop: when it runs, what it logs, and the best checkpoint with early stopping."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+from accelerate import Accelerator
+from rich.console import Console
+
+from bertkit.config import TrainConfig
+from bertkit.errors import BertkitError
+from bertkit.nn.model import Model
+from bertkit.run.checkpoints import save_best
+from bertkit.train.sharding import full_weights
+from bertkit.train.state import TrainState
+from bertkit.train.window import MetricsWriter
+
+
+def plain(accelerator: Accelerator, ddp_model) -> Model:
+    """The model itself: without the DDP wrapper and without torch.compile's (its state dict has the plain names;
+    evaluation runs eagerly instead of compiling every evaluation shape)."""
+    return accelerator.unwrap_model(ddp_model, keep_torch_compile=False)
+
+
+class Evaluator:
+    """Runs the objective's evaluation every `eval_every` steps and at the end (timed into `state.eval_seconds`
+    for the budget planner), logs it, and with a `metric` keeps the best weights in checkpoints/best/ and stops
+    the run after `patience` evaluations without improvement."""
+
+    def __init__(self, objective, cfg: TrainConfig, metric: str | None, run_dir: Path, accelerator: Accelerator,
+                 metrics: MetricsWriter, console: Console):
+        self.objective, self.cfg, self.metric, self.run_dir = objective, cfg, metric, run_dir
+        self.accelerator, self.metrics, self.console = accelerator, metrics, console
+
+    def due(self, state: TrainState, last: bool) -> bool:
+        """Whether the step just taken is evaluated."""
+        return state.step % self.cfg.eval_every == 0 or last
+
+    def __call__(self, state: TrainState, ddp_model) -> tuple[dict, bool]:
+        """Evaluate now; returns (metrics, whether early stopping ends the run)."""
+        started = time.perf_counter()
+        evaluation = self.objective.evaluate(plain(self.accelerator, ddp_model))
+        state.evaluations += 1
+        state.eval_seconds += time.perf_counter() - started
+        self.metrics.log({"kind": "eval", "step": state.step, **evaluation})
+        main = self.accelerator.is_main_process
+        if main and evaluation:
+            self.console.print(f"step {state.step}: " + "  ".join(f"{k} {v:.4f}" for k, v in evaluation.items()))
+        if self.metric is None or not evaluation:
+            return evaluation, False
+        stop = self.track_best(evaluation, state, ddp_model)
+        if stop and main:
+            self.console.print(f"early stop: {self.metric} has not improved for {state.stale_evals} evaluations "
+                               f"(best {state.best_value:.4f} at step {state.best_step})")
+        return evaluation, stop
+
+    def track_best(self, evaluation: dict, state: TrainState, ddp_model) -> bool:
+        """Keep the best weights in checkpoints/best/; returns True when early stopping should end the run."""
+        metric, accelerator = self.metric, self.accelerator
+        if metric not in evaluation:
+            raise BertkitError(f"train.metric: {metric!r} is not a validation metric (available: "
+                               f"{', '.join(evaluation)})")
+        value = evaluation[metric]
+        lower_is_better = "loss" in metric or "ppl" in metric
+        better = state.best_value is None or (value < state.best_value if lower_is_better
+                                              else value > state.best_value)
+        if better and math.isfinite(value):
+            state.best_value, state.best_step, state.stale_evals = float(value), state.step, 0
+            whole = full_weights(plain(accelerator, ddp_model))  # gathered when sharded: every process takes part
+            if accelerator.is_main_process:
+                save_best(self.run_dir, whole, state.step, metric, value)
+            accelerator.wait_for_everyone()
+        else:
+            state.stale_evals += 1
+        state.stopped_early = bool(self.cfg.patience) and state.stale_evals >= self.cfg.patience
+        return state.stopped_early
