@@ -59,8 +59,12 @@ class BudgetPlanner:
         state.chunk_times = times[-1:]  # the step time is estimated from steady chunks only
         per_step = self.fit(state, first=True)
         how = ("after" if steady else "still falling after") + f" {start[0]:,} warm-up steps in {start[1]:.1f} s"
-        return (f"train.max_time {self.cfg.max_time}: {state.total_steps:,} steps fit the budget ({per_step:.4g} s "
-                f"per step at steady state, {how}; re-fitted as it runs)")
+        timing = f"{per_step:.4g} s per step at steady state, {how}"
+        if state.total_steps >= self.cfg.max_steps:  # the step cap (train.max_steps, or the epochs) comes first
+            return (f"train.max_time {self.cfg.max_time}: the run's cap of {state.total_steps:,} steps ends it before "
+                    f"the budget ({timing})")
+        return (f"train.max_time {self.cfg.max_time}: {state.total_steps:,} steps fit the budget ({timing}; re-fitted "
+                "as it runs)")
 
     def fit(self, state: TrainState, first: bool) -> float:
         """Set `state.total_steps` so the rest of the budget is filled; returns the steady seconds per step."""
