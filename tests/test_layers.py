@@ -4,7 +4,7 @@
 - module-level imports form no cycle;
 - outside the CLI no function imports a bertkit module (a lazy import is how a cycle gets dodged; the CLI imports
   its jobs lazily so that `bertkit --help` starts fast);
-- a job calls another job only from `demo` and `ablate` (shared library code lives below the jobs);
+- a job calls another job only from `demo`, `ablate` and `glue` (shared library code lives below the jobs);
 - `tasks/` and `train/` share a floor and import nothing from each other (the loop reads objectives through its
   Protocols).
 
@@ -38,7 +38,7 @@ FLOORS: list[tuple[str, tuple[str, ...]]] = [
     ("cli", ("bertkit.cli", "bertkit.__main__")),
 ]
 LAZY_IMPORTS_ALLOWED = ("bertkit.cli",)
-JOBS_THAT_CALL_JOBS = ("bertkit.jobs.demo", "bertkit.jobs.ablate")
+JOBS_THAT_CALL_JOBS = ("bertkit.jobs.demo", "bertkit.jobs.ablate", "bertkit.jobs.glue")
 APART = (("bertkit.tasks", "bertkit.train"),)  # same floor, no imports either way
 
 

@@ -1,4 +1,5 @@
-"""`bertkit ablate`, `probe`: understanding models — which components matter, and what each layer encodes."""
+"""`bertkit ablate`, `probe`, `glue`: understanding models — which components matter, what each layer encodes, and
+how good an encoder is on GLUE."""
 
 from __future__ import annotations
 
@@ -86,3 +87,31 @@ def probe(model: Annotated[list[Path], typer.Option(
                          control=control, max_train_sentences=max_train_sentences,
                          max_eval_sentences=max_eval_sentences, batch_size=batch_size, max_iter=max_iter, seed=seed,
                          overwrite=overwrite, progress=progress))
+
+
+@app.command()
+@user_errors
+def glue(model: Annotated[list[Path], typer.Option(
+             "--model", "-m", help="An encoder run directory (pretrained, imported with import-hf, or an rtd run's "
+                                   "discriminator); repeat to put several side by side.")],
+         tasks: Annotated[str, typer.Option(help="Comma-separated GLUE tasks: cola, sst2, mrpc, rte, wnli.")]
+         = "cola,sst2,mrpc,rte,wnli",
+         seeds: Annotated[int, typer.Option(help="Finetuning seeds per task (0..N-1); a larger N later trains only "
+                                                 "the new seeds.")] = 3,
+         budget: Annotated[str, typer.Option(help="Wall-clock budget of each (task, seed) cell, e.g. 5m; a cell "
+                                                  "ends at 5 epochs or its budget, whichever comes first.")] = "5m",
+         init: Annotated[str, typer.Option(help="pretrained (the runs' weights) or random: the same architecture "
+                                                "and tokenizer from random weights, the control a pretraining "
+                                                "claim needs.")] = "pretrained",
+         out: Annotated[Path, typer.Option("--out", "-o", help="The glue folder: cells/ (one finetune run per "
+                                                               "model, task and seed), glue.md, glue.json; "
+                                                               "re-running it resumes.")] = Path("runs/glue"),
+         progress: ProgressOption = True,
+         set_: SetOption = None) -> None:
+    """Score encoders on the GLUE tasks available offline: every (task, seed) cell finetuned under one setting
+    (recipe `glue`), scored on GLUE dev with each task's metric; prints and writes the table with medians, spreads,
+    the majority-class baseline and the average over the tasks run."""
+    from bertkit.jobs import glue as job
+
+    job.run(job.GlueJob(models=tuple(model), out=out, tasks=tuple(t for t in tasks.split(",") if t.strip()),
+                        seeds=seeds, budget=budget, init=init, overrides=tuple(set_ or ()), progress=progress))

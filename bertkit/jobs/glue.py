@@ -1,0 +1,272 @@
+"""`bertkit glue`: score encoders on the GLUE tasks available offline, the way budget-BERT papers report it.
+
+Every (model, task, seed) cell is an ordinary `finetune classify` run in DIR/cells/MODEL/TASK/seed-N, so a killed
+or extended `glue` goes on cell by cell: a finished cell is read back, a started one resumed, and `--seeds 5` after
+`--seeds 3` trains only the new seeds. The protocol is Cramming's "GLUE-sane" one setting for every task (recipe
+`glue`: batch 16, max length 128, 5 epochs or the per-cell budget, 10% warmup, cosine decay, learning rate 4e-5 at
+BERT-base width scaled with the width as bertkit's automatic rate is), recorded in DIR/glue.json; `--set` overrides
+it, and a DIR trained under another protocol is refused. The best checkpoint is picked on 5% of the training set
+held out; the reported scores are the GLUE dev set's, with each task's GLUE metric. The report (glue.md, glue.json,
+a table in the terminal) gives per task the median and spread over seeds, the majority-class baseline, and the
+average of the main metrics over the tasks run, named so that nobody mistakes it for full GLUE.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from bertkit.errors import BertkitError
+from bertkit.inference import TaskModel
+from bertkit.jobs import finetune
+from bertkit.paths import data_roots, resolve_data_path
+from bertkit.recipes import FINETUNE_READS, load_recipe, with_values
+from bertkit.run.directory import CONFIG_FILE, RESULTS_FILE, load_config
+from bertkit.run.files import write_atomic
+from bertkit.run.lock import locked
+from bertkit.run.outputs import refuse_nested
+from bertkit.text.glue import GLUE_LEFT_OUT, TASKS, GlueTask, Row, glue_task, majority_baseline, task_metrics
+from bertkit.train.defaults import finetune_learning_rate
+from bertkit.train.results import FinetuneJob
+
+REPORT_JSON, REPORT_MD, DEV_SCORES = "glue.json", "glue.md", "glue-dev.json"
+GLUE_RATE_SHARE = 0.8  # Cramming's 4e-5 against the 5e-5 bertkit's automatic rate takes at BERT-base width
+
+
+@dataclass(frozen=True)
+class GlueJob:
+    """What `bertkit glue` is asked: encoder runs to score, the output folder, the tasks, seeds per task, the
+    budget per cell, the weights (the runs' own, or `random`: the same architecture from random weights, the control
+    a pretraining claim needs), and `--set` overrides of the `glue` recipe."""
+
+    models: tuple[Path, ...]
+    out: Path
+    tasks: tuple[str, ...] = tuple(TASKS)
+    seeds: int = 3
+    budget: str | None = "5m"
+    init: str = "pretrained"
+    overrides: tuple[str, ...] = ()
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class GlueResult:
+    """The report: per model (its label in the table) and task, the dev scores of every finished seed, their
+    median and spread, the majority-class baseline, and each model's average over its tasks' main metrics."""
+
+    out: Path
+    tasks: list[str]
+    models: dict[str, dict[str, dict]] = field(default_factory=dict)  # label -> task -> summary
+    baselines: dict[str, dict[str, float]] = field(default_factory=dict)  # task -> metric -> value
+    averages: dict[str, float] = field(default_factory=dict)  # label -> average of main metrics (0-100)
+    average_name: str = ""
+
+
+def run(job: GlueJob, console: Console | None = None) -> GlueResult:
+    """Train and score every missing cell, then write and print the report."""
+    console = console or Console(stderr=True)
+    tasks = list(dict.fromkeys(glue_task(name) for name in job.tasks))
+    if job.seeds < 1:
+        raise BertkitError(f"--seeds: at least 1 (got {job.seeds})")
+    if job.init not in ("pretrained", "random"):
+        raise BertkitError(f"--init: pretrained or random (got {job.init!r})")
+    if not job.models:
+        raise BertkitError("--model: give at least one encoder run directory")
+    models = _labelled_models(job.models, job.init)
+    files = {task.name: (_data_file(task.train), _data_file(task.dev)) for task in tasks}
+    protocol = _protocol(job)
+    out = Path(job.out)
+    refuse_nested(out)
+    with locked(out):
+        _check_protocol(out, protocol)
+        data = {task.name: _prepare(out, task, *files[task.name]) for task in tasks}
+        for label, model in models.items():
+            for task in tasks:
+                for seed in range(job.seeds):
+                    cell = out / "cells" / label / task.name / f"seed-{seed}"
+                    if not (cell / DEV_SCORES).is_file():
+                        console.print(f"glue: {label} · {task.title} · seed {seed}", highlight=False)
+                        _train_cell(cell, model, task, seed, data[task.name], job, console)
+                        _score_cell(cell, task, data[task.name][1])
+        result = _report(out, protocol)
+        _write_report(out, result, protocol)
+    _print(result, console)
+    return result
+
+
+def _labelled_models(paths: tuple[Path, ...], init: str) -> dict[str, Path]:
+    """Each encoder run under its table label (its folder name; `@random` under --init random; numbered where two
+    share a name). A run that is not an encoder is one clear error."""
+    labelled: dict[str, Path] = {}
+    for path in paths:
+        path = Path(path)
+        if not (path / CONFIG_FILE).is_file():
+            raise BertkitError(f"--model {path}: not a bertkit run directory (no {CONFIG_FILE})")
+        architecture = load_config(path).model.architecture
+        if architecture != "encoder":
+            raise BertkitError(f"--model {path}: glue scores encoders; this is a{'n' if architecture[0] == 'e' else ''}"
+                               f" {architecture} run")
+        label = path.resolve().name + ("@random" if init == "random" else "")
+        base, n = label, 2
+        while label in labelled:
+            label, n = f"{base}-{n}", n + 1
+        labelled[label] = path
+    return labelled
+
+
+def _data_file(name: str) -> Path:
+    """A task file from the data root, or one line saying which file and where it was looked for."""
+    path = resolve_data_path(name)
+    if not path.is_file():
+        raise BertkitError(f"glue: {name} not found (looked in: {', '.join(str(r) for r in data_roots())}; set "
+                           "BERTKIT_DATA to the folder that has glue/, sst2/ and stsb/)")
+    return path
+
+
+def _protocol(job: GlueJob) -> dict:
+    """What every cell of a DIR must share: the recipe after --set, and the per-cell budget."""
+    config = load_recipe("glue", list(job.overrides), FINETUNE_READS["classify"])
+    return {"recipe": "glue", "set": list(job.overrides), "budget": job.budget,
+            "train": {k: v for k, v in asdict(config.train).items() if k != "seed"},
+            "task": {k: asdict(config.task)[k] for k in ("max_length", "validation_split", "finetune_dropout")},
+            "learning_rate": ("train.learning_rate" if config.train.learning_rate is not None else
+                              f"{GLUE_RATE_SHARE} x the automatic rate: 4e-5 at d_model 768, x (768 / d_model)^1.5"),
+            "selection": "best checkpoint on validation_split of the training set; scores on GLUE dev"}
+
+
+def _check_protocol(out: Path, protocol: dict) -> None:
+    """A DIR keeps one protocol: its cells would not be comparable otherwise."""
+    report = out / REPORT_JSON
+    if report.is_file():
+        stored = json.loads(report.read_text(encoding="utf-8")).get("protocol")
+        if stored is not None and stored != protocol:
+            changed = sorted(k for k in protocol if protocol[k] != stored.get(k))
+            raise BertkitError(f"{out}: its cells were trained under another protocol ({', '.join(changed)} "
+                               f"differ: budget {stored.get('budget')}, --set {stored.get('set')}); use another -o")
+    elif out.exists() and any(out.iterdir()) and not (out / "cells").is_dir():
+        raise BertkitError(f"{out}: exists and is not a glue folder; choose another -o")
+
+
+def _prepare(out: Path, task: GlueTask, train: Path, dev: Path) -> tuple[Path, list[Row], dict[str, float]]:
+    """The task's training file as JSONL for `finetune classify` (written once), its dev rows, and the
+    majority-class baseline on dev."""
+    train_rows, dev_rows = task.read(train), task.read(dev)
+    folder = out / "data" / task.name
+    target = folder / "train.jsonl"
+    if not target.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(target, "".join(json.dumps({"text": t, "pair": p, "label": y}) + "\n"
+                                     for t, p, y in train_rows))
+    return target, dev_rows, majority_baseline(task, train_rows, dev_rows)
+
+
+def _train_cell(cell: Path, model: Path, task: GlueTask, seed: int, data: tuple, job: GlueJob,
+                console: Console) -> None:
+    """Finetune (or resume, or read back) one cell."""
+    if (cell / RESULTS_FILE).is_file():
+        return
+    if cell.is_dir() and not (cell / CONFIG_FILE).is_file():  # killed before the run began: nothing to keep
+        shutil.rmtree(cell)
+    config = load_recipe("glue", list(job.overrides), FINETUNE_READS["classify"])
+    values = {"task.train_file": str(data[0]), "task.text_pair_column": "pair" if task.pair else None,
+              "task.init": job.init, "train.seed": seed, "train.max_time": job.budget}
+    base = load_config(model).model
+    if config.train.learning_rate is None:
+        rate = GLUE_RATE_SHARE * finetune_learning_rate("classify", base)
+        values["train.learning_rate"] = float(f"{rate:.2g}")
+    if config.task.max_length and config.task.max_length > base.max_len:  # a model with shorter positions
+        values["task.max_length"] = base.max_len
+    config = with_values(config, values)
+    resume = (cell / CONFIG_FILE).is_file()
+    finetune.run(FinetuneJob(config, None if resume else model, cell, resume=resume, progress=job.progress),
+                 console=console)
+
+
+def _score_cell(cell: Path, task: GlueTask, dev: list[Row]) -> None:
+    """The cell's dev scores with the task's GLUE metrics, kept in the cell (glue-dev.json)."""
+    model = TaskModel(cell)
+    predicted, _ = model.classify([t for t, _, _ in dev], [p for _, p, _ in dev] if task.pair else None)
+    scores = task_metrics(task, [y for _, _, y in dev], [row["label"] for row in predicted])
+    write_atomic(cell / DEV_SCORES, json.dumps({"task": task.name, "examples": len(dev), **scores}, indent=1))
+
+
+def _report(out: Path, protocol: dict) -> GlueResult:
+    """Every finished cell under DIR/cells, summarised: per model and task the seeds' scores (0-100), median and
+    spread; per model the average of the main metrics over the tasks it has."""
+    models: dict[str, dict[str, dict]] = {}
+    seen: list[str] = []
+    for scores_file in sorted((out / "cells").glob(f"*/*/seed-*/{DEV_SCORES}")):
+        label, name = scores_file.parts[-4], scores_file.parts[-3]
+        if name not in TASKS:
+            continue
+        scores = json.loads(scores_file.read_text(encoding="utf-8"))
+        cell = models.setdefault(label, {}).setdefault(name, {"seeds": {}})
+        cell["seeds"][scores_file.parts[-2]] = {m: 100 * scores[m] for m in TASKS[name].metrics}
+        seen.append(name)
+    tasks = [name for name in TASKS if name in seen]
+    averages = {}
+    for label, per_task in models.items():
+        for name, cell in per_task.items():
+            task = TASKS[name]
+            for metric in task.metrics:
+                values = [s[metric] for s in cell["seeds"].values()]
+                cell[metric] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
+        if set(per_task) == set(tasks):
+            averages[label] = statistics.mean(per_task[n][TASKS[n].metric]["median"] for n in tasks)
+    baselines = {}
+    for name in tasks:
+        task = TASKS[name]
+        rows, dev = task.read(_data_file(task.train)), task.read(_data_file(task.dev))
+        baselines[name] = {m: 100 * v for m, v in majority_baseline(task, rows, dev).items()}
+    name = f"GLUE-{len(tasks)} ({', '.join(TASKS[t].title for t in tasks)}; {GLUE_LEFT_OUT})"
+    return GlueResult(out, tasks, models, baselines, averages, name)
+
+
+def _cell_text(summary: dict | None, metric: str) -> str:
+    if not summary:
+        return "–"
+    stats, n = summary[metric], len(summary["seeds"])
+    return f"{stats['median']:.1f}" + (f" ({stats['min']:.1f}–{stats['max']:.1f}, {n} seeds)" if n > 1 else "")
+
+
+def _rows(result: GlueResult) -> list[list[str]]:
+    """The report's table: a row per task metric, then the average; a column per model, then the baseline."""
+    rows = []
+    for name in result.tasks:
+        task = TASKS[name]
+        for metric in task.metrics:
+            rows.append([f"{task.title} {metric}" + (" (main)" if metric == task.metric and len(task.metrics) > 1
+                                                      else ""),
+                         *(_cell_text(per_task.get(name), metric) for per_task in result.models.values()),
+                         f"{result.baselines[name][metric]:.1f}"])
+    rows.append(["average", *(f"{result.averages[label]:.1f}" if label in result.averages else "–"
+                              for label in result.models), "–"])
+    return rows
+
+
+def _write_report(out: Path, result: GlueResult, protocol: dict) -> None:
+    header = ["task / metric", *result.models, "majority class"]
+    lines = [f"# {result.average_name}", "", "Dev-set scores ×100: median over seeds (min–max). The average takes "
+             "each task's main metric: MCC (CoLA), F1 (MRPC), accuracy (the others).", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in _rows(result)]
+    write_atomic(out / REPORT_MD, "\n".join(lines) + "\n")
+    data = {"protocol": protocol, "average_name": result.average_name, "tasks": result.tasks,
+            "models": result.models, "baselines": result.baselines, "averages": result.averages}
+    write_atomic(out / REPORT_JSON, json.dumps(data, indent=1))
+
+
+def _print(result: GlueResult, console: Console) -> None:
+    table = Table(title=result.average_name, title_justify="left")
+    for column in ["task / metric", *result.models, "majority class"]:
+        table.add_column(column)
+    for row in _rows(result):
+        table.add_row(*row)
+    console.print(table)
+    console.print(f"report: {result.out / REPORT_MD}, {result.out / REPORT_JSON}")

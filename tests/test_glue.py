@@ -1,0 +1,130 @@
+"""`bertkit glue`: the GLUE files read as they ship, each task's metric against scikit-learn, and the command end to
+end on a tiny encoder: cells that resume one by one, --seeds extended, the random-init control, clear errors."""
+
+import json
+import shutil
+
+import pytest
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+from bertkit.errors import BertkitError
+from bertkit.paths import resolve_data_path
+from bertkit.text.glue import TASKS, glue_task, majority_baseline, task_metrics
+from conftest import cli_error, cli_ok
+
+needs_glue = pytest.mark.skipif(not resolve_data_path("glue/RTE/train.tsv").is_file(),
+                                reason="GLUE data (../shared/data/glue) not found")
+FAST = ["--seeds", "1", "--budget", "30s", "--no-progress", "--set", "train.epochs=none", "--set", "train.max_steps=3",
+        "--set", "train.eval_every=3", "--set", "train.save_every=3", "--set", "task.max_train_examples=48"]
+
+
+@needs_glue
+@pytest.mark.parametrize("name, rows, first", [
+    ("cola", (8551, 1043), ("Our friends won't buy this analysis, let alone the next one we propose.", None, "1")),
+    ("mrpc", (3667, 408), None),  # data/glue/README says 3,668: this copy's train.tsv has 3,667 rows under its header
+    ("rte", (2490, 277), None),
+    ("wnli", (635, 71), ("I stuck a pin through a carrot. When I pulled the pin out, it had a hole.",
+                         "The carrot had a hole.", "1")),
+    ("sst2", (67349, 872), None),
+])
+def test_every_task_reads_its_real_files(name, rows, first):
+    """CoLA without a header row, MRPC behind a byte-order mark and with bare quotes, RTE's string labels."""
+    task = TASKS[name]
+    train, dev = (task.read(resolve_data_path(path)) for path in (task.train, task.dev))
+    assert (len(train), len(dev)) == rows
+    if first is not None:
+        assert train[0] == first
+    labels = {row[2] for row in train}
+    assert labels == ({"entailment", "not_entailment"} if name == "rte" else {"0", "1"})
+    assert all(row[0] for row in train) and all((row[1] is not None) == task.pair for row in train)
+    if name == "mrpc":  # the BOM is gone from the header, and quotes stay inside the text
+        assert any('"' in row[0] or '"' in row[1] for row in train)
+
+
+def test_each_tasks_metric_is_glues():
+    gold = ["1", "0", "1", "1", "0", "0", "1", "0"]
+    predicted = ["1", "0", "0", "1", "1", "0", "1", "1"]
+    assert task_metrics(TASKS["cola"], gold, predicted) == {
+        "mcc": pytest.approx(matthews_corrcoef(gold, predicted)), "accuracy": accuracy_score(gold, predicted)}
+    assert task_metrics(TASKS["mrpc"], gold, predicted)["f1"] == pytest.approx(
+        f1_score(gold, predicted, pos_label="1"))
+    entail = ["entailment" if g == "1" else "not_entailment" for g in gold]
+    guess = ["entailment" if p == "1" else "not_entailment" for p in predicted]
+    assert task_metrics(TASKS["rte"], entail, guess) == {"accuracy": accuracy_score(gold, predicted)}
+    assert task_metrics(TASKS["cola"], gold, ["1"] * len(gold))["mcc"] == 0.0  # constant: defined as 0
+    train = [("a", None, "1")] * 3 + [("b", None, "0")]
+    assert majority_baseline(TASKS["sst2"], train, [("x", None, "1"), ("y", None, "0")]) == {"accuracy": 0.5}
+
+
+def test_a_task_that_does_not_exist_lists_the_valid_ones():
+    with pytest.raises(BertkitError, match="valid: cola,sst2,mrpc,rte,wnli"):
+        glue_task("mnli-mm")
+    with pytest.raises(BertkitError, match="not available offline"):
+        glue_task("QQP")
+    with pytest.raises(BertkitError, match="regression head"):
+        glue_task("stsb")
+    assert glue_task("SST-2") is TASKS["sst2"]
+
+
+def test_bad_input_is_one_line(tmp_path, base, monkeypatch):
+    assert "valid: cola,sst2" in cli_error("glue", "-m", str(base), "--tasks", "rte,nope", "-o", str(tmp_path / "g"))
+    assert "not a bertkit run" in cli_error("glue", "-m", str(tmp_path), "-o", str(tmp_path / "g"))
+    monkeypatch.setenv("BERTKIT_DATA", str(tmp_path / "nowhere"))
+    monkeypatch.setattr("bertkit.paths.data_roots", lambda: [tmp_path / "nowhere"])
+    message = cli_error("glue", "-m", str(base), "--tasks", "rte", "-o", str(tmp_path / "g"))
+    assert "glue/RTE/train.tsv not found (looked in:" in message and not (tmp_path / "g").exists()
+
+
+def test_a_decoder_run_is_refused(tmp_path, sample_tokenizer):
+    from bertkit.config import Config
+    from bertkit.nn.model import Model
+    from bertkit.run.directory import save_run
+    from bertkit.text.tokenizer import save_tokenizer
+    from conftest import heads, tiny
+
+    save_tokenizer(sample_tokenizer, tmp_path / "tok")
+    cfg, lm = tiny(vocab_size=400, architecture="decoder"), heads("lm")
+    run = save_run(tmp_path / "gpt", Model(cfg, lm), Config(model=cfg, heads=lm), tmp_path / "tok" / "tokenizer.json")
+    assert "glue scores encoders; this is a decoder run" in cli_error("glue", "-m", str(run), "-o",
+                                                                      str(tmp_path / "g"))
+
+
+@needs_glue
+@pytest.mark.slow
+def test_glue_end_to_end_resumes_cell_by_cell_and_extends_seeds(tmp_path, base):
+    out = tmp_path / "glue"
+    cli_ok("glue", "-m", str(base), "--tasks", "rte,wnli", "-o", str(out), *FAST)
+    report = json.loads((out / "glue.json").read_text())
+    cells = sorted(p.relative_to(out).as_posix() for p in out.glob("cells/*/*/seed-*"))
+    assert cells == ["cells/base/rte/seed-0", "cells/base/wnli/seed-0"]
+    assert report["tasks"] == ["rte", "wnli"] and report["average_name"].startswith("GLUE-2 (RTE, WNLI; no MNLI")
+    summary = report["models"]["base"]
+    assert set(summary) == {"rte", "wnli"} and 0 <= summary["rte"]["accuracy"]["median"] <= 100
+    assert report["averages"]["base"] == pytest.approx(
+        (summary["rte"]["accuracy"]["median"] + summary["wnli"]["accuracy"]["median"]) / 2)
+    assert report["baselines"]["rte"]["accuracy"] == pytest.approx(100 * 146 / 277, abs=0.1)  # entailment
+    assert "| RTE accuracy |" in (out / "glue.md").read_text()
+    assert report["protocol"]["train"]["batch_size"] == 16 and report["protocol"]["train"]["schedule"] == "cosine"
+
+    # a cell lost between cells (killed before its scores): the rerun trains that cell alone, the other is kept
+    kept = (out / "cells/base/rte/seed-0/model.safetensors").stat().st_mtime_ns
+    shutil.rmtree(out / "cells/base/wnli/seed-0")
+    # and --seeds 2 trains only the new seed of each task
+    cli_ok("glue", "-m", str(base), "--tasks", "rte,wnli", "-o", str(out), *FAST[2:], "--seeds", "2")
+    assert (out / "cells/base/rte/seed-0/model.safetensors").stat().st_mtime_ns == kept
+    assert {p.name for p in out.glob("cells/base/*/seed-*")} == {"seed-0", "seed-1"}
+    assert len(json.loads((out / "glue.json").read_text())["models"]["base"]["rte"]["seeds"]) == 2
+
+    # another protocol in the same folder is refused, naming what differs
+    message = cli_error("glue", "-m", str(base), "--tasks", "rte", "-o", str(out), *FAST[2:],
+                        "--set", "train.batch_size=8")
+    assert "another protocol" in message
+
+    # the random-init control: the same architecture, its own column
+    cli_ok("glue", "-m", str(base), "--tasks", "rte,wnli", "-o", str(out), *FAST, "--init", "random")
+    control = out / "cells/base@random/rte/seed-0"
+    base_model = json.loads((base / "config.json").read_text())["model"]
+    control_config = json.loads((control / "config.json").read_text())
+    assert control_config["model"] == {**base_model, "dropout": 0.1, "attention_dropout": 0.1}
+    assert control_config["task"]["init"] == "random"
+    assert set(json.loads((out / "glue.json").read_text())["models"]) == {"base", "base@random"}
