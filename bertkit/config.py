@@ -30,7 +30,7 @@ Compile = Literal["auto", "on", "off"]
 Sharding = Literal["none", "fsdp"]
 OnBadSteps = Literal["reload", "stop"]
 Pooling = Literal["cls", "mean", "max"]
-TaskKind = Literal["classify", "ner", "sentence", "seq2seq"]
+TaskKind = Literal["classify", "regress", "ner", "sentence", "seq2seq"]
 Init = Literal["pretrained", "random"]
 SentenceLoss = Literal["cosine", "mnrl", "softmax"]
 ContrastiveViews = Literal["maskings", "halves"]  # two maskings of a block | its two halves (tasks/contrast.py)
@@ -344,7 +344,8 @@ class TaskConfig:
     reads. A kind's own settings have their own section (`[sentence_loss]`, `[seq2seq]`); the classifier's pooling
     is `heads.classifier_pooling`."""
 
-    kind: TaskKind = "classify"  # classify: a label per text (or text pair); ner: a tag per word; sentence: SBERT;
+    kind: TaskKind = "classify"  # classify: a label per text (or text pair); regress: a score per text (or pair);
+    #                              ner: a tag per word; sentence: SBERT;
     #                              seq2seq: a target text per source text (translation)
     train_file: str | None = None  # CSV / TSV / JSONL (classify) or CoNLL columns (ner); data-root relative is fine
     validation_file: str | None = None  # None: hold out `validation_split` of the training file

@@ -16,7 +16,7 @@ import torch
 
 from bertkit.errors import BertkitError
 from bertkit.hardware import autocast, resolve_precision
-from bertkit.metrics import classification_metrics, entity_metrics
+from bertkit.metrics import classification_metrics, correlation_metrics, entity_metrics
 from bertkit.nn.model import TASK_HEADS, Model
 from bertkit.run.directory import LABELS_FILE, load_run, load_run_tokenizer, read_labels
 from bertkit.text.features import Encoded, TaskEncoder, join_words
@@ -200,6 +200,8 @@ class TaskModel:
         encoded = self.encoder.texts(texts, pairs)
         logits = batched_logits(self.model, encoded, "classifier", self.pad_id, self.batch_size, self.precision)
         out = []
+        if self.kind == "regress":  # one output: the score itself
+            return [{"score": round(float(row[0]), 4)} for row in logits], sum(e.truncated for e in encoded)
         for row in logits:
             p = np.exp(log_softmax(row))
             best = int(p.argmax())
@@ -221,6 +223,15 @@ class TaskModel:
         classification metrics, or strict entity P/R/F1. Labels the model never saw count as errors and are
         listed (`unseen_labels`)."""
         known = set(self.labels)
+        if self.kind == "regress":
+            pairs = [e.pair or "" for e in examples] if self.config.task.text_pair_column else None
+            predictions, truncated = self.classify([e.text for e in examples], pairs)
+            gold = np.asarray([float(e.label) for e in examples])
+            predicted = np.asarray([p["score"] for p in predictions])
+            result = {**correlation_metrics(gold, predicted), "mse": float(((predicted - gold) ** 2).mean()),
+                      "examples": len(examples)}
+            result.pop("pairs")
+            return {**result, "unseen_labels": [], "truncated": truncated}
         if self.kind == "classify":
             pairs = [e.pair or "" for e in examples] if self.config.task.text_pair_column else None
             predictions, truncated = self.classify([e.text for e in examples], pairs)

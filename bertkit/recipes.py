@@ -97,6 +97,7 @@ class Reads:
 PRETRAIN_READS = Reads("pretrain", ("model", "heads", "tokenizer", "data", "train", "sentence"))
 FINETUNE_READS = {
     "classify": Reads("finetune classify", ("task", "heads", "train")),
+    "regress": Reads("finetune classify --regression", ("task", "heads", "train")),
     "ner": Reads("finetune ner", ("task", "train")),
     "sentence": Reads("finetune sentence", ("task", "sentence_loss", "sentence", "train")),
     "seq2seq": Reads("finetune seq2seq", ("model", "tokenizer", "task", "seq2seq", "train")),

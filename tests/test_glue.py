@@ -26,6 +26,7 @@ FAST = ["--seeds", "1", "--budget", "30s", "--no-progress", "--set", "train.epoc
     ("wnli", (635, 71), ("I stuck a pin through a carrot. When I pulled the pin out, it had a hole.",
                          "The carrot had a hole.", "1")),
     ("sst2", (67349, 872), None),
+    ("stsb", (5749, 1500), ("A plane is taking off.", "An air plane is taking off.", "5.000")),
 ])
 def test_every_task_reads_its_real_files(name, rows, first):
     """CoLA without a header row, MRPC behind a byte-order mark and with bare quotes, RTE's string labels."""
@@ -35,7 +36,10 @@ def test_every_task_reads_its_real_files(name, rows, first):
     if first is not None:
         assert train[0] == first
     labels = {row[2] for row in train}
-    assert labels == ({"entailment", "not_entailment"} if name == "rte" else {"0", "1"})
+    if name == "stsb":
+        assert all(0.0 <= float(label) <= 5.0 for label in labels) and len(labels) > 100
+    else:
+        assert labels == ({"entailment", "not_entailment"} if name == "rte" else {"0", "1"})
     assert all(row[0] for row in train) and all((row[1] is not None) == task.pair for row in train)
     if name == "mrpc":  # the BOM is gone from the header, and quotes stay inside the text
         assert any('"' in row[0] or '"' in row[1] for row in train)
@@ -52,18 +56,24 @@ def test_each_tasks_metric_is_glues():
     guess = ["entailment" if p == "1" else "not_entailment" for p in predicted]
     assert task_metrics(TASKS["rte"], entail, guess) == {"accuracy": accuracy_score(gold, predicted)}
     assert task_metrics(TASKS["cola"], gold, ["1"] * len(gold))["mcc"] == 0.0  # constant: defined as 0
+    from scipy.stats import pearsonr, spearmanr
+
+    scores, guesses = ["0.5", "4.0", "2.2", "3.1", "1.0"], ["1.0", "3.5", "2.0", "3.9", "0.2"]
+    assert task_metrics(TASKS["stsb"], scores, guesses) == {
+        "spearman": pytest.approx(spearmanr([0.5, 4.0, 2.2, 3.1, 1.0], [1.0, 3.5, 2.0, 3.9, 0.2]).statistic),
+        "pearson": pytest.approx(pearsonr([0.5, 4.0, 2.2, 3.1, 1.0], [1.0, 3.5, 2.0, 3.9, 0.2])[0])}
+    assert majority_baseline(TASKS["stsb"], [("a", "b", "1.0"), ("c", "d", "3.0")],
+                             [("x", "y", "2.0"), ("z", "w", "4.0")]) == {"spearman": 0.0, "pearson": 0.0}
     train = [("a", None, "1")] * 3 + [("b", None, "0")]
     assert majority_baseline(TASKS["sst2"], train, [("x", None, "1"), ("y", None, "0")]) == {"accuracy": 0.5}
 
 
 def test_a_task_that_does_not_exist_lists_the_valid_ones():
-    with pytest.raises(BertkitError, match="valid: cola,sst2,mrpc,rte,wnli"):
+    with pytest.raises(BertkitError, match="valid: cola,sst2,stsb,mrpc,rte,wnli"):
         glue_task("mnli-mm")
     with pytest.raises(BertkitError, match="not available offline"):
         glue_task("QQP")
-    with pytest.raises(BertkitError, match="regression head"):
-        glue_task("stsb")
-    assert glue_task("SST-2") is TASKS["sst2"]
+    assert glue_task("SST-2") is TASKS["sst2"] and glue_task("STS-B") is TASKS["stsb"]
 
 
 def test_bad_input_is_one_line(tmp_path, base, monkeypatch):
@@ -93,15 +103,19 @@ def test_a_decoder_run_is_refused(tmp_path, sample_tokenizer):
 @pytest.mark.slow
 def test_glue_end_to_end_resumes_cell_by_cell_and_extends_seeds(tmp_path, base):
     out = tmp_path / "glue"
-    cli_ok("glue", "-m", str(base), "--tasks", "rte,wnli", "-o", str(out), *FAST)
+    cli_ok("glue", "-m", str(base), "--tasks", "rte,wnli,stsb", "-o", str(out), *FAST)
     report = json.loads((out / "glue.json").read_text())
     cells = sorted(p.relative_to(out).as_posix() for p in out.glob("cells/*/*/seed-*"))
-    assert cells == ["cells/base/rte/seed-0", "cells/base/wnli/seed-0"]
-    assert report["tasks"] == ["rte", "wnli"] and report["average_name"].startswith("GLUE-2 (RTE, WNLI; no MNLI")
+    assert cells == ["cells/base/rte/seed-0", "cells/base/stsb/seed-0", "cells/base/wnli/seed-0"]
+    assert report["tasks"] == ["stsb", "rte", "wnli"]
+    assert report["average_name"].startswith("GLUE-3 (STS-B, RTE, WNLI; no MNLI/QQP/QNLI")
     summary = report["models"]["base"]
-    assert set(summary) == {"rte", "wnli"} and 0 <= summary["rte"]["accuracy"]["median"] <= 100
+    assert set(summary) == {"rte", "wnli", "stsb"} and 0 <= summary["rte"]["accuracy"]["median"] <= 100
+    assert -100 <= summary["stsb"]["spearman"]["median"] <= 100
+    assert json.loads((out / "cells/base/stsb/seed-0/labels.json").read_text())["task"] == "regress"
     assert report["averages"]["base"] == pytest.approx(
-        (summary["rte"]["accuracy"]["median"] + summary["wnli"]["accuracy"]["median"]) / 2)
+        (summary["rte"]["accuracy"]["median"] + summary["wnli"]["accuracy"]["median"]
+         + summary["stsb"]["spearman"]["median"]) / 3)
     assert report["baselines"]["rte"]["accuracy"] == pytest.approx(100 * 146 / 277, abs=0.1)  # entailment
     assert "| RTE accuracy |" in (out / "glue.md").read_text()
     assert report["protocol"]["train"]["batch_size"] == 16 and report["protocol"]["train"]["schedule"] == "cosine"
@@ -128,3 +142,35 @@ def test_glue_end_to_end_resumes_cell_by_cell_and_extends_seeds(tmp_path, base):
     assert control_config["model"] == {**base_model, "dropout": 0.1, "attention_dropout": 0.1}
     assert control_config["task"]["init"] == "random"
     assert set(json.loads((out / "glue.json").read_text())["models"]) == {"base", "base@random"}
+
+
+def test_regression_finetunes_predicts_and_evaluates(tmp_path, base):
+    """finetune classify --regression: one output trained by squared error; predict gives scores, evaluate the
+    correlations, and a label that is not a number is one line."""
+    import random
+
+    rng = random.Random(0)
+    words = {"awful": 0.0, "bad": 1.0, "okay": 2.5, "good": 4.0, "great": 5.0}
+    lines = ["text,score"] + [f"the film was {w} and {rng.choice(['long', 'short'])},{words[w]}"
+                              for w in (rng.choice(list(words)) for _ in range(120))]
+    data = tmp_path / "scores.csv"
+    data.write_text("\n".join(lines) + "\n")
+    run = tmp_path / "reg"
+    cli_ok("finetune", "classify", "--regression", "--model", str(base), "--train", str(data), "--label-column",
+           "score", "--out", str(run), "--max-steps", "80", "--no-progress", "--set", "batch_size=8", "--set",
+           "learning_rate=3e-3", "--set", "eval_every=20", "--set", "warmup_ratio=0.0")
+    results = json.loads((run / "results.json").read_text())
+    assert results["metric"] == "spearman" and results["validation"]["spearman"] > 0.5
+    assert json.loads((run / "labels.json").read_text())["labels"] == ["score"]
+    texts = tmp_path / "texts.txt"
+    texts.write_text("the film was great and long\nthe film was awful and short\n")
+    out = cli_ok("predict", "--model", str(run), str(texts)).stdout
+    great, awful = (json.loads(line)["score"] for line in out.strip().splitlines() if line.startswith("{"))
+    assert great > awful
+    report = cli_ok("evaluate", "--model", str(run), "--data", str(data)).output
+    assert "Spearman" in report and "MSE" in report
+    bad = tmp_path / "bad.csv"
+    bad.write_text("text,score\nfine,3.0\nodd,high\n")
+    assert "regression needs a number in every row; example 2 has 'high'" in cli_error(
+        "finetune", "classify", "--regression", "--model", str(base), "--train", str(bad), "--label-column",
+        "score", "--out", str(tmp_path / "bad"), "--no-progress")

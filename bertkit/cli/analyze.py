@@ -94,8 +94,8 @@ def probe(model: Annotated[list[Path], typer.Option(
 def glue(model: Annotated[list[Path], typer.Option(
              "--model", "-m", help="An encoder run directory (pretrained, imported with import-hf, or an rtd run's "
                                    "discriminator); repeat to put several side by side.")],
-         tasks: Annotated[str, typer.Option(help="Comma-separated GLUE tasks: cola, sst2, mrpc, rte, wnli.")]
-         = "cola,sst2,mrpc,rte,wnli",
+         tasks: Annotated[str, typer.Option(help="Comma-separated GLUE tasks: cola, sst2, stsb, mrpc, rte, wnli.")]
+         = "cola,sst2,stsb,mrpc,rte,wnli",
          seeds: Annotated[int, typer.Option(help="Finetuning seeds per task (0..N-1); a larger N later trains only "
                                                  "the new seeds.")] = 3,
          budget: Annotated[str, typer.Option(help="Wall-clock budget of each (task, seed) cell, e.g. 5m; a cell "

@@ -87,13 +87,16 @@ def finetune_classify(
         max_steps: MaxStepsOption = None, max_time: MaxTimeOption = None, init: InitOption = None,
         max_train_examples: Annotated[int | None, typer.Option(help="task.max_train_examples: train on the first "
                                                                     "N examples only.")] = None,
+        regression: Annotated[bool, typer.Option(help="task.kind = regress: the label column holds a number (e.g. "
+                                                      "STS-B's 0-5 similarity); one output trained by mean squared "
+                                                      "error, validation Spearman / Pearson.")] = False,
         skip_bad_lines: SkipBadRowsOption = False, progress: ProgressOption = True, set_: SetOption = None) -> None:
     """Finetune a text (or text-pair) classifier from CSV / TSV / JSONL; labels may be names or integers (1, "1",
-    1.0 and true are one class, "1").
+    1.0 and true are one class, "1"). With --regression, a score per text (or pair) instead of a label.
 
     Example: bertkit finetune classify --model runs/mini-imdb --train sst2/train.tsv --text-column sentence
     """
-    _finetune("classify", recipe, model, out, resume, progress, set_, train, validation, init, max_train_examples,
+    _finetune("regress" if regression else "classify", recipe, model, out, resume, progress, set_, train, validation, init, max_train_examples,
               epochs, max_steps, max_time, {"task.text_column": text_column, "task.text_pair_column": text_pair_column,
                                             "task.label_column": label_column, "heads.classifier_pooling": pooling},
               accept_changed_data, skip_bad_lines)

@@ -74,6 +74,10 @@ def report(console: Console, kind: str, result: dict, data: Path) -> None:
         count = result.get("unseen_examples", result.get("unseen_tags"))
         console.print(f"[yellow]warning: {count:,} {'examples' if kind == 'classify' else 'tags'} carry labels the "
                       f"model never saw ({', '.join(result['unseen_labels'])}): counted as errors")
+    if kind == "regress":
+        console.print(f"{data}: {result['examples']:,} examples  Spearman {result['spearman']:.4f}  "
+                      f"Pearson {result['pearson']:.4f}  MSE {result['mse']:.4f}")
+        return
     if kind == "classify":
         console.print(f"{data}: {result['examples']:,} examples  accuracy {result['accuracy']:.4f}  "
                       f"macro-F1 {result['macro_f1']:.4f}  MCC {result['mcc']:.4f}")

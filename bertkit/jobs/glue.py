@@ -174,7 +174,8 @@ def _train_cell(cell: Path, model: Path, task: GlueTask, seed: int, data: tuple,
     if cell.is_dir() and not (cell / CONFIG_FILE).is_file():  # killed before the run began: nothing to keep
         shutil.rmtree(cell)
     config = load_recipe("glue", list(job.overrides), FINETUNE_READS["classify"])
-    values = {"task.train_file": str(data[0]), "task.text_pair_column": "pair" if task.pair else None,
+    values = {"task.kind": task.kind, "task.train_file": str(data[0]),
+              "task.text_pair_column": "pair" if task.pair else None,
               "task.init": job.init, "train.seed": seed, "train.max_time": job.budget}
     base = load_config(model).model
     if config.train.learning_rate is None:
@@ -192,7 +193,8 @@ def _score_cell(cell: Path, task: GlueTask, dev: list[Row]) -> None:
     """The cell's dev scores with the task's GLUE metrics, kept in the cell (glue-dev.json)."""
     model = TaskModel(cell)
     predicted, _ = model.classify([t for t, _, _ in dev], [p for _, p, _ in dev] if task.pair else None)
-    scores = task_metrics(task, [y for _, _, y in dev], [row["label"] for row in predicted])
+    answer = "score" if task.kind == "regress" else "label"
+    scores = task_metrics(task, [y for _, _, y in dev], [str(row[answer]) for row in predicted])
     write_atomic(cell / DEV_SCORES, json.dumps({"task": task.name, "examples": len(dev), **scores}, indent=1))
 
 
@@ -253,7 +255,7 @@ def _rows(result: GlueResult) -> list[list[str]]:
 def _write_report(out: Path, result: GlueResult, protocol: dict) -> None:
     header = ["task / metric", *result.models, "majority class"]
     lines = [f"# {result.average_name}", "", "Dev-set scores ×100: median over seeds (min–max). The average takes "
-             "each task's main metric: MCC (CoLA), F1 (MRPC), accuracy (the others).", "",
+             "each task's main metric: MCC (CoLA), Spearman (STS-B), F1 (MRPC), accuracy (the others).", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in _rows(result)]
     write_atomic(out / REPORT_MD, "\n".join(lines) + "\n")

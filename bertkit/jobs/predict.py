@@ -25,7 +25,7 @@ from bertkit.text.tasks import read_texts, split_lines
 def predict(task_model: TaskModel, inputs: list[tuple[str, str | None]]) -> tuple[list[dict], int]:
     """One record per input (text, pair) and how many inputs were truncated."""
     texts = [text for text, _ in inputs]
-    if task_model.kind == "classify":
+    if task_model.kind in ("classify", "regress"):
         pairs = [pair or "" for _, pair in inputs] if task_model.config.task.text_pair_column else None
         results, truncated = task_model.classify(texts, pairs)
         records = []

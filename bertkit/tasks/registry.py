@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 from bertkit.errors import BertkitError
-from bertkit.tasks import classify, clm, mlm, ner, rtd, sentence
+from bertkit.tasks import classify, clm, mlm, ner, regress, rtd, sentence
 from bertkit.tasks.base import FinetuneTask, PretrainTask
 
 PRETRAINING: dict[str, PretrainTask] = {task.name: task for task in (mlm.TASK, clm.TASK, rtd.TASK)}
-FINETUNING: dict[str, FinetuneTask] = {task.kind: task for task in (classify.TASK, ner.TASK, sentence.TASK)}
+FINETUNING: dict[str, FinetuneTask] = {task.kind: task for task in (classify.TASK, regress.TASK, ner.TASK, sentence.TASK)}
 
 
 def finetune_task(kind: str) -> FinetuneTask:

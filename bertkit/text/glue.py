@@ -4,18 +4,20 @@ Each file has its own layout (data/glue/README.md): CoLA has no header row (sour
 MRPC starts with a UTF-8 byte-order mark and names its columns `Quality #1 ID #2 ID #1 String #2 String`, RTE's
 labels are the strings `entailment` / `not_entailment`, SST-2 has a `sentence label` header. Every reader returns
 the same rows — (text, pair or None, label as a string) — which `bertkit glue` writes as JSONL for ordinary
-`finetune classify` runs. MNLI, QQP and QNLI cannot be had offline; STS-B (a regression task) needs the
-classifier's regression head, not built yet, so it is not among these tasks yet.
+`finetune classify` runs (STS-B's 0-5 similarity: `--regression`, the classifier with one output). MNLI, QQP and
+QNLI cannot be had offline.
 """
 
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import BertkitError
+from bertkit.metrics import correlation_metrics
 
 Row = tuple[str, str | None, str]  # (text, pair or None, label)
 
@@ -55,6 +57,18 @@ def _cola(path: Path) -> list[Row]:
     return out
 
 
+def _sts(path: Path) -> list[Row]:
+    """The STS benchmark's own layout: no header; genre, file, year, id, score, sentence 1, sentence 2 (some rows
+    carry more columns after them)."""
+    out = []
+    for number, row in enumerate(_tsv(path), start=1):
+        if len(row) < 7:
+            raise BertkitError(f"{path}:{number}: STS-B rows have 7 columns (genre, file, year, id, score, sentence "
+                               f"1, sentence 2), this has {len(row)}")
+        out.append((row[5], row[6], row[4].strip()))
+    return out
+
+
 @dataclass(frozen=True)
 class GlueTask:
     """One task: where its files are (data-root relative), how to read them, its metrics on dev (the first is the
@@ -68,6 +82,7 @@ class GlueTask:
     metrics: tuple[str, ...]
     pair: bool = False
     positive: str = "1"
+    kind: str = "classify"  # the finetuning kind: classify, or regress (a score)
 
     @property
     def metric(self) -> str:
@@ -79,6 +94,8 @@ TASKS: dict[str, GlueTask] = {task.name: task for task in (
     GlueTask("cola", "CoLA", "glue/CoLA/train.tsv", "glue/CoLA/dev.tsv", _cola, ("mcc", "accuracy")),
     GlueTask("sst2", "SST-2", "sst2/train.tsv", "sst2/dev.tsv",
              lambda p: _by_header(p, "sentence", None, "label"), ("accuracy",)),
+    GlueTask("stsb", "STS-B", "stsb/sts-train.csv", "stsb/sts-dev.csv", _sts, ("spearman", "pearson"), pair=True,
+             kind="regress"),
     GlueTask("mrpc", "MRPC", "glue/MRPC/train.tsv", "glue/MRPC/dev.tsv",
              lambda p: _by_header(p, "#1 String", "#2 String", "Quality"), ("f1", "accuracy"), pair=True),
     GlueTask("rte", "RTE", "glue/RTE/train.tsv", "glue/RTE/dev.tsv",
@@ -87,10 +104,8 @@ TASKS: dict[str, GlueTask] = {task.name: task for task in (
     GlueTask("wnli", "WNLI", "glue/WNLI/train.tsv", "glue/WNLI/dev.tsv",
              lambda p: _by_header(p, "sentence1", "sentence2", "label"), ("accuracy",), pair=True),
 )}
-UNAVAILABLE = {"mnli": "not available offline", "qqp": "not available offline", "qnli": "not available offline",
-               "stsb": "needs the classifier's regression head (not built yet)"}
-GLUE_LEFT_OUT = "no MNLI/QQP/QNLI: not available offline; no STS-B: regression head not built yet"
-METRIC_NAMES = {"mcc": "Matthews corr.", "f1": "F1", "accuracy": "accuracy"}
+UNAVAILABLE = {"mnli": "not available offline", "qqp": "not available offline", "qnli": "not available offline"}
+GLUE_LEFT_OUT = "no MNLI/QQP/QNLI: not available offline"
 
 
 def glue_task(name: str) -> GlueTask:
@@ -103,10 +118,14 @@ def glue_task(name: str) -> GlueTask:
 
 
 def task_metrics(task: GlueTask, gold: list[str], predicted: list[str]) -> dict[str, float]:
-    """The task's dev metrics as GLUE defines them (scikit-learn): accuracy, Matthews correlation, and F1 of the
-    positive class."""
+    """The task's dev metrics as GLUE defines them (scikit-learn, scipy): accuracy, Matthews correlation, F1 of the
+    positive class; for STS-B Spearman and Pearson correlation (0 where a constant prediction leaves them
+    undefined, as for MCC)."""
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
+    if task.kind == "regress":
+        scores = correlation_metrics([float(g) for g in gold], [float(p) for p in predicted])
+        return {name: 0.0 if math.isnan(scores[name]) else scores[name] for name in task.metrics}
     scores = {"accuracy": float(accuracy_score(gold, predicted))}
     if "mcc" in task.metrics:
         scores["mcc"] = float(matthews_corrcoef(gold, predicted)) if len(set(gold) | set(predicted)) > 1 else 0.0
@@ -116,8 +135,12 @@ def task_metrics(task: GlueTask, gold: list[str], predicted: list[str]) -> dict[
 
 
 def majority_baseline(task: GlueTask, train: list[Row], dev: list[Row]) -> dict[str, float]:
-    """What always answering the training set's most frequent label scores on dev."""
+    """What always answering the training set's most frequent label scores on dev (STS-B: its mean score, a
+    constant, so 0 correlation)."""
     labels = [row[2] for row in train]
+    if task.kind == "regress":
+        mean = str(sum(float(y) for y in labels) / len(labels))
+        return task_metrics(task, [row[2] for row in dev], [mean] * len(dev))
     majority = max(sorted(set(labels)), key=labels.count)
     gold = [row[2] for row in dev]
     return task_metrics(task, gold, [majority] * len(gold))

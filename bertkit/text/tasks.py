@@ -249,10 +249,11 @@ def _text(value) -> str:
 
 def read_labelled(path: str | Path, text_column: str = "text", label_column: str = "label",
                   text_pair_column: str | None = None, skip_bad_lines: bool | None = None,
-                  warn: Callable[[str], None] | None = None) -> list[LabelledText]:
+                  warn: Callable[[str], None] | None = None, scores: bool = False) -> list[LabelledText]:
     """Classification examples from CSV / TSV / JSONL, their labels canonical class names (`canonical_label`: 1,
     "1", 1.0 and true are all "1"). Rows with an empty text or no label are refused with their count; with
-    `skip_bad_lines` they are skipped and the count goes to `warn` (None: the caller cannot skip them)."""
+    `skip_bad_lines` they are skipped and the count goes to `warn` (None: the caller cannot skip them). With
+    `scores` the labels are numbers (regression): integers and fractions may mix."""
     path = Path(path)
     _, rows, lines = _columns(path, {"text": text_column, "label": label_column, "text pair": text_pair_column})
     examples, bad, labels = [], BadRows(path, len(rows)), LabelKinds(path)
@@ -265,7 +266,8 @@ def read_labelled(path: str | Path, text_column: str = "text", label_column: str
         else:
             examples.append(LabelledText(text, None if text_pair_column is None else
                                          _text(row.get(text_pair_column)), label))
-    labels.check()
+    if not scores:
+        labels.check()
     return _finish(path, examples, bad, skip_bad_lines, warn, "examples")
 
 
