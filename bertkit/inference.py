@@ -194,6 +194,8 @@ class TaskModel:
         self.batch_size = batch_size
         self.constraints = iob2_constraints(self.labels) if self.kind == "ner" else None
         self.precision = resolve_precision(precision, self.model.device).precision
+        if self.kind == "regress" and precision == "auto":  # a score in bf16 is rounded to ~0.03 near 5: ties
+            self.precision = "fp32"
 
     def classify(self, texts: list[str], pairs: list[str] | None = None) -> tuple[list[dict], int]:
         """Label, its probability and every label's probability per text; and how many were truncated."""
@@ -226,7 +228,10 @@ class TaskModel:
         if self.kind == "regress":
             pairs = [e.pair or "" for e in examples] if self.config.task.text_pair_column else None
             predictions, truncated = self.classify([e.text for e in examples], pairs)
-            gold = np.asarray([float(e.label) for e in examples])
+            try:
+                gold = np.asarray([float(e.label) for e in examples], dtype=np.float64)
+            except ValueError as error:
+                raise BertkitError(f"a regression run is scored on numbers: {error}") from None
             predicted = np.asarray([p["score"] for p in predictions])
             result = {**correlation_metrics(gold, predicted), "mse": float(((predicted - gold) ** 2).mean()),
                       "examples": len(examples)}

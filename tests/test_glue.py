@@ -76,6 +76,14 @@ def test_a_task_that_does_not_exist_lists_the_valid_ones():
     assert glue_task("SST-2") is TASKS["sst2"] and glue_task("STS-B") is TASKS["stsb"]
 
 
+def test_a_folder_that_is_not_glues_is_refused(tmp_path, base):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me")
+    assert "is not a glue folder" in cli_error("glue", "-m", str(base), "--tasks", "rte", "-o", str(folder))
+    assert (folder / "notes.txt").read_text() == "keep me"
+
+
 def test_bad_input_is_one_line(tmp_path, base, monkeypatch):
     assert "valid: cola,sst2" in cli_error("glue", "-m", str(base), "--tasks", "rte,nope", "-o", str(tmp_path / "g"))
     assert "not a bertkit run" in cli_error("glue", "-m", str(tmp_path), "-o", str(tmp_path / "g"))
@@ -133,6 +141,16 @@ def test_glue_end_to_end_resumes_cell_by_cell_and_extends_seeds(tmp_path, base):
     message = cli_error("glue", "-m", str(base), "--tasks", "rte", "-o", str(out), *FAST[2:],
                         "--set", "train.batch_size=8")
     assert "another protocol" in message
+
+    # another model under a column label the folder already has is refused, not reported as the first
+    other = tmp_path / "other" / "base"
+    other.parent.mkdir()
+    shutil.copytree(base, other)
+    from safetensors.torch import load_file, save_file
+    weights = load_file(other / "model.safetensors")
+    save_file({k: v + 1.0 if v.is_floating_point() else v for k, v in weights.items()}, other / "model.safetensors")
+    message = cli_error("glue", "-m", str(other), "--tasks", "rte", "-o", str(out), *FAST)
+    assert "already holds column 'base' from another model" in message
 
     # the random-init control: the same architecture, its own column
     cli_ok("glue", "-m", str(base), "--tasks", "rte,wnli", "-o", str(out), *FAST, "--init", "random")

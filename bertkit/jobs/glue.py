@@ -27,8 +27,8 @@ from bertkit.inference import TaskModel
 from bertkit.jobs import finetune
 from bertkit.paths import data_roots, resolve_data_path
 from bertkit.recipes import FINETUNE_READS, load_recipe, with_values
-from bertkit.run.directory import CONFIG_FILE, RESULTS_FILE, load_config
-from bertkit.run.files import write_atomic
+from bertkit.run.directory import CONFIG_FILE, RESULTS_FILE, WEIGHTS_FILE, load_config
+from bertkit.run.files import content_digest, write_atomic
 from bertkit.run.lock import locked
 from bertkit.run.outputs import refuse_nested
 from bertkit.text.glue import GLUE_LEFT_OUT, TASKS, GlueTask, Row, glue_task, majority_baseline, task_metrics
@@ -36,6 +36,7 @@ from bertkit.train.defaults import finetune_learning_rate
 from bertkit.train.results import FinetuneJob
 
 REPORT_JSON, REPORT_MD, DEV_SCORES = "glue.json", "glue.md", "glue-dev.json"
+PROTOCOL_FILE, MODELS_FILE = "protocol.json", "models.json"
 GLUE_RATE_SHARE = 0.8  # Cramming's 4e-5 against the 5e-5 bertkit's automatic rate takes at BERT-base width
 
 
@@ -85,6 +86,7 @@ def run(job: GlueJob, console: Console | None = None) -> GlueResult:
     refuse_nested(out)
     with locked(out):
         _check_protocol(out, protocol)
+        _check_models(out, models)
         data = {task.name: _prepare(out, task, *files[task.name]) for task in tasks}
         for label, model in models.items():
             for task in tasks:
@@ -141,16 +143,35 @@ def _protocol(job: GlueJob) -> dict:
 
 
 def _check_protocol(out: Path, protocol: dict) -> None:
-    """A DIR keeps one protocol: its cells would not be comparable otherwise."""
-    report = out / REPORT_JSON
-    if report.is_file():
-        stored = json.loads(report.read_text(encoding="utf-8")).get("protocol")
-        if stored is not None and stored != protocol:
+    """A DIR keeps one protocol (its cells would not be comparable otherwise): recorded in DIR/protocol.json before
+    the first cell, compared on every later run."""
+    stored_file = out / PROTOCOL_FILE
+    if stored_file.is_file():
+        stored = json.loads(stored_file.read_text(encoding="utf-8"))
+        if stored != protocol:
             changed = sorted(k for k in protocol if protocol[k] != stored.get(k))
             raise BertkitError(f"{out}: its cells were trained under another protocol ({', '.join(changed)} "
                                f"differ: budget {stored.get('budget')}, --set {stored.get('set')}); use another -o")
-    elif out.exists() and any(out.iterdir()) and not (out / "cells").is_dir():
-        raise BertkitError(f"{out}: exists and is not a glue folder; choose another -o")
+        return
+    if out.exists() and any(out.iterdir()):
+        raise BertkitError(f"{out}: exists and is not a glue folder (no {PROTOCOL_FILE}); choose another -o")
+    out.mkdir(parents=True, exist_ok=True)
+    write_atomic(stored_file, json.dumps(protocol, indent=1))
+
+
+def _check_models(out: Path, models: dict[str, Path]) -> None:
+    """A column label names one model for good: DIR/models.json keeps each label's weights digest, and another
+    model under a label already there (a folder of the same name, or two --model given in another order) is
+    refused rather than reported as the first."""
+    record = out / MODELS_FILE
+    known = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else {}
+    for label, path in models.items():
+        digest = content_digest(path / WEIGHTS_FILE)
+        if label in known and known[label]["weights"] != digest:
+            raise BertkitError(f"--model {path}: {out} already holds column {label!r} from another model "
+                               f"({known[label]['path']}); give it another folder name, or use another -o")
+        known[label] = {"path": str(Path(path).resolve()), "weights": digest}
+    write_atomic(record, json.dumps(known, indent=1))
 
 
 def _prepare(out: Path, task: GlueTask, train: Path, dev: Path) -> tuple[Path, list[Row], dict[str, float]]:
@@ -184,9 +205,8 @@ def _train_cell(cell: Path, model: Path, task: GlueTask, seed: int, data: tuple,
     if config.task.max_length and config.task.max_length > base.max_len:  # a model with shorter positions
         values["task.max_length"] = base.max_len
     config = with_values(config, values)
-    resume = (cell / CONFIG_FILE).is_file()
-    finetune.run(FinetuneJob(config, None if resume else model, cell, resume=resume, progress=job.progress),
-                 console=console)
+    resume = (cell / CONFIG_FILE).is_file()  # the base model is checked against the one the cell began from
+    finetune.run(FinetuneJob(config, model, cell, resume=resume, progress=job.progress), console=console)
 
 
 def _score_cell(cell: Path, task: GlueTask, dev: list[Row]) -> None:
@@ -259,7 +279,8 @@ def _write_report(out: Path, result: GlueResult, protocol: dict) -> None:
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in _rows(result)]
     write_atomic(out / REPORT_MD, "\n".join(lines) + "\n")
-    data = {"protocol": protocol, "average_name": result.average_name, "tasks": result.tasks,
+    data = {"protocol": protocol, "models_scored": json.loads((out / MODELS_FILE).read_text(encoding="utf-8")),
+            "average_name": result.average_name, "tasks": result.tasks,
             "models": result.models, "baselines": result.baselines, "averages": result.averages}
     write_atomic(out / REPORT_JSON, json.dumps(data, indent=1))
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from bertkit.errors import BertkitError
 from bertkit.metrics import correlation_metrics
+from bertkit.text.tasks import canonical_label
 
 Row = tuple[str, str | None, str]  # (text, pair or None, label)
 
@@ -123,6 +124,7 @@ def task_metrics(task: GlueTask, gold: list[str], predicted: list[str]) -> dict[
     undefined, as for MCC)."""
     from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
+    gold = [canonical_label(g)[0] or g for g in gold]  # as a run's labels.json names them ("1.0" is "1")
     if task.kind == "regress":
         scores = correlation_metrics([float(g) for g in gold], [float(p) for p in predicted])
         return {name: 0.0 if math.isnan(scores[name]) else scores[name] for name in task.metrics}

@@ -40,7 +40,7 @@ class BudgetPlanner:
     def observe(self, state: TrainState, synced: bool) -> str | None:
         """Account step `state.step`; `synced`: the loop waited for the device in it (a chunk may close only
         there). Returns the line to print when the plan is first fitted, else None."""
-        if not self.cfg.max_seconds or not synced:
+        if not self.cfg.max_seconds or not synced or state.step >= state.total_steps:
             return None
         start = state.chunk
         steps, seconds = state.step - start[0], state.step_seconds - start[2]
@@ -54,8 +54,13 @@ class BudgetPlanner:
         times = state.chunk_times
         steady = len(times) >= 3 and times[-1] >= STEADY_RATIO * times[-2]  # the first chunk never counts
         if not steady and (len(times) < 2 or state.elapsed < FORCE_FIT_SHARE * self.cfg.max_seconds):
+            # the schedule (not the run's end) follows a provisional plan from the latest chunk: a warmup spread
+            # over the step cap (10^8 steps for `bertkit ablate`) would keep the rate at ~0 until the fit
+            remaining = max(0.0, self.cfg.max_seconds - state.elapsed)
+            state.schedule_steps = min(self.cfg.max_steps, state.step + 1 + int(remaining / times[-1]))
             return None
         state.calibrated, state.calibrated_at = True, start  # the steady window begins with the last chunk
+        state.schedule_steps = 0  # from here the schedule follows the fitted total
         state.chunk_times = times[-1:]  # the step time is estimated from steady chunks only
         per_step = self.fit(state, first=True)
         how = ("after" if steady else "still falling after") + f" {start[0]:,} warm-up steps in {start[1]:.1f} s"
@@ -83,7 +88,7 @@ class BudgetPlanner:
                  - (state.eval_seconds - eval_seconds0)) / steps  # checkpoints, logging: per step
         remaining = self.cfg.max_seconds - state.elapsed - eval_cost  # the final evaluation inside the budget
         extra = int(max(0.0, remaining) / (per_step + max(0.0, other) + eval_cost / self.cfg.eval_every))
-        total = max(state.step + 1, min(self.cfg.max_steps, state.step + extra))
+        total = min(self.cfg.max_steps, max(state.step + 1, state.step + extra))  # never past the cap
         if first or abs(total - state.total_steps) > REFIT_TOLERANCE * state.total_steps:
             state.total_steps = total
         return per_step

@@ -18,6 +18,7 @@ from typing import Protocol
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import broadcast
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -130,7 +131,8 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
     main = accelerator.is_main_process
     optimizer, peak_lr = make_optimizer(model, cfg, accelerator.device)
     state = TrainState(total_steps=cfg.max_steps, max_steps=cfg.max_steps, max_seconds=cfg.max_seconds)
-    scheduler = make_scheduler(optimizer, cfg, lambda: state.total_steps)  # reads the state the run has now
+    # the schedule reads the state the run has now: its total, or the budget planner's provisional one
+    scheduler = make_scheduler(optimizer, cfg, lambda: state.schedule_steps or state.total_steps)
     checkpoint, resume_step = _begin(run_dir, resume, main, console)
     ddp_model, prepared = accelerator.prepare(model, optimizer)
     if checkpoint is not None:
@@ -143,7 +145,8 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
     ddp_model, peak = _start(ddp_model, cfg, state, accelerator, console)
     metrics = MetricsWriter(run_dir, main, resume_step, console)
     stepper = Stepper(objective, cfg, accelerator, model.config, ddp_model, optimizer, prepared, scheduler)
-    planner, window = BudgetPlanner(cfg, objective.eval_cost_steps), DeviceWindow(accelerator.device)
+    planner = BudgetPlanner(cfg, objective.eval_cost_steps)
+    window = DeviceWindow(accelerator.device, state.bad_in_row)  # a run of bad steps goes on across a resume
     evaluator = Evaluator(objective, cfg, metric, run_dir, accelerator, metrics, console)
     prefetch = Prefetcher(stepper.prepare, enabled=accelerator.device.type in PREFETCH_DEVICES)
     every = read_interval(accelerator.device, cfg)
@@ -162,19 +165,14 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                 slow_point("train-step")
                 finite, sums, grad_norm = stepper(batch)
                 state.step += 1
-                read = _reads(state, cfg, every)
-                if read:  # the device's queued work belongs to this step's time
-                    _synchronize(accelerator.device)
+                read = _reads(state, cfg, every, accelerator.device)  # waits for the device where it reads
                 step_time = time.perf_counter() - t0
                 state.step_seconds += step_time
                 state.elapsed = time.perf_counter() - started
                 window.add(finite, {**sums, "flops": float(batch.flops)},
                            {"norm": batch.norm, "tokens": float(batch.tokens), "time": step_time,
                             "grad_norm": grad_norm, "steps": 1.0})
-                fitted = planner.observe(state, synced=read)
-                if fitted and main:
-                    console.print(fitted, highlight=False)
-                last = state.step >= state.total_steps or bool(cfg.max_seconds and state.elapsed >= cfg.max_seconds)
+                last = _plan(planner, state, read, cfg, accelerator, console)
                 if read or last:
                     _read(window, state, cfg, accelerator, run_dir, model, optimizer, console)
                 if last and state.step < state.total_steps:  # the time budget ended it: a resume knows it is done
@@ -265,32 +263,49 @@ def read_interval(device: torch.device, cfg: TrainConfig) -> int:
     return 1 if device.type == "cpu" else cfg.log_every
 
 
-def _reads(state: TrainState, cfg: TrainConfig, every: int) -> bool:
+def _reads(state: TrainState, cfg: TrainConfig, every: int, device: torch.device) -> bool:
     """Whether the loop reads the device after the step just taken: every `every` steps and wherever a log line,
-    an evaluation or a checkpoint needs the window (the budget's hard stop reads after its own check)."""
+    an evaluation or a checkpoint needs the window (the budget's hard stop reads after its own check). Where it
+    reads, it first waits for the device's queued work, which belongs to this step's time."""
     step = state.step
-    return (step % every == 0 or step % cfg.log_every == 0 or step % cfg.eval_every == 0
+    read = (step % every == 0 or step % cfg.log_every == 0 or step % cfg.eval_every == 0
             or step % cfg.save_every == 0 or step >= state.total_steps)
+    if read and device.type in ("cuda", "xpu", "mps"):
+        getattr(torch, device.type).synchronize()
+    return read
 
 
-def _synchronize(device: torch.device) -> None:
-    """Wait for the device's queued work (a no-op on a CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def _plan(planner: BudgetPlanner, state: TrainState, read: bool, cfg: TrainConfig, accelerator: Accelerator,
+          console: Console) -> bool:
+    """The budget planner's turn after a step; returns whether this step is the run's last. Under several
+    processes, each timing itself, the main process's plan and time-up decision are every process's (taken where
+    they read the device together, so that none stops or re-plans alone)."""
+    fitted = planner.observe(state, synced=read)
+    if fitted and accelerator.is_main_process:
+        console.print(fitted, highlight=False)
+    time_up = bool(cfg.max_seconds and state.elapsed >= cfg.max_seconds)
+    if accelerator.num_processes > 1 and cfg.max_seconds:
+        time_up = False
+        if read:
+            plan = broadcast(torch.tensor([float(state.total_steps), float(state.elapsed >= cfg.max_seconds)],
+                                          device=accelerator.device))
+            state.total_steps, time_up = int(plan[0]), bool(plan[1])
+    return state.step >= state.total_steps or time_up
 
 
 def _read(window: DeviceWindow, state: TrainState, cfg: TrainConfig, accelerator: Accelerator, run_dir: Path,
           model: Model, optimizer, console: Console) -> None:
     """Read the device's window into `state`; report skipped non-finite steps, and reload the last checkpoint
     after `max_bad_steps` of them in a row."""
-    skipped, longest = window.flush(state, accelerator)
+    skipped = window.flush(state, accelerator)
     main = accelerator.is_main_process
     if skipped and main:
         console.print(f"[yellow]step {state.step}: non-finite loss or gradient, "
                       + ("update skipped" if skipped == 1 else f"{skipped} updates skipped since the last read")
                       + f" ({state.bad_in_row} in a row, {state.skipped_steps} in all)")
-    if longest >= cfg.max_bad_steps:  # also a run that ended between two reads
-        state.bad_in_row = max(state.bad_in_row, longest)
+    # a run of bad steps still going on (one that ended between two reads left the weights untouched: skipped
+    # updates change nothing, so there is nothing to reload)
+    if state.bad_in_row >= cfg.max_bad_steps:
         checkpointing.recover(cfg, state, run_dir, model, optimizer, console, main)
         window.reset_bad_run()
 

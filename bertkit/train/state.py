@@ -14,6 +14,7 @@ class TrainState:
 
     step: int = 0  # optimiser steps taken = global batches consumed
     total_steps: int = 0
+    schedule_steps: int = 0  # the total the learning-rate schedule follows while the budget is not fitted (0: total)
     calibrated: bool = False  # a time budget's step count has been fitted from steady-state timing
     calibrated_at: TimingPoint = (0, 0.0, 0.0, 0, 0.0)  # where the steady state began (the planner's window)
     step_seconds: float = 0.0  # time inside training steps (no evaluations, checkpoints or logging), summed

@@ -89,6 +89,7 @@ class Stepper:
         if self.on_device:
             self.optimizer.found_inf = (~finite).float()  # fused AdamW skips the whole update where it is 1
             self.prepared.step()
+            del self.optimizer.found_inf  # no later caller of step() inherits the flag
         elif bool(finite):  # the host decides (one read of the device)
             self.prepared.step()
         elif accelerator.scaler is not None:  # fp16: the step that would have updated the scale is skipped;

@@ -28,13 +28,13 @@ _GLOBAL = ("norm", "tokens", "time", "grad_norm", "steps")
 class DeviceWindow:
     """Window sums and non-finite-step counters on the device, read into a `TrainState` by `flush`."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, bad_in_row: int = 0):
         self.device = device
         self.sums: dict[str, torch.Tensor] = {}
         self.local: list[str] = []  # keys summed per process, in the order they were first seen
         self.skipped = torch.zeros((), device=device)  # non-finite steps since the last flush
-        self.bad_in_row = torch.zeros((), device=device)  # the run of non-finite steps up to now
-        self.longest = torch.zeros((), device=device)  # the longest such run since the last flush
+        # the run of non-finite steps up to now (a resumed run goes on with its checkpoint's)
+        self.bad_in_row = torch.full((), float(bad_in_row), device=device)
         self.pending = 0  # steps added since the last flush
 
     def add(self, finite: torch.Tensor, local: dict[str, torch.Tensor | float], shared: dict[str, float]) -> None:
@@ -49,36 +49,32 @@ class DeviceWindow:
         bad = (~finite).float()
         self.skipped = self.skipped + bad
         self.bad_in_row = (self.bad_in_row + 1.0) * bad  # reset by a finite step
-        self.longest = torch.maximum(self.longest, self.bad_in_row)
         self.pending += 1
 
-    def flush(self, state: TrainState, accelerator: Accelerator) -> tuple[int, int]:
+    def flush(self, state: TrainState, accelerator: Accelerator) -> int:
         """Add the device's sums to `state.window` and its counters to `state` (one read of the device); returns
-        (non-finite steps since the last flush, the longest run of them in a row that reached into this window)."""
+        the non-finite steps since the last flush."""
         if not self.pending:
-            return 0, 0
+            return 0
         local = [key for key in self.local if key in self.sums]
         values = [self.sums[k].reshape(()) for k in local]
         if accelerator.num_processes > 1 and values:
             values = list(accelerator.reduce(torch.stack(values), reduction="sum").unbind())
         shared = [k for k in self.sums if k not in local]
-        read = torch.stack([*values, *(self.sums[k].reshape(()) for k in shared), self.skipped, self.bad_in_row,
-                            self.longest]).tolist()  # the one host read
-        *sums, skipped, in_row, longest = (round(v) if i >= len(local) + len(shared) else v
-                                           for i, v in enumerate(read))
+        read = torch.stack([*values, *(self.sums[k].reshape(()) for k in shared), self.skipped,
+                            self.bad_in_row]).tolist()  # the one host read
+        *sums, skipped, in_row = (round(v) if i >= len(local) + len(shared) else v for i, v in enumerate(read))
         for key, value in zip(local + shared, sums):
             state.window[key] = state.window.get(key, 0.0) + value
         state.skipped_steps += skipped
         state.bad_in_row = in_row
         self.sums, self.pending = {}, 0
         self.skipped = torch.zeros((), device=self.device)
-        self.longest = self.bad_in_row.clone()  # a run still going on counts on into the next window
-        return skipped, longest
+        return skipped
 
     def reset_bad_run(self) -> None:
         """After a reload (`checkpointing.recover`): the run of bad steps starts again."""
         self.bad_in_row = torch.zeros((), device=self.device)
-        self.longest = torch.zeros((), device=self.device)
 
 
 class MetricsWriter:
@@ -119,11 +115,13 @@ class MetricsWriter:
 
 def log_record(state: TrainState, lr: float, peak: Peak | None, world: int) -> dict:
     """The window's means: loss, statistics, throughput (tokens/s; model TFLOP/s and MFU, the share of the
-    processes' peak rate, on the main process), and the steps the run is planned to (a time budget re-fits it)."""
+    processes' peak rate, on the main process), and the steps the run is planned to (a time budget re-fits it;
+    before its fit, the provisional plan the schedule follows)."""
     w = state.window
     seconds = max(w["time"], 1e-9)
     w.setdefault("flops", 0.0)  # a window resumed from a checkpoint written before FLOPs were counted
-    record = {"kind": "train", "step": state.step, "total_steps": state.total_steps, "loss": w["loss"] / w["norm"],
+    record = {"kind": "train", "step": state.step, "total_steps": state.schedule_steps or state.total_steps,
+              "loss": w["loss"] / w["norm"],
               "lr": lr,
               "grad_norm": w["grad_norm"] / w["steps"], "tokens_per_s": w["tokens"] / seconds,
               "tflops": w["flops"] / seconds / 1e12, "elapsed": round(state.elapsed, 2)}

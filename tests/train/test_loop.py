@@ -282,10 +282,17 @@ def test_lazy_reads_of_the_device_keep_counting_bad_steps(tmp_path, packed, samp
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert all(math.isfinite(r["loss"]) for r in records if r["kind"] == "train")
     calls["n"] = 0
-    monkeypatch.setattr(MLMObjective, "loss", nan_at({3, 4, 5}))  # 3 in a row, over by the next read (step 6)
+    # reads at steps 2, 4, 6, 8: a run of 3 over by the read at 6 changed nothing (its updates were skipped) and
+    # reloads nothing; a run still going on at a read (3-6) reloads
+    monkeypatch.setattr(MLMObjective, "loss", nan_at({3, 4, 5}))
+    result, _, _ = _run(tmp_path, packed, sample_tokenizer, "over", max_steps=8, log_every=4, eval_every=100,
+                        save_every=2, max_bad_steps=3)
+    assert result["state"]["reloads"] == 0 and result["state"]["skipped_steps"] == 3
+    calls["n"] = 0
+    monkeypatch.setattr(MLMObjective, "loss", nan_at({3, 4, 5, 6}))
     result, _, _ = _run(tmp_path, packed, sample_tokenizer, "reload", max_steps=8, log_every=4, eval_every=100,
                         save_every=2, max_bad_steps=3)
-    assert result["state"]["reloads"] == 1 and result["state"]["skipped_steps"] == 3
+    assert result["state"]["reloads"] == 1 and result["state"]["skipped_steps"] == 4
 
 
 def test_masked_positions_prepared_on_the_host_give_the_same_loss(packed, sample_tokenizer):
@@ -331,7 +338,9 @@ def test_compiled_masked_lm_takes_one_graph_for_every_masked_count(packed, sampl
 def test_a_compiled_run_on_a_budget_trains_to_its_budget(tmp_path, packed, sample_tokenizer, monkeypatch):
     """train.compile = on under a time budget, compiled from scratch (no inductor cache): the compilation (seconds,
     on a CPU) is warm-up, not the step time the plan is fitted to; the run trains many steps and fills its budget."""
-    monkeypatch.setenv("TORCHINDUCTOR_FORCE_DISABLE_CACHES", "1")
+    import torch._inductor.config
+
+    monkeypatch.setattr(torch._inductor.config, "force_disable_caches", True)  # read from the env at import only
     torch._dynamo.reset()
     result, _, _ = _run(tmp_path, packed, sample_tokenizer, max_steps=100_000, max_time="45s", log_every=5,
                         eval_every=100, compile="on")

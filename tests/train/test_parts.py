@@ -71,6 +71,27 @@ def test_the_plan_follows_a_change_of_speed():
     assert state.step == state.total_steps and state.elapsed >= 0.95 * 30
 
 
+def test_a_budgeted_run_never_passes_its_step_cap():
+    """A cap the budget would exceed (train.max_steps, or epochs): the plan stops at it, re-fits included."""
+    cfg = TrainConfig(max_steps=12, max_time="60s", eval_every=10 ** 6)
+    state, _ = _simulate(cfg, lambda step: 0.3)
+    assert state.step == state.total_steps == 12
+
+
+def test_the_schedule_follows_a_provisional_plan_until_the_fit():
+    """Before the fit the run keeps its cap (10^8 steps), but the schedule follows the latest chunk's estimate:
+    a warmup spread over 10^8 steps would hold the rate at ~0."""
+    cfg = TrainConfig(max_steps=10 ** 8, max_time="60s", eval_every=10 ** 6)
+    planner = BudgetPlanner(cfg, 1.0)
+    state = TrainState(total_steps=cfg.max_steps, max_steps=cfg.max_steps, max_seconds=60.0)
+    for seconds in [5.0] + [0.5] * 3 + [0.1] * 3:  # chunks of 3 steps: warm-up, then still falling
+        state.step, state.step_seconds, state.elapsed = state.step + 1, state.step_seconds + seconds, \
+            state.elapsed + seconds
+        planner.observe(state, synced=True)
+    assert not state.calibrated and state.total_steps == 10 ** 8
+    assert 0 < state.schedule_steps < 10 ** 4
+
+
 def test_nothing_ends_a_run_before_its_steps_are_steady():
     """Until the step time has settled the run keeps its cap; a time that keeps falling is fitted once a quarter
     of the budget is spent, from the latest chunk."""
@@ -113,14 +134,19 @@ def test_the_device_window_sums_finite_steps_and_counts_bad_runs():
     window.add(yes, {"loss": torch.tensor(2.0), "flops": 10.0}, {"norm": 4.0, "time": 0.5, "steps": 1.0})
     window.add(no, {"loss": torch.tensor(float("nan")), "flops": 10.0}, {"norm": 4.0, "time": 0.5, "steps": 1.0})
     window.add(no, {"loss": torch.tensor(float("inf")), "flops": 10.0}, {"norm": 4.0, "time": 0.5, "steps": 1.0})
-    assert window.flush(state, _Accelerator()) == (2, 2)
+    assert window.flush(state, _Accelerator()) == 2
     assert state.window == {"loss": 2.0, "flops": 10.0, "norm": 4.0, "time": 0.5, "steps": 1.0}
     assert state.skipped_steps == 2 and state.bad_in_row == 2
-    window.add(no, {"loss": torch.tensor(float("nan"))}, {"steps": 1.0})  # the run of bad steps goes on ...
-    window.add(yes, {"loss": torch.tensor(1.0)}, {"steps": 1.0})  # ... to 3, and ends before the read
-    assert window.flush(state, _Accelerator()) == (1, 3)
+    window.add(no, {"loss": torch.tensor(float("nan"))}, {"steps": 1.0})  # the run of bad steps goes on
+    assert window.flush(state, _Accelerator()) == 1 and state.bad_in_row == 3
+    window.add(yes, {"loss": torch.tensor(1.0)}, {"steps": 1.0})  # ... and ends
+    assert window.flush(state, _Accelerator()) == 0
     assert state.bad_in_row == 0 and state.skipped_steps == 3 and state.window["loss"] == 3.0
-    assert window.flush(state, _Accelerator()) == (0, 0)  # nothing new: nothing read
+    assert window.flush(state, _Accelerator()) == 0  # nothing new: nothing read
+    resumed = DeviceWindow(torch.device("cpu"), bad_in_row=2)  # a checkpoint taken inside a run of bad steps
+    resumed.add(no, {"loss": torch.tensor(float("nan"))}, {"steps": 1.0})
+    resumed.flush(state, _Accelerator())
+    assert state.bad_in_row == 3
 
 
 def test_the_prefetcher_gives_the_same_batches_in_order_from_another_thread():
