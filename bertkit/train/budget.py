@@ -36,6 +36,7 @@ class BudgetPlanner:
     def __init__(self, cfg: TrainConfig, eval_cost_steps: float):
         self.cfg = cfg
         self.eval_cost_steps = eval_cost_steps  # an evaluation in training-step units, before one is measured
+        self.origin: tuple | None = None  # (step, elapsed) where this process began timing (a resume's own start)
 
     def observe(self, state: TrainState, synced: bool) -> str | None:
         """Account step `state.step`; `synced`: the loop waited for the device in it (a chunk may close only
@@ -43,6 +44,8 @@ class BudgetPlanner:
         if not self.cfg.max_seconds or not synced or state.step >= state.total_steps:
             return None
         start = state.chunk
+        if self.origin is None:
+            self.origin = start[:2]
         steps, seconds = state.step - start[0], state.step_seconds - start[2]
         if steps < MIN_CHUNK_STEPS or seconds < max(MIN_CHUNK_SECONDS, CHUNK_SHARE * self.cfg.max_seconds):
             return None
@@ -63,7 +66,8 @@ class BudgetPlanner:
         state.schedule_steps = 0  # from here the schedule follows the fitted total
         state.chunk_times = times[-1:]  # the step time is estimated from steady chunks only
         per_step = self.fit(state, first=True)
-        how = ("after" if steady else "still falling after") + f" {start[0]:,} warm-up steps in {start[1]:.1f} s"
+        how = ("after" if steady else "still falling after") + (f" {start[0] - self.origin[0]:,} warm-up steps in "
+                                                                f"{start[1] - self.origin[1]:.1f} s")
         timing = f"{per_step:.4g} s per step at steady state, {how}"
         if state.total_steps >= self.cfg.max_steps:  # the step cap (train.max_steps, or the epochs) comes first
             return (f"train.max_time {self.cfg.max_time}: the run's cap of {state.total_steps:,} steps ends it before "
