@@ -69,6 +69,7 @@ class ClassifyTask(LabelledTask):
     """`task.kind = "classify"`."""
 
     kind = "classify"
+    scores = False  # labels are numbers (regression: integers and fractions may mix)
 
     def settings(self, config: Config, base: Config, model_dir: Path | None, out: Path, resume: bool) -> Config:
         if config.task.text_pair_column and base.model.type_vocab_size < 2:
@@ -80,7 +81,7 @@ class ClassifyTask(LabelledTask):
              warn: Callable[[str], None] | None = None) -> list[LabelledText]:
         task = config.task
         return read_labelled(resolve_data_path(path), task.text_column, task.label_column, task.text_pair_column,
-                             skip_bad_lines, warn)
+                             skip_bad_lines, warn, scores=self.scores)
 
     def label_set(self, examples: list) -> list[str]:
         return sorted_labels({e.label for e in examples})

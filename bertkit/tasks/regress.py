@@ -5,8 +5,6 @@ classifier head with a single output trained by mean squared error; validation P
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -16,12 +14,10 @@ from bertkit.errors import BertkitError
 from bertkit.inference import batched_logits
 from bertkit.metrics import correlation_metrics
 from bertkit.nn.model import Model
-from bertkit.paths import resolve_data_path
 from bertkit.tasks.base import encode_texts
 from bertkit.tasks.classify import ClassifyTask
 from bertkit.tasks.labelled import LabelledObjective
 from bertkit.text.features import Encoded, TaskEncoder
-from bertkit.text.tasks import LabelledText, read_labelled
 
 SCORE_LABEL = "score"  # the one "label" a regression run's labels.json names: its head has one output
 
@@ -83,12 +79,7 @@ class RegressTask(ClassifyTask):
 
     kind = "regress"
     graded_name = "scores"
-
-    def read(self, config: Config, path: str | Path, skip_bad_lines: bool | None = None,
-             warn: Callable[[str], None] | None = None) -> list[LabelledText]:
-        task = config.task
-        return read_labelled(resolve_data_path(path), task.text_column, task.label_column, task.text_pair_column,
-                             skip_bad_lines, warn, scores=True)
+    scores = True
 
     def label_set(self, examples: list) -> list[str]:
         scores_of(examples)

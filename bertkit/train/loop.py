@@ -44,7 +44,7 @@ from bertkit.train.window import DeviceWindow, MetricsWriter, log_record
 # own cores: on a CPU the step already uses every core, and a second thread of tensor work would take them from it
 # (inductor's OpenMP kernels spin-wait: sharing 2 cores with other tensor work, a compiled tiny model's step was
 # seen to take 1.34 s instead of 0.02 s).
-PREFETCH_DEVICES = ("cuda", "xpu", "mps")
+ACCELERATORS = ("cuda", "xpu", "mps")
 
 
 class Objective(Protocol):
@@ -148,7 +148,7 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
     planner = BudgetPlanner(cfg, objective.eval_cost_steps)
     window = DeviceWindow(accelerator.device, state.bad_in_row)  # a run of bad steps goes on across a resume
     evaluator = Evaluator(objective, cfg, metric, run_dir, accelerator, metrics, console)
-    prefetch = Prefetcher(stepper.prepare, enabled=accelerator.device.type in PREFETCH_DEVICES)
+    prefetch = Prefetcher(stepper.prepare, enabled=accelerator.device.type in ACCELERATORS)
     every = read_interval(accelerator.device, cfg)
     if resume_step:  # a resumed process pays its warm-up again: time it anew before re-fitting the budget
         state.calibrated, state.chunk, state.chunk_times = False, state.point(), []
@@ -270,7 +270,7 @@ def _reads(state: TrainState, cfg: TrainConfig, every: int, device: torch.device
     step = state.step
     read = (step % every == 0 or step % cfg.log_every == 0 or step % cfg.eval_every == 0
             or step % cfg.save_every == 0 or step >= state.total_steps)
-    if read and device.type in ("cuda", "xpu", "mps"):
+    if read and device.type in ACCELERATORS:  # the accelerators, whose work is queued
         getattr(torch, device.type).synchronize()
     return read
 
@@ -338,5 +338,3 @@ def train_best(model: Model, objective: SupervisedObjective, cfg: TrainConfig, r
                "precision": result["state"]["precision"]}
     return summary, whole if main else None
 
-
-_log_record = log_record  # the name tests/tasks/test_objective_flops.py imports

@@ -14,7 +14,8 @@ from bertkit.nn.model import Model
 from bertkit.text.features import TaskEncoder
 from bertkit.text.tokenizer import special_ids
 from bertkit.train.accelerator import make_accelerator
-from bertkit.train.loop import TrainState, _log_record, train
+from bertkit.train.loop import TrainState, train
+from bertkit.train.window import log_record as _log_record
 from bertkit.tasks.classify import ClassifyObjective
 from bertkit.tasks.clm import CLMObjective
 from bertkit.tasks.mlm import MLMObjective
