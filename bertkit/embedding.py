@@ -19,6 +19,8 @@ import torch
 from rich.console import Console
 
 from bertkit.config import Config
+from bertkit.deploy.manifest import is_onnx_export
+from bertkit.deploy.runtime import OnnxModel
 from bertkit.errors import BertkitError
 from bertkit.hardware import resolve_precision
 from bertkit.inference import run_sorted
@@ -93,6 +95,8 @@ def embed_encoded(model: Model, encoded: list[Encoded], pad_id: int, batch_size:
 class SentenceEncoder:
     """An encoder run ready to embed sentences: (N texts) -> (N, D) float32, in input order.
 
+    `run` is a run directory or an ONNX export folder (`bertkit export --format onnx`), which runs through
+    onnxruntime on the CPU at its own precision, `threads` batches at once (default: the cores this process may use).
     `pooling`, `normalize` and `max_length` default to the run's `[sentence]` settings; `precision` "auto" runs in
     bf16 where the device computes it natively (`hardware.resolve_precision`), else fp32. `compile` runs the
     forward through torch.compile (dynamic shapes; off by default: on a 2-core CPU it measured 0.94x eager,
@@ -100,8 +104,15 @@ class SentenceEncoder:
     """
 
     def __init__(self, run: str | Path, batch_size: int = 64, device: str | torch.device | None = None,
-                 model: tuple[Config, Model] | None = None, precision: str = "auto", compile: bool = False):
+                 model: tuple[Config, Model] | None = None, precision: str = "auto", compile: bool = False,
+                 threads: int | None = None):
         self.run = Path(run)
+        self.batch_size = batch_size
+        self.truncated = 0  # texts cut to max_length so far
+        self.onnx = None  # an ONNX export folder's OnnxModel (`bertkit export --format onnx`), else the torch model
+        if model is None and is_onnx_export(self.run):
+            self._open_onnx(device, precision, compile, threads)
+            return
         config, net = model if model is not None else load_run(self.run)
         if config.model.architecture != "encoder":
             arch = config.model.architecture
@@ -117,10 +128,38 @@ class SentenceEncoder:
         self.tokenizer = load_run_tokenizer(self.run, config)
         self.pad_id = special_ids(self.tokenizer).pad
         self.encoder = TaskEncoder(self.tokenizer, self.sentence.window(config.model.max_len))
-        self.batch_size = batch_size
         self.dim = config.model.d_model
-        self.truncated = 0  # texts cut to max_length so far
         self._identity: str | None = None
+
+    def _open_onnx(self, device, precision: str, compile: bool, threads: int | None) -> None:
+        """An export folder: its graph through onnxruntime (pooling and normalisation inside it)."""
+        self.onnx = OnnxModel(self.run, threads)
+        manifest = self.onnx.manifest
+        if manifest.kind != "encoder":
+            raise BertkitError(f"{self.run}: an ONNX export of a {manifest.kind} run; sentence embeddings need an "
+                               "encoder's export")
+        if compile:
+            raise BertkitError(f"--compile: {self.run} is an ONNX export, which onnxruntime runs as a graph already")
+        if precision not in ("auto", manifest.precision):
+            raise BertkitError(f"{self.run}: an ONNX export runs at its own precision ({manifest.precision}); "
+                               "drop --precision")
+        if device is not None and str(device) != "cpu":
+            raise BertkitError(f"{self.run}: an ONNX export runs on the CPU through onnxruntime, not on {device}")
+        self.config, self.model, self.sentence = manifest.config, None, manifest.config.sentence
+        self.precision = manifest.precision
+        self.tokenizer = load_run_tokenizer(self.run, manifest.config)
+        self.pad_id = special_ids(self.tokenizer).pad
+        self.encoder = TaskEncoder(self.tokenizer, manifest.max_length)
+        self.dim = manifest.dim
+        self._identity = manifest.identity
+
+    @property
+    def layer_count(self) -> int:
+        """The layers `encode_layers` can read (0: the embeddings output); an ONNX export has none to read."""
+        if self.onnx is not None:
+            raise BertkitError(f"{self.run}: an ONNX export holds the pooled output only; --layers, --tokens and "
+                               "probes need the bertkit run it came from")
+        return self.model.layer_count
 
     @property
     def max_length(self) -> int:
@@ -137,8 +176,21 @@ class SentenceEncoder:
         """Embed texts: (N,) -> (N, D) float32, rows in input order (batches run sorted by length)."""
         encoded = self.encoder.texts(list(texts)) if texts else []
         self.truncated += sum(e.truncated for e in encoded)
-        return embed_encoded(self.model, encoded, self.pad_id, self.batch_size, self.sentence.pooling,
-                             self.sentence.normalize, on_batch, self.precision)
+        return self.embed_encoded(encoded, on_batch=on_batch)
+
+    def embed_encoded(self, encoded: list[Encoded], normalize: bool | None = None,
+                      on_batch: Callable[[int], None] | None = None) -> np.ndarray:
+        """Embeddings of texts already tokenised by `self.encoder`: (N, D) float32 in input order; `normalize`
+        None: as the model's settings say (search passes True: cosine needs unit vectors)."""
+        normalize = self.sentence.normalize if normalize is None else normalize
+        if self.onnx is None:
+            return embed_encoded(self.model, encoded, self.pad_id, self.batch_size, self.sentence.pooling,
+                                 normalize, on_batch, self.precision)
+        if not encoded:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        vectors = np.stack(self.onnx.run_sorted(encoded, self.pad_id, self.batch_size, "sentence_embedding",
+                                                on_batch))  # (N, D), normalised in the graph where the run says
+        return normalize_rows(vectors) if normalize and not self.sentence.normalize else vectors
 
     def encode_layers(self, texts: list[str], layers: list[int], tokens: bool = False,
                       on_batch: Callable[[int], None] | None = None) -> list[np.ndarray] | np.ndarray:
@@ -151,6 +203,7 @@ class SentenceEncoder:
     def encode_layers_encoded(self, encoded: list[Encoded], layers: list[int], tokens: bool = False,
                               on_batch: Callable[[int], None] | None = None) -> list[np.ndarray] | np.ndarray:
         """`encode_layers` of texts already tokenised by `self.encoder` (callers that also need the tokens)."""
+        self.layer_count  # noqa: B018 - refuses an ONNX export
         self.truncated += sum(e.truncated for e in encoded)
         chosen = torch.tensor(layers)
 

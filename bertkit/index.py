@@ -35,6 +35,9 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import BertkitError
+from bertkit.index_codec import (DTYPE, PRECISIONS, RESCORE, SUFFIX, binary_flat, check_calibration, hamming_candidates,
+                                 int8_scorer, row_bytes, row_width)
+from bertkit.index_codec import rescore as _rescore
 from bertkit.run.files import confined, content_digest, fsync_dir, remove_stale, replace, write_atomic
 from bertkit.run.lock import hold
 
@@ -55,7 +58,7 @@ BLAS_THRESHOLD = 1
 _EXACT_CHUNK = 1 << 17  # rows of a shard scored (or added to FAISS) at once: 64 MB of scores at 128 queries
 _SHARD_KEYS = ("vectors", "docs", "offsets", "count", "docs_bytes")
 # The only file names an index holds (besides index.json and .lock): a name read from index.json must be one of them.
-_NAMES = {"vectors": re.compile(r"shard-(\d{5,9})\.f32"), "docs": re.compile(r"shard-(\d{5,9})\.jsonl"),
+_NAMES = {"vectors": re.compile(r"shard-(\d{5,9})\.(?:f32|i8|b1)"), "docs": re.compile(r"shard-(\d{5,9})\.jsonl"),
           "offsets": re.compile(r"shard-(\d{5,9})\.offsets"), "faiss": re.compile(r"ivf-(\d{5,9})\.faiss")}
 # Leftovers of an interrupted append: temporaries of any of the writers below.
 _STALE = (f".{INDEX_FILE}.tmp-*", ".shard-*.tmp-*", ".ivf-*.tmp-*")
@@ -100,6 +103,8 @@ class VectorIndex:
         self.meta = read_meta(self.path)
         self.dim = int(self.meta["dim"])
         self.shards = self.meta["shards"]
+        self.precision = self.meta.get("vectors", "float32")  # how the vectors are stored (index_codec)
+        self.calibration = self.meta.get("calibration")  # int8: the per-dimension ranges
         self.count = sum(s["count"] for s in self.shards)
         if self.count != self.meta["count"]:
             raise BertkitError(f"{self.path}: corrupt index ({INDEX_FILE} says {self.meta['count']} rows, its shards "
@@ -126,7 +131,10 @@ class VectorIndex:
 
     def _check_shard(self, shard: dict) -> None:
         n = shard["count"]
-        expected = {shard["vectors"]: n * self.dim * 4, shard["offsets"]: (n + 1) * 8}
+        if not shard["vectors"].endswith("." + SUFFIX[self.precision]):
+            raise BertkitError(f"{self.path}: {INDEX_FILE} names {shard['vectors']} for {self.precision} vectors "
+                               "(corrupt index)")
+        expected = {shard["vectors"]: n * row_bytes(self.precision, self.dim), shard["offsets"]: (n + 1) * 8}
         for name, size in expected.items():
             file = self.path / name
             if not file.is_file():
@@ -149,18 +157,20 @@ class VectorIndex:
                                "the index")
 
     def vectors(self) -> list[np.ndarray]:
-        """Each shard's (n, D) vectors, memory-mapped read-only."""
+        """Each shard's stored vectors, memory-mapped read-only: (n, D) float32 or int8, (n, ⌈D/8⌉) packed bits."""
         if not self._vectors:
-            self._vectors = [shard_vectors(self.path, s, self.dim) for s in self.shards]
+            self._vectors = [shard_vectors(self.path, s, self.dim, self.precision) for s in self.shards]
         return self._vectors
 
     # --------------------------------------------------------------------------------------------------- search
 
     def search(self, queries: np.ndarray, k: int = 10, exact: bool | None = None, nprobe: int | None = None,
-               ) -> tuple[np.ndarray, np.ndarray]:
+               rescore: int = RESCORE) -> tuple[np.ndarray, np.ndarray]:
         """Top-k rows by cosine similarity for each query (Q, D) -> scores (Q, k'), rows (Q, k'), with
         k' = min(k, count). Queries are normalised here (the stored vectors already are). `exact` None: the
-        index's backend; True forces numpy over every vector."""
+        index's backend; True forces numpy over every vector. int8 vectors are scored by the float query against
+        their dequantized values; binary ones are found by Hamming distance, `rescore` × k candidates per query, and
+        ranked by the float query against their sign vectors (index_codec)."""
         queries = np.asarray(queries, dtype=np.float32)
         if queries.ndim != 2 or queries.shape[1] != self.dim:
             raise BertkitError(f"queries of shape {queries.shape} do not fit an index of dimension {self.dim}")
@@ -168,9 +178,15 @@ class VectorIndex:
         k = min(k, self.count)
         if k < 1:
             return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
+        if self.precision == "binary":
+            if self._faiss is None:  # the packed signs in FAISS's binary flat index, built once per opening
+                self._faiss = binary_flat(self.vectors(), self.dim, _faiss())
+            rows = hamming_candidates(self._faiss, queries, min(self.count, k * max(1, rescore)))
+            return _rescore(self.vectors(), queries, rows, k, "binary", self.dim)
         if exact or (exact is None and self.backend != "faiss"):
+            score = int8_scorer(self.calibration) if self.precision == "int8" else None
             try:
-                return exact_search(self.vectors(), queries, k)
+                return exact_search(self.vectors(), queries, k, score, _INT8_UNIT if score else _UNIT)
             except NotUnitLength as exc:
                 file = self.path / self.shards[exc.shard]["vectors"]
                 raise BertkitError(f"{file}: holds vectors that are not finite or not of unit length (changed or "
@@ -243,13 +259,13 @@ class VectorIndex:
                         raise BertkitError(f"{self.path / shard['docs']}:{number}: corrupt document") from None
 
 
-def shard_vectors(path: Path, shard: dict, dim: int) -> np.ndarray:
-    """One shard's (n, D) vectors, memory-mapped read-only."""
+def shard_vectors(path: Path, shard: dict, dim: int, precision: str = "float32") -> np.ndarray:
+    """One shard's stored vectors, memory-mapped read-only: (n, D) float32 / int8 or (n, ⌈D/8⌉) packed bits."""
     if shard["count"] == 0:  # an empty file cannot be mapped
-        return np.zeros((0, dim), np.float32)
+        return np.zeros((0, row_width(precision, dim)), DTYPE[precision])
     file = Path(path) / shard["vectors"]
     with _reading(file):
-        return np.memmap(file, dtype=np.float32, mode="r", shape=(shard["count"], dim))
+        return np.memmap(file, dtype=DTYPE[precision], mode="r", shape=(shard["count"], row_width(precision, dim)))
 
 
 def add_to_faiss(index, vectors: np.ndarray) -> None:
@@ -283,20 +299,23 @@ class NotUnitLength(Exception):
 
 
 _UNIT = 1.001  # |cosine| of unit vectors, with float32 rounding
+_INT8_UNIT = 1.05  # a dequantized unit vector is off by at most half a step per dimension
 
 
-def exact_search(shards: list[np.ndarray], queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact inner-product top-k over memory-mapped shards, a chunk at a time (memory does not grow with N). Every
-    score is checked (a cosine of unit vectors is finite and in [-1, 1]), so a shard changed where its digest did not
-    sample is still caught, as `NotUnitLength`."""
+def exact_search(shards: list[np.ndarray], queries: np.ndarray, k: int, score=None,
+                 bound: float = _UNIT) -> tuple[np.ndarray, np.ndarray]:
+    """Exact inner-product top-k over memory-mapped shards, a chunk at a time (memory does not grow with N);
+    `score(queries, block)` -> (Q, n) for stored codes (default: the float vectors' inner product). Every score is
+    checked (a cosine of unit vectors is finite and in [-1, 1], `bound` with rounding), so a shard changed where its
+    digest did not sample is still caught, as `NotUnitLength`."""
     best_scores = np.full((len(queries), 0), -np.inf, dtype=np.float32)
     best_rows = np.zeros((len(queries), 0), dtype=np.int64)
     base = 0
     for number, shard in enumerate(shards):
         for start in range(0, len(shard), _EXACT_CHUNK):
             block = np.asarray(shard[start:start + _EXACT_CHUNK])  # (n, D)
-            scores = queries @ block.T  # (Q, n)
-            if not np.isfinite(scores).all() or np.abs(scores).max(initial=0.0) > _UNIT:
+            scores = queries @ block.T if score is None else score(queries, block)  # (Q, n)
+            if not np.isfinite(scores).all() or np.abs(scores).max(initial=0.0) > bound:
                 raise NotUnitLength(number)
             take = min(k, scores.shape[1])
             top = np.argpartition(-scores, take - 1, axis=1)[:, :take]  # (Q, take), unordered
@@ -344,9 +363,13 @@ def read_meta(path: Path) -> dict:
     model_ok = isinstance(meta["model"], dict) and isinstance(meta["model"].get("identity"), str) \
         and isinstance(meta["model"].get("path", ""), str)
     sizes_ok = _counts(meta["dim"], least=1) and _counts(meta["count"])
-    if not (shards_ok and faiss_ok and model_ok and sizes_ok) or meta["backend"] not in ("exact", "faiss"):
+    vectors = meta.get("vectors", "float32")
+    vectors_ok = vectors in PRECISIONS and (vectors == "float32" or meta["backend"] == "exact") and \
+        (vectors != "int8" or (sizes_ok and check_calibration(meta.get("calibration"), meta["dim"])))
+    if not (shards_ok and faiss_ok and model_ok and sizes_ok and vectors_ok) or meta["backend"] not in ("exact",
+                                                                                                      "faiss"):
         what = "shards" if not shards_ok else "faiss" if not faiss_ok else "model" if not model_ok else \
-            "dim' / 'count" if not sizes_ok else "backend"
+            "dim' / 'count" if not sizes_ok else "vectors' / 'calibration" if not vectors_ok else "backend"
         raise BertkitError(f"{file}: corrupt (malformed '{what}' entry)")
     names = [(key, shard[key]) for shard in meta["shards"] for key in ("vectors", "docs", "offsets")]
     names += [("faiss", meta["faiss"]["file"])] if meta["backend"] == "faiss" else []

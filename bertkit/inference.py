@@ -14,12 +14,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertkit.deploy.manifest import is_onnx_export
+from bertkit.deploy.runtime import OnnxModel
 from bertkit.errors import BertkitError
 from bertkit.hardware import autocast, resolve_precision
 from bertkit.metrics import classification_metrics, correlation_metrics, entity_metrics
 from bertkit.nn.model import TASK_HEADS, Model
 from bertkit.run.directory import LABELS_FILE, load_run, load_run_tokenizer, read_labels
-from bertkit.text.features import Encoded, TaskEncoder, join_words
+from bertkit.text.features import Encoded, TaskEncoder, in_input_order, join_words, length_sorted, pad_batch
 from bertkit.text.tokenizer import special_ids
 
 if TYPE_CHECKING:  # types only: text.tasks reads files through datasets, which inference does not need
@@ -48,23 +50,14 @@ def run_sorted(model: Model, examples: list[Encoded], pad_id: int, batch_size: i
     was_training = model.training
     model.eval()
     device = model.device
-    lengths = np.array([len(e.input_ids) for e in examples], dtype=np.int64)
-    order = np.argsort(lengths, kind="stable")
-    batches = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+    lengths, batches = length_sorted(examples, batch_size)
 
     def one(chunk: np.ndarray) -> np.ndarray:
-        width = int(lengths[chunk].max())
-        ids = np.full((len(chunk), width), pad_id, dtype=np.int64)  # (B, T)
-        types = np.zeros((len(chunk), width), dtype=np.int64)  # (B, T)
-        for row, index in enumerate(chunk):
-            ids[row, :lengths[index]] = examples[index].input_ids
-            types[row, :lengths[index]] = examples[index].type_ids
-        mask = (np.arange(width)[None, :] < lengths[chunk][:, None]).astype(np.int64)  # (B, T)
+        ids, mask, types = pad_batch([examples[index] for index in chunk], pad_id)  # (B, T) each
         with torch.inference_mode(), autocast(device, precision):  # per thread: both are thread-local
             return forward(torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device),
                            torch.from_numpy(types).to(device)).float().cpu().numpy()
 
-    out: list[np.ndarray | None] = [None] * len(examples)
     workers = min(inference_workers(device), len(batches))
     threads = torch.get_num_threads()
     pool = None
@@ -75,20 +68,12 @@ def run_sorted(model: Model, examples: list[Encoded], pad_id: int, batch_size: i
             results = pool.map(one, batches)  # in order, `workers` batches in flight
         else:
             results = map(one, batches)
-        for chunk, result in zip(batches, results):
-            # (B, T, …) outputs keep each example's own tokens; `per_token` says so where the rank cannot
-            # (a pooled (B, L, D) is not per-token; (B, T, L, D) is)
-            tokens = result.ndim == 3 if per_token is None else per_token
-            for row, index in enumerate(chunk):
-                out[index] = result[row, :lengths[index]] if tokens else result[row]
-            if on_batch is not None:
-                on_batch(len(chunk))
+        return in_input_order(len(examples), batches, results, lengths, per_token, on_batch)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
             torch.set_num_threads(threads)
         model.train(was_training)
-    return out  # type: ignore[return-value]
 
 
 def batched_logits(model: Model, examples: list[Encoded], head: str, pad_id: int, batch_size: int = 64,
@@ -175,32 +160,61 @@ def entities(tags: list[str], scores: list[float], spans: list[tuple[int, int]],
 # ------------------------------------------------------------------------------------------- finetuned models
 
 class TaskModel:
-    """A finetuned run directory ready for inference: model, tokenizer, label names, input encoder."""
+    """A finetuned run directory ready for inference: model, tokenizer, label names, input encoder. `run` may be an
+    ONNX export folder of a task run (`bertkit export --format onnx`): its logits come from onnxruntime on the CPU,
+    `threads` batches at once."""
 
     def __init__(self, run: str | Path, batch_size: int = 64, device: str | torch.device | None = None,
-                 precision: str = "auto"):
+                 precision: str = "auto", threads: int | None = None):
         run = Path(run)
-        self.config, self.model = load_run(run, device)
-        heads = [h for h in TASK_HEADS if h in self.config.heads.names]
-        if not heads or not (run / LABELS_FILE).is_file():
-            raise BertkitError(f"{run}: has no task head (heads: {', '.join(self.config.heads.names) or 'none'}); "
-                               "finetune it first with `bertkit finetune classify|ner`")
-        self.kind, self.labels = read_labels(run)
-        self.head = heads[0]
+        self.onnx = None  # an ONNX export folder's OnnxModel (`bertkit export --format onnx`), else the torch model
+        if is_onnx_export(run):
+            self._open_onnx(run, device, precision, threads)
+        else:
+            self.config, self.model = load_run(run, device)
+            heads = [h for h in TASK_HEADS if h in self.config.heads.names]
+            if not heads or not (run / LABELS_FILE).is_file():
+                raise BertkitError(f"{run}: has no task head (heads: {', '.join(self.config.heads.names) or 'none'}); "
+                                   "finetune it first with `bertkit finetune classify|ner`")
+            self.kind, self.labels = read_labels(run)
+            self.head = heads[0]
+            self.precision = resolve_precision(precision, self.model.device).precision
+            if self.kind == "regress" and precision == "auto":  # a score in bf16 is rounded to ~0.03 near 5: ties
+                self.precision = "fp32"
         self.tokenizer = load_run_tokenizer(run, self.config)
         self.pad_id = special_ids(self.tokenizer).pad
         max_length = min(self.config.task.max_length or self.config.model.max_len, self.config.model.max_len)
         self.encoder = TaskEncoder(self.tokenizer, max_length)
         self.batch_size = batch_size
         self.constraints = iob2_constraints(self.labels) if self.kind == "ner" else None
-        self.precision = resolve_precision(precision, self.model.device).precision
-        if self.kind == "regress" and precision == "auto":  # a score in bf16 is rounded to ~0.03 near 5: ties
-            self.precision = "fp32"
+
+    def _open_onnx(self, run: Path, device, precision: str, threads: int | None) -> None:
+        """An export folder of a task run: its logits through onnxruntime."""
+        self.onnx = OnnxModel(run, threads)
+        manifest = self.onnx.manifest
+        if manifest.kind == "encoder":
+            raise BertkitError(f"{run}: an ONNX export of an encoder has no task head; export a finetuned "
+                               "classifier or tagger run")
+        if precision not in ("auto", manifest.precision):
+            raise BertkitError(f"{run}: an ONNX export runs at its own precision ({manifest.precision}); "
+                               "drop --precision")
+        if device is not None and str(device) != "cpu":
+            raise BertkitError(f"{run}: an ONNX export runs on the CPU through onnxruntime, not on {device}")
+        self.config, self.model = manifest.config, None
+        self.kind, self.labels = manifest.kind, list(manifest.labels)
+        self.head = "tagger" if self.kind == "ner" else "classifier"
+        self.precision = manifest.precision
+
+    def _logits(self, encoded: list[Encoded]) -> list[np.ndarray]:
+        """The task head's logits per example, in input order: (C,) per text, (T_i, C) per tagged sentence."""
+        if self.onnx is not None:
+            return self.onnx.run_sorted(encoded, self.pad_id, self.batch_size, "logits", per_token=self.kind == "ner")
+        return batched_logits(self.model, encoded, self.head, self.pad_id, self.batch_size, self.precision)
 
     def classify(self, texts: list[str], pairs: list[str] | None = None) -> tuple[list[dict], int]:
         """Label, its probability and every label's probability per text; and how many were truncated."""
         encoded = self.encoder.texts(texts, pairs)
-        logits = batched_logits(self.model, encoded, "classifier", self.pad_id, self.batch_size, self.precision)
+        logits = self._logits(encoded)
         out = []
         if self.kind == "regress":  # one output: the score itself
             return [{"score": round(float(row[0]), 4)} for row in logits], sum(e.truncated for e in encoded)
@@ -216,7 +230,7 @@ class TaskModel:
         """IOB2 tags and probabilities per word (words given as character spans); and how many texts were
         truncated (their cut-off words are tagged O)."""
         encoded = self.encoder.words(texts, spans)
-        logits = batched_logits(self.model, encoded, "tagger", self.pad_id, self.batch_size, self.precision)
+        logits = self._logits(encoded)
         return ([decode_tags(row, e, self.labels, self.constraints) for row, e in zip(logits, encoded)],
                 sum(e.truncated for e in encoded))
 

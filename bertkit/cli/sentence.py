@@ -108,12 +108,19 @@ def index_build(model: Annotated[Path, typer.Option("--model", "-m", help="The e
                 overwrite: Annotated[bool, typer.Option(help="Replace an existing index (never anything "
                                                              "else).")] = False,
                 precision: PrecisionOption = "auto",
-                progress: ProgressOption = True) -> None:
+                progress: ProgressOption = True,
+                vectors: Annotated[str, typer.Option(help="How the index stores the vectors: float32 (4 bytes a "
+                                                          "dimension) | int8 (1 byte, per-dimension ranges "
+                                                          "calibrated on the corpus; scored by the float query) | "
+                                                          "binary (1 bit; Hamming candidates rescored by the float "
+                                                          "query). Compressed vectors are searched exactly.")]
+                = "float32") -> None:
     """Embed a corpus into a new index (written atomically)."""
     from bertkit.jobs import search as job
 
     job.build(job.IndexBuildJob(model, tuple(corpus), out, text_field or "text", id_field, backend, nlist, nprobe,
-                                batch_size, overwrite=overwrite, precision=precision, progress=progress))
+                                batch_size, overwrite=overwrite, precision=precision, progress=progress,
+                                vectors=vectors))
 
 
 @index_app.command("add")
@@ -157,12 +164,15 @@ def search(index: Annotated[Path, typer.Argument(help="An index directory from `
            truncate: Annotated[bool, typer.Option(help="Search with the first max_length tokens of a longer "
                                                        "query instead of refusing it.")] = False,
            precision: PrecisionOption = "auto",
-           json_out: Annotated[bool, typer.Option("--json", help="One JSON line per query.")] = False) -> None:
+           json_out: Annotated[bool, typer.Option("--json", help="One JSON line per query.")] = False,
+           rescore: Annotated[int, typer.Option(help="Binary indexes: candidates per result, found by Hamming "
+                                                     "distance and rescored by the float query.")] = 4) -> None:
     """The k most similar documents of an index for each query (cosine similarity)."""
     from bertkit.jobs import search as job
     from bertkit.run.files import to_json
 
-    result = job.search(job.SearchJob(index, tuple(queries), k, model, exact, nprobe, truncate, precision))
+    result = job.search(job.SearchJob(index, tuple(queries), k, model, exact, nprobe, truncate, precision,
+                                      rescore))
     for query, hits in zip(result.queries, result.hits):
         if json_out:
             typer.echo(to_json({"query": query, "hits": [h.__dict__ for h in hits]}, indent=None))

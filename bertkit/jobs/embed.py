@@ -128,7 +128,7 @@ def run(job: EmbedJob, console: Console | None = None) -> EmbedResult:
         raise BertkitError("--compile applies to pooled embeddings; drop it with --layers / --tokens")
     files = find_files(inputs)
     encoder = SentenceEncoder(job.model, batch_size=batch_size, precision=job.precision, compile=compile)
-    chosen = parse_layers(layers or "-1", encoder.model.layer_count) if layers is not None or tokens else None
+    chosen = parse_layers(layers or "-1", encoder.layer_count) if layers is not None or tokens else None
     found = scan(files, text_field, id_field, keep_empty)
     if found.rows == 0:
         raise BertkitError(f"{', '.join(map(str, inputs))}: no texts to embed"

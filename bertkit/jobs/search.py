@@ -20,11 +20,12 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from bertkit.embedding import SentenceEncoder, embed_encoded, normalize_rows, truncation_warning
+from bertkit.embedding import SentenceEncoder, normalize_rows, truncation_warning
 from bertkit.errors import BertkitError
 from bertkit.index import (BACKENDS, FORMAT, INDEX_FILE, VERSION, Hit, ShardWriter, VectorIndex, add_to_faiss,
                            build_faiss, index_lock, ivf_params, next_number, read_meta, remove_leftovers,
                            resolve_backend, shard_vectors, write_faiss, write_meta)
+from bertkit.index_codec import RESCORE, calibrate, check_precision, compress_shard, row_bytes
 from bertkit.run.files import atomic_dir, content_digest, disk_errors, fsync_dir
 from bertkit.run.lock import locked
 from bertkit.run.outputs import INDEX, claim, refuse_nested
@@ -77,6 +78,7 @@ class IndexBuildJob:
     overwrite: bool = False
     precision: str = "auto"
     progress: bool = True
+    vectors: str = "float32"  # how the index stores them: float32 | int8 | binary (index_codec)
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,10 @@ def _build(job: IndexBuildJob, console: Console) -> IndexBuildResult:
             raise BertkitError(f"{key}: must be >= 1, got {value}")
         if value is not None and backend == "exact":
             raise BertkitError(f"{key}: only for a FAISS index (--backend faiss or auto), not --backend exact")
+    vectors = check_precision(job.vectors)
+    if vectors != "float32" and backend == "faiss":
+        raise BertkitError(f"--vectors {vectors}: searched exactly (int8 dequantized, binary by FAISS's Hamming "
+                           "index); FAISS IVF over compressed vectors is not built yet: drop --backend faiss")
     files = find_files(corpus)
     encoder = SentenceEncoder(job.model, batch_size=job.batch_size, precision=job.precision)
     found = scan(files, text_field, id_field, keep_empty=False, check_ids=True)
@@ -120,6 +126,10 @@ def _build(job: IndexBuildJob, console: Console) -> IndexBuildResult:
         raise BertkitError(f"{', '.join(corpus)}: no texts to index" + (f" ({found.empty:,} empty lines)"
                                                                       if found.empty else ""))
     chosen = resolve_backend(backend, found.rows)
+    if vectors != "float32" and chosen == "faiss":  # auto at >= 300,000 vectors
+        chosen = "exact"
+        console.print(f"[yellow]warning: {found.rows:,} {vectors} vectors get exact search (FAISS IVF over "
+                      "compressed vectors is not built yet)")
     if chosen == "exact" and (nlist is not None or nprobe is not None):
         console.print(f"[yellow]warning: --nlist / --nprobe do nothing here: {found.rows:,} vectors get exact search "
                       "(--backend faiss builds a FAISS index at any size)")
@@ -132,11 +142,17 @@ def _build(job: IndexBuildJob, console: Console) -> IndexBuildResult:
         shard = writer.close()
         meta = {"format": FORMAT, "version": VERSION, "model": _model_entry(encoder), "dim": encoder.dim,
                 "count": shard["count"], "shards": [shard], "backend": chosen, "backend_choice": backend}
+        if vectors != "float32":  # calibrated on every indexed vector, then the float shard replaced by its codes
+            meta["vectors"] = vectors
+            if vectors == "int8":
+                meta["calibration"] = calibrate(shard_vectors(tmp, shard, encoder.dim))
+            meta["shards"] = [compress_shard(tmp, shard, encoder.dim, vectors, meta.get("calibration"))]
         if chosen == "faiss":
             meta["faiss"] = _new_faiss(tmp, meta, nlist, nprobe, 0, console)
         write_meta(tmp, meta)
     _report_skips(console, found, encoder)
-    console.print(f"wrote {out}: {meta['count']:,} × {encoder.dim} vectors, {chosen} search")
+    console.print(f"wrote {out}: {meta['count']:,} × {encoder.dim} {vectors} vectors "
+                  f"({row_bytes(vectors, encoder.dim):,} bytes each), {chosen} search")
     return IndexBuildResult(out=out, count=meta["count"], backend=chosen, empty=found.empty,
                             truncated=encoder.truncated)
 
@@ -222,7 +238,8 @@ def add(job: IndexAddJob, console: Console | None = None) -> IndexAddResult:
             try:
                 _fill(writer, encoder, files, text_field, id_field, found.rows, job.chunk_size, job.progress,
                       console)
-                shard = writer.close()
+                shard = compress_shard(index.path, writer.close(), index.dim, index.precision, index.calibration)
+                new_files.append(shard["vectors"])  # the compressed file, if it is one (the calibration is kept)
                 meta["shards"] = meta["shards"] + [shard]
                 meta["count"] = meta["count"] + shard["count"]
                 if meta["backend"] == "faiss":
@@ -231,7 +248,8 @@ def add(job: IndexAddJob, console: Console | None = None) -> IndexAddResult:
                     file = write_faiss(faiss_index, index.path, number)
                     meta["faiss"] = {**meta["faiss"], "file": file, "digest": content_digest(index.path / file)}
                     new_files.append(meta["faiss"]["file"])
-                elif resolve_backend(meta.get("backend_choice", "exact"), meta["count"]) == "faiss":
+                elif index.precision == "float32" and \
+                        resolve_backend(meta.get("backend_choice", "exact"), meta["count"]) == "faiss":
                     meta["backend"] = "faiss"
                     meta["faiss"] = _new_faiss(index.path, meta, None, None, number, console)
                     new_files.append(meta["faiss"]["file"])
@@ -275,6 +293,7 @@ class SearchJob:
     nprobe: int | None = None
     truncate: bool = False
     precision: str = "auto"
+    rescore: int = RESCORE  # binary vectors: candidates per result rescored by the float query
 
 
 @dataclass(frozen=True)
@@ -293,6 +312,8 @@ def search(job: SearchJob, console: Console | None = None) -> SearchResult:
         raise BertkitError(f"-k: must be >= 1, got {k}")
     if nprobe is not None and nprobe < 1:
         raise BertkitError(f"--nprobe: must be >= 1, got {nprobe}")
+    if job.rescore < 1:
+        raise BertkitError(f"--rescore: must be >= 1, got {job.rescore}")
     queries = [q.strip() for q in job.queries]
     if not queries or any(not q for q in queries):
         raise BertkitError("an empty query: give the text to search for")
@@ -306,9 +327,11 @@ def search(job: SearchJob, console: Console | None = None) -> SearchResult:
         if enc.truncated and not truncate:
             raise BertkitError(f"the query {query[:40]!r}… is longer than the model's {encoder.max_length} tokens: "
                                f"shorten it, or pass --truncate to search with its first {encoder.max_length}")
-    vectors = embed_encoded(encoder.model, encoded, encoder.pad_id, encoder.batch_size, encoder.sentence.pooling,
-                            True, precision=encoder.precision)
-    scores, rows = index.search(vectors, k, exact=job.exact, nprobe=nprobe)
+    vectors = encoder.embed_encoded(encoded, normalize=True)
+    if job.rescore != RESCORE and index.precision != "binary":
+        console.print(f"[yellow]warning: --rescore does nothing here: {index.precision} vectors are scored by the "
+                      "float query already")
+    scores, rows = index.search(vectors, k, exact=job.exact, nprobe=nprobe, rescore=job.rescore)
     return SearchResult(list(job.queries), index.hits(scores, rows))
 
 
@@ -332,6 +355,8 @@ class IndexInfoResult:
     shards: int
     model: dict[str, Any]
     faiss: dict[str, Any] | None = None
+    vectors: str = "float32"  # how they are stored: float32 | int8 | binary
+    bytes_per_vector: int = 0  # of the stored vectors (a FAISS file, if any, holds its own copy)
 
 
 def info(job: IndexInfoJob) -> IndexInfoResult:
@@ -339,7 +364,8 @@ def info(job: IndexInfoJob) -> IndexInfoResult:
     index = VectorIndex(job.index)
     return IndexInfoResult(path=Path(job.index), count=index.count, dim=index.dim, backend=index.backend,
                            shards=len(index.shards), model=index.model,
-                           faiss=index.meta["faiss"] if index.backend == "faiss" else None)
+                           faiss=index.meta["faiss"] if index.backend == "faiss" else None, vectors=index.precision,
+                           bytes_per_vector=row_bytes(index.precision, index.dim))
 
 
 @dataclass(frozen=True)

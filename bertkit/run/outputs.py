@@ -87,7 +87,8 @@ _INDEX_FILES = (r"index\.json|\.lock|shard-\d{5,9}\.(f32|jsonl|offsets)|ivf-\d{5
 
 
 # every name a folder kind may hold: the rest of a folder is what the user put there
-_KNOWN_NAME = re.compile("|".join((_ST_FILES, _INDEX_FILES, r"probe\.(csv|png)", r"[a-z0-9_-]+\.png")))
+_KNOWN_NAME = re.compile("|".join((_ST_FILES, _INDEX_FILES, r"probe\.(csv|png)", r"[a-z0-9_-]+\.png",
+                                   r"manifest\.json|model\.onnx")))
 
 
 def _index(path: Path) -> bool:
@@ -171,6 +172,13 @@ def _export(path: Path) -> bool:
         return False
 
 
+def _onnx_export(path: Path) -> bool:
+    """A folder `bertkit export --format onnx` wrote: manifest.json of that format beside the graph and tokenizer."""
+    data = _read_json(path / "manifest.json") if (path / "manifest.json").is_file() else None
+    return isinstance(data, dict) and data.get("format") == "bertkit-onnx" and \
+        _folder("manifest.json", r"manifest\.json|model\.onnx|tokenizer\.json")(path)
+
+
 def _parquet_embeddings(path: Path) -> bool:
     if _head(path)[:4] != b"PAR1":
         return False
@@ -211,6 +219,7 @@ HF_EXPORT = Kind("a Hugging Face export", True, _hf_folder)
 ST_EXPORT = Kind("a sentence-transformers export", True,
                  lambda p: not is_run(p) and _folder("modules.json", _ST_FILES)(p) and _export(p))
 IMPORTED_RUN = Kind("an imported run (import-hf)", True, _imported_run)
+ONNX_EXPORT = Kind("an ONNX export", True, _onnx_export)
 PREDICTIONS = Kind("a predictions file", False, _predictions)
 EVALUATION = Kind("an evaluation report", False, _json_object(("truncated", "unseen_labels")))
 STS_REPORT = Kind("an STS report", False, _json_object(("spearman", "pearson", "pairs")))
@@ -221,7 +230,7 @@ TOKENS_TSV = Kind("a token table (.tokens.tsv)", False, _tokens_tsv)
 PLOT = Kind("a PNG plot", False, _png)
 TEXT = Kind("a text file", False, _text)
 
-_DIR_KINDS = (INDEX, TOKENIZER, ATTENTION, PROBE, ST_EXPORT, HF_EXPORT, IMPORTED_RUN)
+_DIR_KINDS = (INDEX, TOKENIZER, ATTENTION, PROBE, ST_EXPORT, HF_EXPORT, IMPORTED_RUN, ONNX_EXPORT)
 _FILE_KINDS = (PREDICTIONS, EVALUATION, STS_REPORT, EMBEDDINGS_NPY, ROWS_NPY, EMBEDDINGS_PARQUET, TOKENS_TSV, PLOT,
                TEXT)
 

@@ -13,14 +13,16 @@ import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import pyarrow as pa
-from datasets import Dataset
 from rich.console import Console
 
 from bertkit.errors import BertkitError
 from bertkit.run.files import confined
+
+if TYPE_CHECKING:  # types only: datasets is imported where a cache is opened
+    from datasets import Dataset
 
 T = TypeVar("T")
 MANIFEST = "manifest.json"
@@ -76,6 +78,8 @@ def open_verified(folder: Path, version: str, read: Callable[[dict, dict[str, Da
         if _ends_digest(file) != ends:
             raise Damaged(f"{file.name} changed since it was written")
         try:
+            from datasets import Dataset  # here: importing a corpus module must not import datasets
+
             dataset = Dataset.from_file(str(file))
         except (pa.ArrowException, OSError, ValueError) as exc:  # a torn stream: ArrowInvalid and friends
             raise Damaged(f"{file.name} is unreadable ({str(exc).splitlines()[0] if str(exc) else exc!r})") from None

@@ -16,16 +16,19 @@ import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from pathlib import Path
 
 import pyarrow as pa
-from datasets import Dataset
 from rich.console import Console
 
 from bertkit.errors import BertkitError
 from bertkit.paths import cache_root, resolve_data_path
 from bertkit.run.files import atomic_dir
 from bertkit.text.cache import open_or_build, write_manifest
+
+if TYPE_CHECKING:  # types only: the CSV helpers that task readers import need no datasets
+    from datasets import Dataset
 
 FORMATS = {".txt": "text", ".text": "text", ".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv",
            ".parquet": "parquet"}

@@ -44,6 +44,43 @@ class Encoded:
     truncated: bool = False
 
 
+def pad_batch(examples: list[Encoded], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Examples padded to the longest of them: input ids, attention mask (1 = real token) and token types, each
+    (B, T) int64. What every inference path (torch and ONNX) feeds its model."""
+    lengths = np.array([len(e.input_ids) for e in examples], dtype=np.int64)  # (B,)
+    width = int(lengths.max()) if len(examples) else 0
+    ids = np.full((len(examples), width), pad_id, dtype=np.int64)  # (B, T)
+    types = np.zeros((len(examples), width), dtype=np.int64)  # (B, T)
+    for row, example in enumerate(examples):
+        ids[row, :lengths[row]] = example.input_ids
+        types[row, :lengths[row]] = example.type_ids
+    mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)  # (B, T)
+    return ids, mask, types
+
+
+def length_sorted(examples: list[Encoded], batch_size: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Each example's length (N,), and batches of example indices shortest first, so that a batch pads only to about
+    its own length (the caller puts the rows back in input order)."""
+    lengths = np.array([len(e.input_ids) for e in examples], dtype=np.int64)
+    order = np.argsort(lengths, kind="stable")
+    return lengths, [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def in_input_order(count: int, batches: list[np.ndarray], results, lengths: np.ndarray, per_token: bool | None,
+                   on_batch=None) -> list[np.ndarray]:
+    """Each batch's (B, ...) output put back as one row per example in input order (`length_sorted`'s batches);
+    a per-token output keeps the example's own tokens. `per_token` None: (B, T, C) outputs are per token (a pooled
+    (B, L, D) needs False, a (B, T, L, D) True). `on_batch(n)` after each batch (progress bars)."""
+    out: list[np.ndarray | None] = [None] * count
+    for chunk, result in zip(batches, results):
+        tokens = result.ndim == 3 if per_token is None else per_token
+        for row, index in enumerate(chunk):
+            out[index] = result[row, :lengths[index]] if tokens else result[row]
+        if on_batch is not None:
+            on_batch(len(chunk))
+    return out  # type: ignore[return-value]
+
+
 class TaskEncoder:
     """Tokenise task inputs for one model: truncation to `max_length` tokens (specials included), no padding."""
 

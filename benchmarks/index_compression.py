@@ -1,0 +1,91 @@
+"""Compressed index vectors (`index build --vectors int8|binary`) against exact float32 search: bytes per vector,
+recall@10 and query latency, on real sentence embeddings at each size.
+
+The vectors are search_latency.py's: --model's embeddings of IMDB review sentences (made once with `bertkit embed`
+and cached; an ONNX export folder embeds them fastest), 200 held-out sentences as queries. For each size it scores
+the queries exactly in float32 (the truth), then with the same code `bertkit search` runs: int8 (the float query
+against the dequantized codes, calibrated on the indexed vectors) and binary (Hamming candidates from FAISS's binary
+flat index, `--rescore` × 10 of them, rescored by the float query), at --rescore 1, 4 (the default) and 16.
+
+  python benchmarks/index_compression.py --model runs/minilm-onnx [--sizes 100000,1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from search_latency import median_ms, recall_at, vectors_for  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", type=Path, default=Path("runs/minilm"))
+    parser.add_argument("--sizes", default="100000,1000000")
+    parser.add_argument("--cache", type=Path, default=Path("runs/bench/search"),
+                        help="embeddings are cached in CACHE/<model directory name>/")
+    parser.add_argument("--queries", type=int, default=50, help="single queries timed per case")
+    args = parser.parse_args()
+
+    import faiss
+
+    from bertkit.hardware import describe_device
+    from bertkit.index import _faiss, exact_search
+    from bertkit.index_codec import binary_flat, calibrate, encode, hamming_candidates, int8_scorer, rescore, \
+        row_bytes
+
+    import torch
+
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    everything, queries = vectors_for(args.model, sizes[-1], args.cache / args.model.name)
+    queries = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+    _faiss()
+    dim = everything.shape[1]
+    print(f"{describe_device(torch.device('cpu'))}; {len(everything):,} IMDB sentence vectors (dim {dim}) from "
+          f"{args.model}, {len(queries)} held-out queries, faiss {faiss.__version__}\n", flush=True)
+    table = []
+    for size in sizes:
+        shard = np.ascontiguousarray(everything[:size], dtype=np.float32)
+        _, truth = exact_search([shard], queries, 10)
+        single = queries[:args.queries]
+        float_ms = statistics.median(median_ms(lambda q=q: exact_search([shard], q[None], 10), 1) for q in single)
+        calibration = calibrate(shard)
+        codes = encode(shard, "int8", calibration)
+        score = int8_scorer(calibration)
+        _, found = exact_search([codes], queries, 10, score, 1.05)
+        int8_ms = statistics.median(median_ms(lambda q=q: exact_search([codes], q[None], 10, score, 1.05), 1)
+                                    for q in single)
+        rows = {"float32": (4 * dim, 1.0, float_ms), "int8": (row_bytes("int8", dim), recall_at(found, truth),
+                                                                int8_ms)}
+        bits = encode(shard, "binary")
+        start = time.perf_counter()
+        flat = binary_flat([bits], dim, faiss)
+        print(f"{size:,}: binary flat index built in {time.perf_counter() - start:.2f} s", flush=True)
+        for factor in (1, 4, 16):
+            def search(q, factor=factor):
+                candidates = hamming_candidates(flat, q, 10 * factor)
+                return rescore([bits], q, candidates, 10, "binary", dim)[1]
+            recall = recall_at(search(queries), truth)
+            ms = statistics.median(median_ms(lambda q=q: search(q[None]), 1) for q in single)
+            rows[f"binary, rescore {factor}"] = (row_bytes("binary", dim), recall, ms)
+        for name, (size_bytes, recall, ms) in rows.items():
+            print(f"  {name:<20} {size_bytes:>5} bytes/vector ({4 * dim / size_bytes:>4.0f}x smaller), "
+                  f"recall@10 {recall:.3f}, {ms:.2f} ms/query", flush=True)
+        table.append((size, rows))
+    print("\n| vectors | stored as | bytes per vector (× smaller) | MB | recall@10 vs exact float32 | ms per query |")
+    print("|---|---|---|---|---|---|")
+    for size, rows in table:
+        for name, (size_bytes, recall, ms) in rows.items():
+            megabytes = size * size_bytes / 1e6
+            print(f"| {size:,} | {name} | {size_bytes:,} ({4 * dim / size_bytes:.0f}×) | {megabytes:,.1f} | "
+                  f"{recall:.3f} | {ms:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

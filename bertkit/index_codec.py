@@ -1,0 +1,178 @@
+"""Compressed index vectors (`bertkit index build --vectors float32|int8|binary`): how each precision stores a
+shard's (n, D) unit vectors and scores float queries against them.
+
+float32  4·D bytes a vector: the vectors themselves.
+int8     D bytes: each dimension mapped linearly from its calibrated range [low, high] (the indexed vectors' minimum and
+         maximum per dimension, computed when the index is built and kept by every `index add`, which clips a new
+         vector into it) onto -128..127. A float query is scored against the dequantized codes directly,
+         (q · scale) @ codesᵀ + q · offset, so every candidate is scored by the float query: what rescoring does for
+         a quantized query, done for all of them at the cost of one int8 → float cast per block.
+binary   ⌈D / 8⌉ bytes: the sign of each dimension, packed (numpy.packbits order). Candidates come from the Hamming
+         distance of the query's signs (FAISS's binary flat index: popcount over packed bits), `rescore` × k of them,
+         then are rescored by the float query against their ±1 / √D vectors (the cosine with the sign vector).
+
+Shard files: shard-NNNNN.f32 / .i8 / .b1. A shard is written as float32 first (ShardWriter) and then compressed in
+place of it (`compress_shard`: temp → fsync → rename, then the float file removed), so an interrupted build or add
+leaves only files index.json does not name, which the next `index add` removes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from bertkit.errors import BertkitError
+from bertkit.run.files import content_digest, fsync_dir, replace
+
+PRECISIONS = ("float32", "int8", "binary")
+SUFFIX = {"float32": "f32", "int8": "i8", "binary": "b1"}
+DTYPE = {"float32": np.float32, "int8": np.int8, "binary": np.uint8}
+RESCORE = 4  # binary: candidates per result rescored by the float query (search --rescore)
+_BLOCK = 1 << 16  # rows compressed at a time
+
+
+def row_width(precision: str, dim: int) -> int:
+    """Stored values per vector: D (float32, int8) or ⌈D / 8⌉ packed bytes (binary)."""
+    return (dim + 7) // 8 if precision == "binary" else dim
+
+
+def row_bytes(precision: str, dim: int) -> int:
+    """Bytes per stored vector."""
+    return row_width(precision, dim) * np.dtype(DTYPE[precision]).itemsize
+
+
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise BertkitError(f"--vectors {precision!r}: not allowed (allowed: {'|'.join(PRECISIONS)})")
+    return precision
+
+
+# ---------------------------------------------------------------------------------------------------------- int8
+
+def calibrate(vectors: np.ndarray) -> dict:
+    """int8's per-dimension range over (n, D) vectors (memory-mapped: read a block at a time)."""
+    low = np.full(vectors.shape[1], np.inf)
+    high = np.full(vectors.shape[1], -np.inf)
+    for start in range(0, len(vectors), _BLOCK):
+        block = np.asarray(vectors[start:start + _BLOCK], dtype=np.float64)
+        low, high = np.minimum(low, block.min(0)), np.maximum(high, block.max(0))
+    return {"low": [float(x) for x in low], "high": [float(x) for x in high]}
+
+
+def _scale(calibration: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(scale, offset) per dimension: value = (code + 128) · scale + low. (D,) float32 each."""
+    low = np.asarray(calibration["low"], dtype=np.float64)
+    high = np.asarray(calibration["high"], dtype=np.float64)
+    scale = np.maximum(high - low, 1e-12) / 255.0
+    return scale.astype(np.float32), (low + 128 * scale).astype(np.float32)
+
+
+def check_calibration(calibration: object, dim: int) -> bool:
+    """A well-formed int8 calibration of `dim` dimensions (index.json is untrusted input)."""
+    if not isinstance(calibration, dict):
+        return False
+    try:
+        low = np.asarray(calibration["low"], dtype=np.float64)
+        high = np.asarray(calibration["high"], dtype=np.float64)
+    except (KeyError, TypeError, ValueError):
+        return False
+    return low.shape == high.shape == (dim,) and bool(np.isfinite(low).all() and np.isfinite(high).all()
+                                                      and (high >= low).all())
+
+
+def encode(vectors: np.ndarray, precision: str, calibration: dict | None = None) -> np.ndarray:
+    """(n, D) float32 → the stored codes: (n, D) int8 (values clipped into the calibrated range) or (n, ⌈D/8⌉)
+    packed sign bits; float32 as it is."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if precision == "float32":
+        return vectors
+    if precision == "binary":
+        return np.packbits(vectors > 0, axis=1)
+    scale, offset = _scale(calibration)
+    return np.clip(np.rint((vectors - offset) / scale), -128, 127).astype(np.int8)
+
+
+def decode(codes: np.ndarray, precision: str, dim: int, calibration: dict | None = None) -> np.ndarray:
+    """Stored codes → (n, D) float32: dequantized int8, or ±1 / √D sign vectors (unit length) for binary."""
+    if precision == "float32":
+        return np.asarray(codes, dtype=np.float32)
+    if precision == "binary":
+        signs = np.unpackbits(np.asarray(codes), axis=1, count=dim).astype(np.float32)
+        return (2 * signs - 1) / np.float32(np.sqrt(dim))
+    scale, offset = _scale(calibration)
+    return np.asarray(codes, dtype=np.float32) * scale + offset
+
+
+def int8_scorer(calibration: dict):
+    """score(queries (Q, D), codes (n, D) int8) -> (Q, n): the float queries against the dequantized codes."""
+    scale, offset = _scale(calibration)
+
+    def score(queries: np.ndarray, codes: np.ndarray) -> np.ndarray:
+        return (queries * scale) @ np.asarray(codes, dtype=np.float32).T + (queries @ offset)[:, None]
+    return score
+
+
+# -------------------------------------------------------------------------------------------------------- binary
+
+def binary_flat(shards: list[np.ndarray], dim: int, faiss):
+    """FAISS's exact binary index (popcount Hamming distance) over every shard's packed signs, in row order."""
+    index = faiss.IndexBinaryFlat(row_width("binary", dim) * 8)
+    for shard in shards:
+        for start in range(0, len(shard), _BLOCK):
+            index.add(np.ascontiguousarray(shard[start:start + _BLOCK], dtype=np.uint8))
+    return index
+
+
+def hamming_candidates(flat, queries: np.ndarray, count: int) -> np.ndarray:
+    """The `count` rows nearest each query by the Hamming distance of their signs: (Q, count) global rows."""
+    _, rows = flat.search(np.ascontiguousarray(encode(queries, "binary")), count)
+    return rows  # (Q, count)
+
+
+def rescore(shards: list[np.ndarray], queries: np.ndarray, rows: np.ndarray, k: int, precision: str, dim: int,
+            calibration: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The best k of each query's candidate rows (-1: none) by the float query against their decoded vectors;
+    scores (Q, k), rows (Q, k), best first."""
+    starts = np.cumsum([0] + [len(s) for s in shards])
+    scores_out = np.full((len(queries), k), -np.inf, dtype=np.float32)
+    rows_out = np.full((len(queries), k), -1, dtype=np.int64)
+    for q, candidates in enumerate(rows):
+        candidates = candidates[candidates >= 0]
+        if not len(candidates):
+            continue
+        shard_of = np.searchsorted(starts, candidates, side="right") - 1
+        codes = np.stack([np.asarray(shards[s][r - starts[s]]) for s, r in zip(shard_of, candidates)])
+        scores = decode(codes, precision, dim, calibration) @ queries[q]  # (candidates,)
+        top = np.argsort(-scores, kind="stable")[:k]
+        scores_out[q, :len(top)], rows_out[q, :len(top)] = scores[top], candidates[top]
+    return scores_out, rows_out
+
+
+# ------------------------------------------------------------------------------------------------------- writing
+
+def compress_shard(directory: Path, shard: dict, dim: int, precision: str, calibration: dict | None) -> dict:
+    """Replace a written float32 shard's vectors by their `precision` codes (a new file under the shard's number,
+    temp → fsync → rename; the float file removed after); the shard's new index.json entry."""
+    if precision == "float32":
+        return shard
+    source = Path(directory) / shard["vectors"]
+    name = source.name.rsplit(".", 1)[0] + "." + SUFFIX[precision]
+    tmp = Path(directory) / f".{name}.tmp-{os.getpid()}"
+    vectors = np.memmap(source, dtype=np.float32, mode="r", shape=(shard["count"], dim)) if shard["count"] else \
+        np.zeros((0, dim), np.float32)
+    try:
+        with tmp.open("wb") as fh:
+            for start in range(0, len(vectors), _BLOCK):
+                fh.write(np.ascontiguousarray(encode(vectors[start:start + _BLOCK], precision, calibration)).tobytes())
+            fh.flush()
+            os.fsync(fh.fileno())
+        replace(tmp, Path(directory) / name)
+    finally:
+        tmp.unlink(missing_ok=True)
+    del vectors
+    source.unlink()
+    fsync_dir(directory)
+    digests = {**(shard.get("digests") or {}), "vectors": content_digest(Path(directory) / name)}
+    return {**shard, "vectors": name, "digests": digests}

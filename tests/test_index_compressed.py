@@ -1,0 +1,134 @@
+"""Compressed indexes (`index build --vectors int8|binary`): the codecs' round trips, recall against exact float
+search on a planted-neighbour set, build / add / search / info through the commands (the calibration kept by an
+append), and the bad inputs."""
+
+import json
+
+import numpy as np
+import pytest
+
+from bertkit.errors import BertkitError
+from bertkit.index import ShardWriter, VectorIndex, exact_search, read_meta, write_meta
+from bertkit.index_codec import calibrate, compress_shard, decode, encode, int8_scorer, row_bytes
+from bertkit.jobs import search as job
+from conftest import cli_error, cli_ok
+
+
+def _unit(n, d, seed):
+    x = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_int8_round_trip_is_within_half_a_step_and_scores_equal_the_dequantized_product():
+    vectors = _unit(500, 24, 0)
+    calibration = calibrate(vectors)
+    codes = encode(vectors, "int8", calibration)
+    assert codes.dtype == np.int8 and codes.min() == -128 and codes.max() == 127  # the range is used end to end
+    step = (np.asarray(calibration["high"]) - np.asarray(calibration["low"])) / 255
+    assert (np.abs(decode(codes, "int8", 24, calibration) - vectors) <= step / 2 + 1e-6).all()
+    queries = _unit(3, 24, 1)
+    np.testing.assert_allclose(int8_scorer(calibration)(queries, codes),
+                               queries @ decode(codes, "int8", 24, calibration).T, atol=1e-5)
+    outside = encode(np.full((1, 24), 5.0, np.float32), "int8", calibration)  # beyond the range: clipped
+    assert (outside == 127).all()
+
+
+def test_binary_packs_signs_and_decodes_to_unit_sign_vectors():
+    vectors = _unit(10, 20, 2)  # 20 dimensions: 3 bytes, the last half used
+    codes = encode(vectors, "binary")
+    assert codes.shape == (10, 3) and codes.dtype == np.uint8 and row_bytes("binary", 20) == 3
+    signs = decode(codes, "binary", 20)
+    assert (np.sign(signs) == np.where(vectors > 0, 1, -1)).all()
+    np.testing.assert_allclose(np.linalg.norm(signs, axis=1), 1, atol=1e-6)
+
+
+def _synthetic_index(path, vectors, precision):
+    """An index directory over `vectors` (ids 0..n-1) written the way `index build` writes one."""
+    path.mkdir()
+    writer = ShardWriter(path, 0, vectors.shape[1])
+    writer.add(vectors, [str(i) for i in range(len(vectors))], [f"text {i}" for i in range(len(vectors))])
+    shard = writer.close()
+    meta = {"format": "bertkit-index", "version": 1, "model": {"path": "", "identity": "x"}, "dim": vectors.shape[1],
+            "count": len(vectors), "shards": [shard], "backend": "exact", "backend_choice": "auto"}
+    if precision != "float32":
+        meta["vectors"] = precision
+        if precision == "int8":
+            meta["calibration"] = calibrate(vectors)
+        meta["shards"] = [compress_shard(path, shard, vectors.shape[1], precision, meta.get("calibration"))]
+    write_meta(path, meta)
+    return VectorIndex(path)
+
+
+def _planted(n=4000, d=128, queries=50, seed=3):
+    """Clustered unit vectors (as sentence embeddings are: 200 topics of 20), and queries each a noisy copy of one
+    of them (its planted nearest neighbour)."""
+    rng = np.random.default_rng(seed)
+    centres = _unit(200, d, seed)
+    vectors = centres[np.arange(n) % 200] + 0.6 * rng.standard_normal((n, d)).astype(np.float32) / np.sqrt(d)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    targets = rng.choice(n, queries, replace=False)
+    noisy = vectors[targets] + 0.2 * rng.standard_normal((queries, d)).astype(np.float32) / np.sqrt(d)
+    return vectors, noisy / np.linalg.norm(noisy, axis=1, keepdims=True), targets
+
+
+@pytest.mark.parametrize("precision, least_recall", [("int8", 0.97), ("binary", 0.65)])
+def test_recall_at_10_against_exact_float_search_and_the_planted_neighbour(tmp_path, precision, least_recall):
+    vectors, queries, targets = _planted()
+    _, truth = exact_search([vectors], queries, 10)
+    index = _synthetic_index(tmp_path / precision, vectors, precision)
+    assert (tmp_path / precision / index.shards[0]["vectors"]).stat().st_size == len(vectors) * row_bytes(
+        precision, 128)
+    _, rows = index.search(queries, 10)
+    recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(rows, truth)])
+    assert recall >= least_recall, recall
+    assert (rows[:, 0] == targets).mean() >= 0.95  # the planted neighbour comes first
+    if precision == "binary":  # more candidates rescored: recall does not fall
+        _, wider = index.search(queries, 10, rescore=16)
+        assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(wider, truth)]) >= recall
+
+
+SENTENCES = [f"sentence number {i} talks about {topic}" for i, topic in
+             enumerate(["films", "actors", "music", "rain", "bread", "trains", "cats", "rivers"] * 3)]
+
+
+@pytest.mark.parametrize("precision", ["int8", "binary"])
+def test_build_add_search_and_info_through_the_commands(tmp_path, base, precision):
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text("\n".join(SENTENCES[:16]) + "\n")
+    second.write_text("\n".join(SENTENCES[16:]) + "\n")
+    idx = tmp_path / "idx"
+    cli_ok("index", "build", "--model", base, first, "-o", idx, "--vectors", precision, "--no-progress")
+    calibration = read_meta(idx).get("calibration")
+    cli_ok("index", "add", idx, second, "--no-progress")
+    meta = read_meta(idx)
+    assert meta["vectors"] == precision and meta.get("calibration") == calibration  # the append keeps it
+    assert all(s["vectors"].endswith(".i8" if precision == "int8" else ".b1") for s in meta["shards"])
+    assert not list(idx.glob("*.f32"))  # the float shards were replaced, not kept beside
+    info = json.loads(cli_ok("index", "info", idx).stdout)
+    assert info["vectors"] == precision and info["bytes_per_vector"] == (32 if precision == "int8" else 4)
+    for sentence in (SENTENCES[3], SENTENCES[20]):
+        hits = job.search(job.SearchJob(idx, (sentence,), k=5)).hits[0]
+        assert len(hits) == 5 and all(-1 <= h.score <= 1.05 for h in hits)
+        if precision == "int8":  # a document is its own nearest neighbour, at ~1
+            assert hits[0].text == sentence and hits[0].score > 0.95
+        else:  # 32 dimensions are 4 bytes of signs: near-identical sentences tie; it is among the candidates
+            assert sentence in [h.text for h in job.search(job.SearchJob(idx, (sentence,), k=10,
+                                                                          rescore=8)).hits[0]]
+    assert json.loads(cli_ok("search", idx, SENTENCES[3], "--rescore", "8", "--json").stdout)["hits"]
+
+
+def test_bad_inputs(tmp_path, base):
+    corpus = tmp_path / "a.txt"
+    corpus.write_text("\n".join(SENTENCES) + "\n")
+    assert "--vectors 'int4'" in cli_error("index", "build", "--model", base, corpus, "-o", tmp_path / "i",
+                                           "--vectors", "int4")
+    assert "not built yet" in cli_error("index", "build", "--model", base, corpus, "-o", tmp_path / "j",
+                                        "--vectors", "int8", "--backend", "faiss")
+    idx = tmp_path / "k"
+    cli_ok("index", "build", "--model", base, corpus, "-o", idx, "--vectors", "int8", "--no-progress")
+    assert "--rescore: must be >= 1" in cli_error("search", idx, "films", "--rescore", "0")
+    meta = json.loads((idx / "index.json").read_text())
+    meta["calibration"]["low"] = meta["calibration"]["low"][:-1]  # a damaged calibration
+    (idx / "index.json").write_text(json.dumps(meta))
+    with pytest.raises(BertkitError, match="calibration"):
+        VectorIndex(idx)
