@@ -162,6 +162,22 @@ def test_glue_end_to_end_resumes_cell_by_cell_and_extends_seeds(tmp_path, base):
     assert set(json.loads((out / "glue.json").read_text())["models"]) == {"base", "base@random"}
 
 
+def test_steps_cap_each_cell_whatever_the_clock(tmp_path, base):
+    # 48 examples are 3 steps an epoch: 5 epochs would be 15 steps; --steps 2 ends every cell at 2, budget or not
+    out = tmp_path / "glue"
+    cli_ok("glue", "-m", str(base), "--tasks", "wnli", "-o", str(out), "--seeds", "1", "--budget", "none",
+           "--steps", "2", "--no-progress", "--set", "train.eval_every=2", "--set", "train.save_every=2",
+           "--set", "task.max_train_examples=48")
+    cell = json.loads((out / "cells/base/wnli/seed-0/config.json").read_text())
+    assert cell["train"]["max_steps"] == 2 and cell["train"]["max_time"] is None
+    report = json.loads((out / "glue.json").read_text())
+    assert report["protocol"]["steps"] == 2 and report["protocol"]["budget"] is None
+    assert "ending at 5 epochs or 2 steps, whichever comes first" in (out / "glue.md").read_text()
+    # the cap is part of the protocol: another one in the same folder is refused
+    assert "another protocol" in cli_error("glue", "-m", str(base), "--tasks", "wnli", "-o", str(out), "--seeds",
+                                           "1", "--budget", "none", "--steps", "3", "--no-progress")
+
+
 def test_regression_finetunes_predicts_and_evaluates(tmp_path, base):
     """finetune classify --regression: one output trained by squared error; predict gives scores, evaluate the
     correlations, and a label that is not a number is one line."""

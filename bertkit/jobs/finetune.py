@@ -52,11 +52,12 @@ def run(job: FinetuneJob, console: Console | None = None) -> FinetuneResult:
     refuse_nested(job.out)  # before the lock, whose file would be created inside the other run
     with locked(job.out):  # one writer per run directory, for the whole job
         return _run(job.config, job.model, Path(job.out), job.resume, job.progress, console or Console(stderr=True),
-                    job.accept_changed_data, job.skip_bad_lines)
+                    job.accept_changed_data, job.skip_bad_lines, job.max_steps)
 
 
 def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progress: bool,
-         console: Console, accept_changed_data: bool = False, skip_bad_lines: bool = False) -> FinetuneResult:
+         console: Console, accept_changed_data: bool = False, skip_bad_lines: bool = False,
+         step_cap: int | None = None) -> FinetuneResult:
     task_config = config.task
     task = finetune_task(task_config.kind)
     if task_config.train_file is None:
@@ -146,6 +147,8 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     if train_cfg.epochs is not None:
         train_cfg = dataclasses.replace(train_cfg, max_steps=max(1, math.ceil(train_cfg.epochs
                                                                                * objective.steps_per_epoch)))
+    if step_cap is not None:  # `glue --steps`: the epochs or the cap, whichever ends first
+        train_cfg = dataclasses.replace(train_cfg, max_steps=min(train_cfg.max_steps, step_cap))
 
     # The model: the base backbone (or a random one) under a fresh task head.
     dropout = task_config.finetune_dropout

@@ -54,6 +54,7 @@ class GlueJob:
     init: str = "pretrained"
     overrides: tuple[str, ...] = ()
     progress: bool = True
+    steps: int | None = None  # a cell ends at 5 epochs, these steps or its budget, whichever comes first
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,8 @@ def _data_file(name: str) -> Path:
 def _protocol(job: GlueJob) -> dict:
     """What every cell of a DIR must share: the recipe after --set, and the per-cell budget."""
     config = load_recipe("glue", list(job.overrides), FINETUNE_READS["classify"])
-    return {"recipe": "glue", "set": list(job.overrides), "budget": job.budget,
+    steps = {} if job.steps is None else {"steps": job.steps}  # absent: DIRs from before --steps stay comparable
+    return {"recipe": "glue", "set": list(job.overrides), "budget": job.budget, **steps,
             "train": {k: v for k, v in asdict(config.train).items() if k != "seed"},
             "task": {k: asdict(config.task)[k] for k in ("max_length", "validation_split", "finetune_dropout")},
             "learning_rate": ("train.learning_rate" if config.train.learning_rate is not None else
@@ -206,7 +208,8 @@ def _train_cell(cell: Path, model: Path, task: GlueTask, seed: int, data: tuple,
         values["task.max_length"] = base.max_len
     config = with_values(config, values)
     resume = (cell / CONFIG_FILE).is_file()  # the base model is checked against the one the cell began from
-    finetune.run(FinetuneJob(config, model, cell, resume=resume, progress=job.progress), console=console)
+    finetune.run(FinetuneJob(config, model, cell, resume=resume, progress=job.progress, max_steps=job.steps),
+                 console=console)
 
 
 def _score_cell(cell: Path, task: GlueTask, dev: list[Row]) -> None:
@@ -274,8 +277,13 @@ def _rows(result: GlueResult) -> list[list[str]]:
 
 def _write_report(out: Path, result: GlueResult, protocol: dict) -> None:
     header = ["task / metric", *result.models, "majority class"]
+    ends = ["5 epochs"] + ([f"{protocol['steps']:,} steps"] if protocol.get("steps") else []) + \
+        ([f"{protocol['budget']} of training"] if protocol.get("budget") else [])
+    sets = f"; --set {' '.join(protocol['set'])}" if protocol.get("set") else ""
     lines = [f"# {result.average_name}", "", "Dev-set scores ×100: median over seeds (min–max). The average takes "
-             "each task's main metric: MCC (CoLA), Spearman (STS-B), F1 (MRPC), accuracy (the others).", "",
+             "each task's main metric: MCC (CoLA), Spearman (STS-B), F1 (MRPC), accuracy (the others). Each cell: "
+             f"recipe glue{sets}, ending at {', '.join(ends[:-1]) + ' or ' if len(ends) > 1 else ''}{ends[-1]}, "
+             "whichever comes first.", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in _rows(result)]
     write_atomic(out / REPORT_MD, "\n".join(lines) + "\n")

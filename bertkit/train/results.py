@@ -31,6 +31,7 @@ class FinetuneJob:
     progress: bool = True
     accept_changed_data: bool = False  # resume although a task file or the base model changed (recorded)
     skip_bad_lines: bool = False  # skip task-file rows with no label or an empty text (counted) instead of stopping
+    max_steps: int | None = None  # a cap on the steps train.epochs gives (`bertkit glue --steps`): whichever is fewer
 
 
 @dataclass(frozen=True)
