@@ -4,8 +4,9 @@ recall@10 and query latency, on real sentence embeddings at each size.
 The vectors are search_latency.py's: --model's embeddings of IMDB review sentences (made once with `bertkit embed`
 and cached; an ONNX export folder embeds them fastest), 200 held-out sentences as queries. For each size it scores
 the queries exactly in float32 (the truth), then with the same code `bertkit search` runs: int8 (the float query
-against the dequantized codes, calibrated on the indexed vectors) and binary (Hamming candidates from FAISS's binary
-flat index, `--rescore` × 10 of them, rescored by the float query), at --rescore 1, 4 (the default) and 16.
+against the dequantized codes in FAISS's scalar-quantizer flat index, calibrated on the indexed vectors) and
+binary (Hamming candidates from FAISS's binary flat index, `--rescore` × 10 of them, rescored by the float query),
+at --rescore 1, 4 (the default) and 16.
 
   python benchmarks/index_compression.py --model runs/minilm-onnx [--sizes 100000,1000000]
 """
@@ -37,8 +38,7 @@ def main() -> None:
 
     from bertkit.hardware import describe_device
     from bertkit.index import _faiss, exact_search
-    from bertkit.index_codec import binary_flat, calibrate, encode, hamming_candidates, int8_scorer, rescore, \
-        row_bytes
+    from bertkit.index_codec import binary_flat, calibrate, encode, hamming_candidates, int8_flat, rescore, row_bytes
 
     import torch
 
@@ -56,11 +56,9 @@ def main() -> None:
         single = queries[:args.queries]
         float_ms = statistics.median(median_ms(lambda q=q: exact_search([shard], q[None], 10), 1) for q in single)
         calibration = calibrate(shard)
-        codes = encode(shard, "int8", calibration)
-        score = int8_scorer(calibration)
-        _, found = exact_search([codes], queries, 10, score, 1.05)
-        int8_ms = statistics.median(median_ms(lambda q=q: exact_search([codes], q[None], 10, score, 1.05), 1)
-                                    for q in single)
+        codes = int8_flat([encode(shard, "int8", calibration)], calibration, dim, faiss)
+        _, found = codes.search(queries, 10)
+        int8_ms = statistics.median(median_ms(lambda q=q: codes.search(q[None], 10), 1) for q in single)
         rows = {"float32": (4 * dim, 1.0, float_ms), "int8": (row_bytes("int8", dim), recall_at(found, truth),
                                                                 int8_ms)}
         bits = encode(shard, "binary")

@@ -36,7 +36,7 @@ import numpy as np
 
 from bertkit.errors import BertkitError
 from bertkit.index_codec import (DTYPE, PRECISIONS, RESCORE, SUFFIX, binary_flat, check_calibration, hamming_candidates,
-                                 int8_scorer, row_bytes, row_width)
+                                 int8_flat, row_bytes, row_width)
 from bertkit.index_codec import rescore as _rescore
 from bertkit.run.files import confined, content_digest, fsync_dir, remove_stale, replace, write_atomic
 from bertkit.run.lock import hold
@@ -183,10 +183,17 @@ class VectorIndex:
                 self._faiss = binary_flat(self.vectors(), self.dim, _faiss())
             rows = hamming_candidates(self._faiss, queries, min(self.count, k * max(1, rescore)))
             return _rescore(self.vectors(), queries, rows, k, "binary", self.dim)
+        if self.precision == "int8":
+            if self._faiss is None:  # the codes in FAISS's scalar-quantizer flat index, built once per opening
+                self._faiss = int8_flat(self.vectors(), self.calibration, self.dim, _faiss())
+            scores, rows = self._faiss.search(queries, k)
+            if not (np.isfinite(scores).all() and (np.abs(scores) <= _INT8_UNIT).all()):
+                raise BertkitError(f"{self.path}: its int8 shards hold vectors that are not of unit length (changed "
+                                   "or corrupt); rebuild the index")
+            return scores, rows
         if exact or (exact is None and self.backend != "faiss"):
-            score = int8_scorer(self.calibration) if self.precision == "int8" else None
             try:
-                return exact_search(self.vectors(), queries, k, score, _INT8_UNIT if score else _UNIT)
+                return exact_search(self.vectors(), queries, k)
             except NotUnitLength as exc:
                 file = self.path / self.shards[exc.shard]["vectors"]
                 raise BertkitError(f"{file}: holds vectors that are not finite or not of unit length (changed or "
@@ -302,20 +309,18 @@ _UNIT = 1.001  # |cosine| of unit vectors, with float32 rounding
 _INT8_UNIT = 1.05  # a dequantized unit vector is off by at most half a step per dimension
 
 
-def exact_search(shards: list[np.ndarray], queries: np.ndarray, k: int, score=None,
-                 bound: float = _UNIT) -> tuple[np.ndarray, np.ndarray]:
-    """Exact inner-product top-k over memory-mapped shards, a chunk at a time (memory does not grow with N);
-    `score(queries, block)` -> (Q, n) for stored codes (default: the float vectors' inner product). Every score is
-    checked (a cosine of unit vectors is finite and in [-1, 1], `bound` with rounding), so a shard changed where its
-    digest did not sample is still caught, as `NotUnitLength`."""
+def exact_search(shards: list[np.ndarray], queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact inner-product top-k over memory-mapped shards, a chunk at a time (memory does not grow with N). Every
+    score is checked (a cosine of unit vectors is finite and in [-1, 1]), so a shard changed where its digest did not
+    sample is still caught, as `NotUnitLength`."""
     best_scores = np.full((len(queries), 0), -np.inf, dtype=np.float32)
     best_rows = np.zeros((len(queries), 0), dtype=np.int64)
     base = 0
     for number, shard in enumerate(shards):
         for start in range(0, len(shard), _EXACT_CHUNK):
             block = np.asarray(shard[start:start + _EXACT_CHUNK])  # (n, D)
-            scores = queries @ block.T if score is None else score(queries, block)  # (Q, n)
-            if not np.isfinite(scores).all() or np.abs(scores).max(initial=0.0) > bound:
+            scores = queries @ block.T  # (Q, n)
+            if not np.isfinite(scores).all() or np.abs(scores).max(initial=0.0) > _UNIT:
                 raise NotUnitLength(number)
             take = min(k, scores.shape[1])
             top = np.argpartition(-scores, take - 1, axis=1)[:, :take]  # (Q, take), unordered

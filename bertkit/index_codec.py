@@ -4,9 +4,9 @@ shard's (n, D) unit vectors and scores float queries against them.
 float32  4·D bytes a vector: the vectors themselves.
 int8     D bytes: each dimension mapped linearly from its calibrated range [low, high] (the indexed vectors' minimum and
          maximum per dimension, computed when the index is built and kept by every `index add`, which clips a new
-         vector into it) onto -128..127. A float query is scored against the dequantized codes directly,
-         (q · scale) @ codesᵀ + q · offset, so every candidate is scored by the float query: what rescoring does for
-         a quantized query, done for all of them at the cost of one int8 → float cast per block.
+         vector into it) onto -128..127. A float query is scored against the dequantized codes directly (FAISS's
+         scalar-quantizer flat index over the codes as they are: `int8_flat`), so every candidate is scored by the
+         float query: what rescoring does for a quantized query, done for all of them.
 binary   ⌈D / 8⌉ bytes: the sign of each dimension, packed (numpy.packbits order). Candidates come from the Hamming
          distance of the query's signs (FAISS's binary flat index: popcount over packed bits), `rescore` × k of them,
          then are rescored by the float query against their ±1 / √D vectors (the cosine with the sign vector).
@@ -103,6 +103,22 @@ def decode(codes: np.ndarray, precision: str, dim: int, calibration: dict | None
         return (2 * signs - 1) / np.float32(np.sqrt(dim))
     scale, offset = _scale(calibration)
     return np.asarray(codes, dtype=np.float32) * scale + offset
+
+
+def int8_flat(shards: list[np.ndarray], calibration: dict, dim: int, faiss):
+    """FAISS's scalar-quantizer flat index (QT_8bit, inner product) holding the shards' int8 codes as they are: it
+    scores a float query against the decoded codes with SIMD over the bytes (no float copy of the vectors). Its
+    decoding is vmin + (code + 0.5) · vdiff / 255 over codes 0..255; with vmin = low − half a step it is ours."""
+    low = np.asarray(calibration["low"], dtype=np.float32)
+    vdiff = np.maximum(np.asarray(calibration["high"], dtype=np.float32) - low, np.float32(1e-12))
+    index = faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
+    faiss.copy_array_to_vector(np.concatenate([low - 0.5 * vdiff / 255, vdiff]).astype(np.float32), index.sq.trained)
+    index.is_trained = True
+    for shard in shards:
+        for start in range(0, len(shard), _BLOCK):
+            codes = np.asarray(shard[start:start + _BLOCK], dtype=np.int16) + 128  # int8 → FAISS's 0..255
+            index.add_sa_codes(np.ascontiguousarray(codes, dtype=np.uint8))
+    return index
 
 
 def int8_scorer(calibration: dict):

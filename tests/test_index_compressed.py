@@ -9,7 +9,8 @@ import pytest
 
 from bertkit.errors import BertkitError
 from bertkit.index import ShardWriter, VectorIndex, exact_search, read_meta, write_meta
-from bertkit.index_codec import calibrate, compress_shard, decode, encode, int8_scorer, row_bytes
+from bertkit.index import _faiss
+from bertkit.index_codec import calibrate, compress_shard, decode, encode, int8_flat, int8_scorer, row_bytes
 from bertkit.jobs import search as job
 from conftest import cli_error, cli_ok
 
@@ -31,6 +32,17 @@ def test_int8_round_trip_is_within_half_a_step_and_scores_equal_the_dequantized_
                                queries @ decode(codes, "int8", 24, calibration).T, atol=1e-5)
     outside = encode(np.full((1, 24), 5.0, np.float32), "int8", calibration)  # beyond the range: clipped
     assert (outside == 127).all()
+
+
+def test_faiss_scores_int8_codes_as_they_are_decoded():
+    vectors = _unit(300, 24, 4)
+    calibration = calibrate(vectors)
+    codes = encode(vectors, "int8", calibration)
+    queries = _unit(5, 24, 5)
+    scores, rows = int8_flat([codes[:200], codes[200:]], calibration, 24, _faiss()).search(queries, 7)
+    reference = int8_scorer(calibration)(queries, codes)  # (q · scale) @ codesᵀ + q · offset
+    assert (rows == np.argsort(-reference, axis=1, kind="stable")[:, :7]).all()
+    np.testing.assert_allclose(scores, np.take_along_axis(reference, rows, 1), atol=1e-6)
 
 
 def test_binary_packs_signs_and_decodes_to_unit_sign_vectors():
