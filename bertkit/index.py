@@ -35,8 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import BertkitError
-from bertkit.index_codec import (DTYPE, PRECISIONS, RESCORE, SUFFIX, binary_flat, check_calibration, hamming_candidates,
-                                 int8_flat, row_bytes, row_width)
+from bertkit.index_codec import (DTYPE, PRECISIONS, RESCORE, SUFFIX, add_ivf, binary_flat, build_ivf, check_calibration,
+                                 gather_rows, hamming_candidates, int8_flat, row_bytes, row_width)
 from bertkit.index_codec import rescore as _rescore
 from bertkit.run.files import confined, content_digest, fsync_dir, remove_stale, replace, write_atomic
 from bertkit.run.lock import hold
@@ -118,7 +118,8 @@ class VectorIndex:
             self._check_content(self.path / self.meta["faiss"]["file"], self.meta["faiss"]["digest"])
         self._vectors: list[np.ndarray] = []
         self._offsets: list[np.ndarray] = []
-        self._faiss = None
+        self._faiss = None  # the IVF file's index, read on first use
+        self._flat = None  # int8 / binary: FAISS's flat index over the stored codes, built on first use
 
     @property
     def model(self) -> dict:
@@ -178,19 +179,9 @@ class VectorIndex:
         k = min(k, self.count)
         if k < 1:
             return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
-        if self.precision == "binary":
-            if self._faiss is None:  # the packed signs in FAISS's binary flat index, built once per opening
-                self._faiss = binary_flat(self.vectors(), self.dim, _faiss())
-            rows = hamming_candidates(self._faiss, queries, min(self.count, k * max(1, rescore)))
-            return _rescore(self.vectors(), queries, rows, k, "binary", self.dim)
-        if self.precision == "int8":
-            if self._faiss is None:  # the codes in FAISS's scalar-quantizer flat index, built once per opening
-                self._faiss = int8_flat(self.vectors(), self.calibration, self.dim, _faiss())
-            scores, rows = self._faiss.search(queries, k)
-            if not (np.isfinite(scores).all() and (np.abs(scores) <= _INT8_UNIT).all()):
-                raise BertkitError(f"{self.path}: its int8 shards hold vectors that are not of unit length (changed "
-                                   "or corrupt); rebuild the index")
-            return scores, rows
+        approximate = not exact and (exact is not None or self.backend == "faiss")
+        if self.precision != "float32":
+            return self._search_codes(queries, k, approximate, nprobe, rescore)
         if exact or (exact is None and self.backend != "faiss"):
             try:
                 return exact_search(self.vectors(), queries, k)
@@ -200,9 +191,29 @@ class VectorIndex:
                                    "corrupt); rebuild the index") from None
         index = self.faiss_index()
         index.nprobe = min(nprobe or self.meta["faiss"]["nprobe"], index.nlist)
-        scores, rows = index.search(queries, k)
+        return self._checked(*index.search(queries, k), _UNIT)
+
+    def _search_codes(self, queries: np.ndarray, k: int, approximate: bool, nprobe: int | None,
+                      rescore: int) -> tuple[np.ndarray, np.ndarray]:
+        """`search` over int8 / binary vectors: FAISS's flat index over the codes (built once per opening) or the
+        index's IVF file; binary candidates (`rescore` × k) rescored by the float query."""
+        if approximate:
+            index = self.faiss_index()
+            index.nprobe = min(nprobe or self.meta["faiss"]["nprobe"], index.nlist)
+        else:
+            if self._flat is None:
+                self._flat = (binary_flat(self.vectors(), self.dim, _faiss()) if self.precision == "binary" else
+                              int8_flat(self.vectors(), self.calibration, self.dim, _faiss()))
+            index = self._flat
+        if self.precision == "binary":
+            rows = hamming_candidates(index, queries, min(self.count, k * max(1, rescore)))
+            return _rescore(self.vectors(), queries, rows, k, "binary", self.dim)
+        return self._checked(*index.search(queries, k), _INT8_UNIT)
+
+    def _checked(self, scores: np.ndarray, rows: np.ndarray, bound: float) -> tuple[np.ndarray, np.ndarray]:
+        """FAISS's results, refused when a score is not a cosine of (near) unit vectors: a changed or corrupt file."""
         found = scores[rows >= 0]  # FAISS pads with -1 rows when a probe finds fewer than k
-        if not (np.isfinite(found).all() and (np.abs(found) <= _UNIT).all()):
+        if not (np.isfinite(found).all() and (np.abs(found) <= bound).all()):
             raise BertkitError(f"{self.path}: its FAISS index or shards hold vectors that are not finite or not of "
                                "unit length (changed or corrupt); rebuild the index")
         return scores, rows
@@ -214,11 +225,13 @@ class VectorIndex:
                 raise BertkitError(f"{self.path}: has no FAISS index (backend {self.backend})")
             faiss = _faiss()
             file = self.path / self.meta["faiss"]["file"]
+            read = faiss.read_index_binary if self.precision == "binary" else faiss.read_index
             try:
-                self._faiss = faiss.read_index(str(file))
+                self._faiss = read(str(file))
             except (RuntimeError, MemoryError) as exc:  # FAISS's C++ errors (a bad_alloc too) arrive as these
                 raise BertkitError(f"{file}: unreadable FAISS index ({str(exc).splitlines()[0][:120]})") from None
-            if self._faiss.ntotal != self.count or self._faiss.d != self.dim:
+            dim = row_width("binary", self.dim) * 8 if self.precision == "binary" else self.dim  # binary: bits
+            if self._faiss.ntotal != self.count or self._faiss.d != dim:
                 raise BertkitError(f"{file}: holds {self._faiss.ntotal} vectors of dimension {self._faiss.d}, "
                                    f"expected {self.count} of {self.dim} (corrupt index)")
         return self._faiss
@@ -275,8 +288,11 @@ def shard_vectors(path: Path, shard: dict, dim: int, precision: str = "float32")
         return np.memmap(file, dtype=DTYPE[precision], mode="r", shape=(shard["count"], row_width(precision, dim)))
 
 
-def add_to_faiss(index, vectors: np.ndarray) -> None:
-    """Append (memory-mapped) vectors to a FAISS index a block at a time; ids continue the row order."""
+def add_to_faiss(index, vectors: np.ndarray, precision: str = "float32", calibration: dict | None = None) -> None:
+    """Append (memory-mapped) vectors, or int8 / binary codes, to a FAISS index a block at a time; ids continue the
+    row order."""
+    if precision != "float32":
+        return add_ivf(index, vectors, precision, index.d, calibration)  # (index.d: int8's dimension)
     for start in range(0, len(vectors), _EXACT_CHUNK):
         index.add(np.ascontiguousarray(vectors[start:start + _EXACT_CHUNK], dtype=np.float32))
 
@@ -369,7 +385,7 @@ def read_meta(path: Path) -> dict:
         and isinstance(meta["model"].get("path", ""), str)
     sizes_ok = _counts(meta["dim"], least=1) and _counts(meta["count"])
     vectors = meta.get("vectors", "float32")
-    vectors_ok = vectors in PRECISIONS and (vectors == "float32" or meta["backend"] == "exact") and \
+    vectors_ok = vectors in PRECISIONS and \
         (vectors != "int8" or (sizes_ok and check_calibration(meta.get("calibration"), meta["dim"])))
     if not (shards_ok and faiss_ok and model_ok and sizes_ok and vectors_ok) or meta["backend"] not in ("exact",
                                                                                                       "faiss"):
@@ -490,8 +506,13 @@ class ShardWriter:
             (self.directory / self.names[key]).unlink(missing_ok=True)
 
 
-def build_faiss(shards: list[np.ndarray], dim: int, nlist: int | None = None, seed: int = 0):
-    """An IndexIVFFlat (inner product) trained on a sample of the vectors, holding all of them in row order."""
+def build_faiss(shards: list[np.ndarray], dim: int, nlist: int | None = None, seed: int = 0,
+                precision: str = "float32", calibration: dict | None = None):
+    """An IndexIVFFlat (inner product) trained on a sample of the vectors, holding all of them in row order; int8 /
+    binary shards get index_codec.build_ivf's IVF over their codes."""
+    if precision != "float32":
+        count = sum(len(s) for s in shards)
+        return build_ivf(shards, precision, dim, calibration, nlist or ivf_params(count)[0], _faiss(), seed)
     faiss = _faiss()
     count = sum(len(s) for s in shards)
     nlist = nlist or ivf_params(count)[0]
@@ -503,21 +524,10 @@ def build_faiss(shards: list[np.ndarray], dim: int, nlist: int | None = None, se
     # k-means on at most 64 points per list: enough for stable centroids, and bounded time on large corpora
     sample_size = min(count, 64 * nlist)
     rows = np.sort(np.random.default_rng(seed).choice(count, sample_size, replace=False))
-    index.train(gather_rows(shards, rows))
+    index.train(np.ascontiguousarray(gather_rows(shards, rows), dtype=np.float32))
     for shard in shards:
         add_to_faiss(index, shard)
     return index
-
-
-def gather_rows(shards: list[np.ndarray], rows: np.ndarray) -> np.ndarray:
-    """Rows (sorted global indices) from memory-mapped shards. -> (len(rows), D) float32"""
-    out, base = [], 0
-    for shard in shards:
-        local = rows[(rows >= base) & (rows < base + len(shard))] - base
-        if len(local):
-            out.append(np.asarray(shard[local]))
-        base += len(shard)
-    return np.ascontiguousarray(np.concatenate(out), dtype=np.float32)
 
 
 def write_faiss(index, path: Path, number: int) -> str:
@@ -537,7 +547,8 @@ def write_faiss(index, path: Path, number: int) -> str:
     try:
         with tmp.open("wb") as fh:
             try:
-                faiss.write_index(index, faiss.PyCallbackIOWriter(write))
+                writer = faiss.write_index_binary if isinstance(index, faiss.IndexBinary) else faiss.write_index
+                writer(index, faiss.PyCallbackIOWriter(write))
             except (RuntimeError, OSError):
                 if failed:
                     raise failed[0] from None

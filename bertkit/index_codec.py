@@ -109,10 +109,8 @@ def int8_flat(shards: list[np.ndarray], calibration: dict, dim: int, faiss):
     """FAISS's scalar-quantizer flat index (QT_8bit, inner product) holding the shards' int8 codes as they are: it
     scores a float query against the decoded codes with SIMD over the bytes (no float copy of the vectors). Its
     decoding is vmin + (code + 0.5) · vdiff / 255 over codes 0..255; with vmin = low − half a step it is ours."""
-    low = np.asarray(calibration["low"], dtype=np.float32)
-    vdiff = np.maximum(np.asarray(calibration["high"], dtype=np.float32) - low, np.float32(1e-12))
     index = faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
-    faiss.copy_array_to_vector(np.concatenate([low - 0.5 * vdiff / 255, vdiff]).astype(np.float32), index.sq.trained)
+    _set_ranges(index.sq, calibration)
     index.is_trained = True
     for shard in shards:
         for start in range(0, len(shard), _BLOCK):
@@ -164,6 +162,62 @@ def rescore(shards: list[np.ndarray], queries: np.ndarray, rows: np.ndarray, k: 
         top = np.argsort(-scores, kind="stable")[:k]
         scores_out[q, :len(top)], rows_out[q, :len(top)] = scores[top], candidates[top]
     return scores_out, rows_out
+
+
+# ---------------------------------------------------------------------------------------------------------- IVF
+
+def build_ivf(shards: list[np.ndarray], precision: str, dim: int, calibration: dict | None, nlist: int, faiss,
+              seed: int = 0):
+    """FAISS IVF over compressed shards (index.py's build_faiss for float32), trained on a sample of ≤ 64 vectors a
+    list and holding every row in row order. int8: IndexIVFScalarQuantizer (QT_8bit, inner product, absolute
+    vectors) decoding with the index's own ranges, so it scores as the flat path does; binary: IndexBinaryIVF over
+    the packed signs (Hamming), whose candidates are rescored like the flat ones."""
+    count = sum(len(s) for s in shards)
+    nlist = max(1, min(nlist, count // 4))  # k-means needs points per centroid
+    rows = np.sort(np.random.default_rng(seed).choice(count, min(count, 64 * nlist), replace=False))
+    sample = gather_rows(shards, rows)
+    if precision == "binary":
+        bits = row_width("binary", dim) * 8
+        index = faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(bits), bits, nlist)
+        index.cp.seed, index.cp.niter = seed, 10
+        index.train(sample)
+    else:
+        index = faiss.IndexIVFScalarQuantizer(faiss.IndexFlatIP(dim), dim, nlist, faiss.ScalarQuantizer.QT_8bit,
+                                              faiss.METRIC_INNER_PRODUCT, False)  # by_residual False: our ranges
+        index.cp.seed, index.cp.niter = seed, 10
+        index.train(decode(sample, "int8", dim, calibration))
+        _set_ranges(index.sq, calibration)
+    for shard in shards:
+        add_ivf(index, shard, precision, dim, calibration)
+    return index
+
+
+def add_ivf(index, codes: np.ndarray, precision: str, dim: int, calibration: dict | None) -> None:
+    """Append a shard's codes to a compressed IVF index a block at a time (int8: their decoded vectors, which the
+    index encodes back to the same codes)."""
+    for start in range(0, len(codes), _BLOCK):
+        block = np.asarray(codes[start:start + _BLOCK])
+        index.add(np.ascontiguousarray(block if precision == "binary" else decode(block, "int8", dim, calibration)))
+
+
+def _set_ranges(quantizer, calibration: dict) -> None:
+    """A FAISS QT_8bit scalar quantizer decoding as bertkit's int8 does (see int8_flat)."""
+    import faiss
+
+    low = np.asarray(calibration["low"], dtype=np.float32)
+    vdiff = np.maximum(np.asarray(calibration["high"], dtype=np.float32) - low, np.float32(1e-12))
+    faiss.copy_array_to_vector(np.concatenate([low - 0.5 * vdiff / 255, vdiff]).astype(np.float32), quantizer.trained)
+
+
+def gather_rows(shards: list[np.ndarray], rows: np.ndarray) -> np.ndarray:
+    """Rows (sorted global indices) of memory-mapped shards, as stored."""
+    out, base = [], 0
+    for shard in shards:
+        local = rows[(rows >= base) & (rows < base + len(shard))] - base
+        if len(local):
+            out.append(np.asarray(shard[local]))
+        base += len(shard)
+    return np.ascontiguousarray(np.concatenate(out))
 
 
 # ------------------------------------------------------------------------------------------------------- writing

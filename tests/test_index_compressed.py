@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from bertkit.errors import BertkitError
-from bertkit.index import ShardWriter, VectorIndex, exact_search, read_meta, write_meta
+from bertkit.index import (ShardWriter, VectorIndex, build_faiss, exact_search, read_meta, shard_vectors,
+                           write_faiss, write_meta)
 from bertkit.index import _faiss
 from bertkit.index_codec import calibrate, compress_shard, decode, encode, int8_flat, int8_scorer, row_bytes
 from bertkit.jobs import search as job
@@ -54,8 +55,9 @@ def test_binary_packs_signs_and_decodes_to_unit_sign_vectors():
     np.testing.assert_allclose(np.linalg.norm(signs, axis=1), 1, atol=1e-6)
 
 
-def _synthetic_index(path, vectors, precision):
-    """An index directory over `vectors` (ids 0..n-1) written the way `index build` writes one."""
+def _synthetic_index(path, vectors, precision, nlist=None):
+    """An index directory over `vectors` (ids 0..n-1) written the way `index build` writes one (with `nlist`: a
+    FAISS IVF index too)."""
     path.mkdir()
     writer = ShardWriter(path, 0, vectors.shape[1])
     writer.add(vectors, [str(i) for i in range(len(vectors))], [f"text {i}" for i in range(len(vectors))])
@@ -67,6 +69,11 @@ def _synthetic_index(path, vectors, precision):
         if precision == "int8":
             meta["calibration"] = calibrate(vectors)
         meta["shards"] = [compress_shard(path, shard, vectors.shape[1], precision, meta.get("calibration"))]
+    if nlist:
+        stored = [shard_vectors(path, s, vectors.shape[1], precision) for s in meta["shards"]]
+        ivf = build_faiss(stored, vectors.shape[1], nlist, precision=precision, calibration=meta.get("calibration"))
+        meta["backend"] = "faiss"
+        meta["faiss"] = {"file": write_faiss(ivf, path, 1), "nlist": int(ivf.nlist), "nprobe": 4}
     write_meta(path, meta)
     return VectorIndex(path)
 
@@ -99,6 +106,21 @@ def test_recall_at_10_against_exact_float_search_and_the_planted_neighbour(tmp_p
         assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(wider, truth)]) >= recall
 
 
+@pytest.mark.parametrize("precision", ["int8", "binary"])
+def test_faiss_ivf_over_codes_probing_every_list_finds_what_the_flat_index_finds(tmp_path, precision):
+    vectors, queries, _ = _planted(n=2000, d=64)
+    flat = _synthetic_index(tmp_path / "flat", vectors, precision)
+    ivf = _synthetic_index(tmp_path / "ivf", vectors, precision, nlist=16)
+    assert ivf.backend == "faiss" and ivf.faiss_index().ntotal == 2000
+    _, truth = flat.search(queries, 10)
+    _, every = ivf.search(queries, 10, nprobe=16)  # all lists: the IVF's candidates are the flat index's
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(every, truth)]) >= 0.97
+    _, some = ivf.search(queries, 10)  # its default nprobe 4 of 16: approximate, still mostly the same
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(some, truth)]) >= 0.6
+    _, forced = ivf.search(queries, 10, exact=True)  # --exact: the flat index over the codes
+    assert (forced == truth).all()
+
+
 SENTENCES = [f"sentence number {i} talks about {topic}" for i, topic in
              enumerate(["films", "actors", "music", "rain", "bread", "trains", "cats", "rivers"] * 3)]
 
@@ -129,13 +151,29 @@ def test_build_add_search_and_info_through_the_commands(tmp_path, base, precisio
     assert json.loads(cli_ok("search", idx, SENTENCES[3], "--rescore", "8", "--json").stdout)["hits"]
 
 
+@pytest.mark.parametrize("precision", ["int8", "binary"])
+def test_a_faiss_index_over_codes_is_built_appended_to_and_searched_by_the_commands(tmp_path, base, precision):
+    words = ["films", "actors", "music", "rain", "bread", "trains", "cats", "rivers", "maps", "tea"]
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text("\n".join(f"{a} and {b} number {i}" for i, (a, b) in enumerate(
+        (a, b) for a in words for b in words)) + "\n")  # 100 texts: enough to train 4 lists
+    second.write_text("\n".join(f"more about {w}" for w in words) + "\n")
+    idx = tmp_path / "idx"
+    cli_ok("index", "build", "--model", base, first, "-o", idx, "--vectors", precision, "--backend", "faiss",
+           "--nlist", "4", "--nprobe", "4", "--no-progress")
+    cli_ok("index", "add", idx, second, "--no-progress")
+    index = VectorIndex(idx)
+    assert index.backend == "faiss" and index.faiss_index().ntotal == 110 and len(index.shards) == 2
+    assert len(list(idx.glob("ivf-*.faiss"))) == 1  # the appended IVF file replaced the first
+    hits = job.search(job.SearchJob(idx, ("more about tea",), k=10, rescore=8)).hits[0]
+    assert "more about tea" in [h.text for h in hits]
+
+
 def test_bad_inputs(tmp_path, base):
     corpus = tmp_path / "a.txt"
     corpus.write_text("\n".join(SENTENCES) + "\n")
     assert "--vectors 'int4'" in cli_error("index", "build", "--model", base, corpus, "-o", tmp_path / "i",
                                            "--vectors", "int4")
-    assert "not built yet" in cli_error("index", "build", "--model", base, corpus, "-o", tmp_path / "j",
-                                        "--vectors", "int8", "--backend", "faiss")
     idx = tmp_path / "k"
     cli_ok("index", "build", "--model", base, corpus, "-o", idx, "--vectors", "int8", "--no-progress")
     assert "--rescore: must be >= 1" in cli_error("search", idx, "films", "--rescore", "0")

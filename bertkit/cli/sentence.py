@@ -113,7 +113,7 @@ def index_build(model: Annotated[Path, typer.Option("--model", "-m", help="The e
                                                           "dimension) | int8 (1 byte, per-dimension ranges "
                                                           "calibrated on the corpus; scored by the float query) | "
                                                           "binary (1 bit; Hamming candidates rescored by the float "
-                                                          "query). Compressed vectors are searched exactly.")]
+                                                          "query).")]
                 = "float32") -> None:
     """Embed a corpus into a new index (written atomically)."""
     from bertkit.jobs import search as job

@@ -116,9 +116,6 @@ def _build(job: IndexBuildJob, console: Console) -> IndexBuildResult:
         if value is not None and backend == "exact":
             raise BertkitError(f"{key}: only for a FAISS index (--backend faiss or auto), not --backend exact")
     vectors = check_precision(job.vectors)
-    if vectors != "float32" and backend == "faiss":
-        raise BertkitError(f"--vectors {vectors}: searched exactly (int8 dequantized, binary by FAISS's Hamming "
-                           "index); FAISS IVF over compressed vectors is not built yet: drop --backend faiss")
     files = find_files(corpus)
     encoder = SentenceEncoder(job.model, batch_size=job.batch_size, precision=job.precision)
     found = scan(files, text_field, id_field, keep_empty=False, check_ids=True)
@@ -126,10 +123,6 @@ def _build(job: IndexBuildJob, console: Console) -> IndexBuildResult:
         raise BertkitError(f"{', '.join(corpus)}: no texts to index" + (f" ({found.empty:,} empty lines)"
                                                                       if found.empty else ""))
     chosen = resolve_backend(backend, found.rows)
-    if vectors != "float32" and chosen == "faiss":  # auto at >= 300,000 vectors
-        chosen = "exact"
-        console.print(f"[yellow]warning: {found.rows:,} {vectors} vectors get exact search (FAISS IVF over "
-                      "compressed vectors is not built yet)")
     if chosen == "exact" and (nlist is not None or nprobe is not None):
         console.print(f"[yellow]warning: --nlist / --nprobe do nothing here: {found.rows:,} vectors get exact search "
                       "(--backend faiss builds a FAISS index at any size)")
@@ -161,9 +154,11 @@ def _new_faiss(path: Path, meta: dict, nlist: int | None, nprobe: int | None, nu
     """Train and write an IVF index over every row of the index at `path` (its shards as listed in `meta`)."""
     count = meta["count"]
     default_nlist, default_nprobe = ivf_params(count)
-    shards = [shard_vectors(path, s, meta["dim"]) for s in meta["shards"]]
-    console.print(f"training a FAISS IVF index ({nlist or default_nlist:,} lists) on {count:,} vectors")
-    index = build_faiss(shards, meta["dim"], nlist or default_nlist)
+    precision = meta.get("vectors", "float32")
+    shards = [shard_vectors(path, s, meta["dim"], precision) for s in meta["shards"]]
+    console.print(f"training a FAISS IVF index ({nlist or default_nlist:,} lists) on {count:,} {precision} vectors")
+    index = build_faiss(shards, meta["dim"], nlist or default_nlist, precision=precision,
+                        calibration=meta.get("calibration"))
     file = write_faiss(index, path, number)
     return {"file": file, "digest": content_digest(path / file), "nlist": int(index.nlist),
             "nprobe": int(nprobe or max(1, math.ceil(default_nprobe * index.nlist / default_nlist)))}
@@ -244,12 +239,12 @@ def add(job: IndexAddJob, console: Console | None = None) -> IndexAddResult:
                 meta["count"] = meta["count"] + shard["count"]
                 if meta["backend"] == "faiss":
                     faiss_index = index.faiss_index()
-                    add_to_faiss(faiss_index, shard_vectors(index.path, shard, index.dim))
+                    add_to_faiss(faiss_index, shard_vectors(index.path, shard, index.dim, index.precision),
+                                 index.precision, index.calibration)
                     file = write_faiss(faiss_index, index.path, number)
                     meta["faiss"] = {**meta["faiss"], "file": file, "digest": content_digest(index.path / file)}
                     new_files.append(meta["faiss"]["file"])
-                elif index.precision == "float32" and \
-                        resolve_backend(meta.get("backend_choice", "exact"), meta["count"]) == "faiss":
+                elif resolve_backend(meta.get("backend_choice", "exact"), meta["count"]) == "faiss":
                     meta["backend"] = "faiss"
                     meta["faiss"] = _new_faiss(index.path, meta, None, None, number, console)
                     new_files.append(meta["faiss"]["file"])
