@@ -47,32 +47,32 @@ class ModelConfig:
     derived value is filled in at construction so saved configs always show real numbers.
     """
 
-    architecture: Architecture = "encoder"
-    vocab_size: int = 16000
-    d_model: int = 256
-    n_layers: int = 4
+    architecture: Architecture = "encoder"  # BERT-style encoder, GPT-style decoder, or the original Transformer
+    vocab_size: int = 16000  # token embedding rows (the tokenizer's vocabulary must fit)
+    d_model: int = 256  # the width of every hidden state
+    n_layers: int = 4  # blocks in the stack (the encoder's, for an encoder-decoder)
     n_decoder_layers: int | None = None  # encoder-decoder only
-    n_heads: int = 4
+    n_heads: int = 4  # attention heads (d_model must divide by it)
     n_kv_heads: int | None = None  # == n_heads: MHA; 1: MQA; in between: GQA
-    d_ff: int | None = None
-    max_len: int = 512
+    d_ff: int | None = None  # FFN inner width (none: 4 x d_model)
+    max_len: int = 512  # the longest sequence positions are built for
     type_vocab_size: int = 2  # segment (token type) embeddings; 0 disables them
     dropout: float = 0.1  # embeddings and every sublayer output before the residual add
     attention_dropout: float = 0.1  # on the attention weights
-    norm: Norm = "layernorm"
-    norm_eps: float = 1e-12
-    norm_position: NormPosition = "post"
+    norm: Norm = "layernorm"  # LayerNorm (BERT) or RMSNorm
+    norm_eps: float = 1e-12  # the norms' epsilon
+    norm_position: NormPosition = "post"  # post: after the residual add (BERT); pre: before each sublayer (GPT-2 on)
     embedding_norm: bool = True  # BERT normalises the summed embeddings
     scale_embeddings: bool = False  # Vaswani et al.: token embeddings times sqrt(d_model) before adding positions
-    activation: Activation = "gelu"
+    activation: Activation = "gelu"  # the FFN's activation (swiglu: gated, a third projection)
     bias: bool = True  # biases in attention and FFN projections
-    positions: Positions = "learned"
+    positions: Positions = "learned"  # learned table, sinusoids, Shaw relative, rotary, or none
     max_distance: int = 16  # relative positions: offsets are clipped to [-max_distance, max_distance]
-    rotary_base: float = 10000.0
+    rotary_base: float = 10000.0  # rotary positions: the frequency base
     share_embeddings: bool = True  # encoder-decoder: one token embedding for source and target
     generator_d_model: int | None = None  # ELECTRA's generator width (train.objective rtd; None: d_model / 4)
-    pad_token_id: int = 0
-    init_std: float = 0.02
+    pad_token_id: int = 0  # the [PAD] id (its embedding row gets no gradient)
+    init_std: float = 0.02  # std of the normal initialisation of linear and embedding weights
 
     def __post_init__(self) -> None:
         _check_types(self, "model")
@@ -180,7 +180,7 @@ class TokenizerConfig:
     """How a BPE vocabulary is trained (its size is `model.vocab_size`)."""
 
     byte_level: bool = True  # byte-level BPE: every byte is in the alphabet, nothing is ever [UNK]
-    lowercase: bool = False
+    lowercase: bool = False  # lowercase the text before BPE
     nfkc: bool = True  # Unicode NFKC normalisation
     min_frequency: int = 2  # a merge must occur at least this often
     max_documents: int | None = None  # train on at most this many documents (None: the whole corpus)
@@ -198,8 +198,8 @@ class DataConfig:
     text_field: str = "text"  # the JSONL field / CSV, TSV or Parquet column holding the text
     block_size: int = 128  # tokens per packed block, [CLS] included
     validation_fraction: float = 0.01  # share of documents held out for validation
-    max_validation_blocks: int = 1000
-    mlm_probability: float = 0.15
+    max_validation_blocks: int = 1000  # cap on held-out blocks evaluated
+    mlm_probability: float = 0.15  # share of tokens masked (80% [MASK], 10% random, 10% kept)
     whole_word_mask: bool = False  # mask every piece of a word together (words from the pre-tokenizer)
     tokenize_workers: int = 1  # processes for tokenising and packing (each also uses tokenizers' threads)
     skip_bad_lines: bool = False  # skip lines that are not valid UTF-8 (counted) instead of stopping
@@ -224,26 +224,26 @@ class DataConfig:
 class TrainConfig:
     """The training loop: optimiser, schedule, budget, evaluation, checkpoints, precision."""
 
-    objective: Objective = "mlm"
+    objective: Objective = "mlm"  # masked LM (encoder), causal LM (decoder) or ELECTRA's replaced-token detection
     batch_size: int = 32  # sequences per device per micro-step
     accumulation_steps: int = 1  # micro-steps per optimiser step (global batch = batch_size x processes x this)
     learning_rate: float | None = None  # peak rate; none (auto): 5e-4 for pretraining, from the model's width for
     #                                     finetuning (bertkit/train/defaults.py)
     weight_decay: float = 0.01  # AdamW; never applied to norms, biases or position tables
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    adam_eps: float = 1e-6
+    adam_beta1: float = 0.9  # AdamW's first-moment decay
+    adam_beta2: float = 0.98  # AdamW's second-moment decay
+    adam_eps: float = 1e-6  # AdamW's epsilon
     schedule: Schedule = "linear"  # decay after warmup; wsd: warmup, stable at the peak, then a linear decay
     warmup_ratio: float = 0.06  # share of the steps spent warming up linearly from 0
     decay_ratio: float = 0.2  # wsd: share of the steps, at the end, spent decaying linearly to 0
     max_grad_norm: float = 1.0  # gradient clipping (0 disables)
-    max_steps: int = 1000
+    max_steps: int = 1000  # optimiser steps (epochs or max_time may set it or end a run first)
     epochs: float | None = None  # finetuning: passes over the training set (sets max_steps; None: use max_steps)
     max_time: str | None = None  # wall-clock budget ("30m", "2h", "90s"); the schedule is fitted to it
-    eval_every: int = 200
-    log_every: int = 10
-    save_every: int = 500
-    keep_checkpoints: int = 2
+    eval_every: int = 200  # optimiser steps between validations
+    log_every: int = 10  # optimiser steps between log lines (metrics.jsonl, TensorBoard)
+    save_every: int = 500  # optimiser steps between checkpoints
+    keep_checkpoints: int = 2  # checkpoints kept (the best one is kept besides)
     metric: str | None = None  # validation metric that picks the best checkpoint (None: the task's own, e.g. f1)
     patience: int = 0  # early stopping: evaluations without a better `metric` before stopping (0: never stop early)
     layer_decay: float = 1.0  # layer-wise lr decay: block l (1..L) trains at lr * layer_decay^(L+1-l)
@@ -259,7 +259,7 @@ class TrainConfig:
     # none: data-parallel (every process holds the whole model); fsdp: FSDP2 shards weights, gradients and AdamW
     # state over the processes (bertkit/train/sharding.py); an `accelerate launch` config with FSDP selects it too
     sharding: Sharding = "none"
-    seed: int = 0
+    seed: int = 0  # seeds initialisation, masking, shuffling and dropout: same seed, same run
     rtd_weight: float = 50.0  # objective rtd: the discriminator's loss weight (ELECTRA's lambda) next to the MLM's
     # objective mlm: > 0 adds SimCSE's in-batch contrastive loss between two views of each block (contrastive_views),
     # this weight x its mean; each block then takes two rows of batch_size (bertkit/tasks/contrast.py)
@@ -354,7 +354,7 @@ class TaskConfig:
     # the gold score (cosine) or the pair's label (softmax)
     text_column: str = "text"
     text_pair_column: str | None = None  # sentence pairs: the second text's column
-    label_column: str = "label"
+    label_column: str = "label"  # the column or field holding the label
     tag_column: int = -1  # CoNLL: which whitespace column holds the tag (-1: the last)
     max_length: int | None = None  # tokens per example, specials included; longer ones are truncated (None: max_len)
     max_train_examples: int | None = None  # train on the first N examples of the file (a slice, e.g. for the demo)
@@ -396,10 +396,10 @@ class Seq2SeqConfig:
     """`finetune seq2seq`'s parallel text (one sentence per line, source and target files aligned by line) and its
     loss and validation."""
 
-    train_source: str | None = None
-    train_target: str | None = None
+    train_source: str | None = None  # the source-side training file (one sentence a line)
+    train_target: str | None = None  # the target-side training file, aligned by line
     validation_source: str | None = None  # None: hold out `task.validation_split` of the training pairs
-    validation_target: str | None = None
+    validation_target: str | None = None  # the target-side validation file, aligned by line
     label_smoothing: float = 0.1  # the target distribution puts this mass uniformly on the vocabulary
     joint_vocab: bool = True  # from a recipe: one BPE trained on both sides (false: one per side)
     bleu_examples: int = 300  # validation BLEU (greedy) on this many held-out pairs (0: loss only)
