@@ -28,3 +28,19 @@ def test_every_config_key_is_listed_with_a_meaning():
             cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", rows[0])[1:-1]]  # "\|" is inside a cell
             assert len(cells) == 4 and cells[3], f"{section.name}.{key.name} has no meaning: comment the field in " \
                 "bertkit/config.py"
+
+
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")  # [text](target) and ![alt](target)
+
+
+def test_every_relative_link_and_image_resolves():
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    bad = []
+    for doc in docs:
+        for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), start=1):
+            for target in LINK.findall(line):
+                if re.match(r"[a-z]+:", target) or target.startswith("#"):  # a URL or an anchor in the page
+                    continue
+                if not (doc.parent / target.split("#")[0]).exists():
+                    bad.append(f"{doc.relative_to(ROOT)}:{number}: {target}")
+    assert not bad, "links to files that are not there:\n" + "\n".join(bad)

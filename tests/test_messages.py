@@ -161,8 +161,10 @@ def test_messages_name_only_options_that_exist():
     assert not bad, "messages give commands options they do not have:\n" + "\n".join(bad)
 
 
-def test_the_readme_names_only_options_that_exist():
-    readme = ROOT / "README.md"
+@pytest.mark.parametrize("doc", ["README.md", *sorted(p.relative_to(ROOT).as_posix()
+                                                     for p in (ROOT / "docs").glob("*.md"))])
+def test_the_readme_and_the_guides_name_only_options_that_exist(doc):
+    readme = ROOT / doc
     bad = _unknown({readme: mentions_in_text(readme)})
     # commands, with shell line continuations joined: `bertkit X … \⏎ --option`
     lines = readme.read_text(encoding="utf-8").splitlines()
@@ -172,10 +174,10 @@ def test_the_readme_names_only_options_that_exist():
         while command.endswith("\\") and number + 1 < len(lines):
             number += 1
             command = command[:-1] + " " + lines[number]
-        bad += [f"README.md:{first + 1}: `bertkit {name}` has no {option} in: {command.strip()}"
+        bad += [f"{doc}:{first + 1}: `bertkit {name}` has no {option} in: {command.strip()}"
                 for name, option in misplaced_options(command)]
         number += 1
-    assert not bad, "README.md names options that bertkit (or that command) does not have:\n" + "\n".join(bad)
+    assert not bad, f"{doc} names options that bertkit (or that command) does not have:\n" + "\n".join(bad)
 
 
 def _command(path: str):
