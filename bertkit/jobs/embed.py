@@ -96,57 +96,82 @@ def run(job: EmbedJob, console: Console | None = None) -> EmbedResult:
     every token's states instead (the last layer unless `layers` says): OUT.npy is (N_tokens, L', D) and
     OUT.tokens.tsv says which text, position and token each row is.
     """
-    inputs, text_field, id_field, keep_empty = job.inputs, job.text_field, job.id_field, job.keep_empty
-    batch_size, chunk_size, layers, tokens = job.batch_size, job.chunk_size, job.layers, job.tokens
-    overwrite, progress, compile = job.overwrite, job.progress, job.compile
     console = console or Console(stderr=True)
     out = Path(job.out)
-    suffix = out.suffix.lower()
-    rows_file = out.with_name(f"{out.stem}.rows.npy")
-    tokens_file = out.with_name(f"{out.stem}.tokens.tsv")
+    rows_file, tokens_file = out.with_name(f"{out.stem}.rows.npy"), out.with_name(f"{out.stem}.tokens.tsv")
+    _check_outputs(job, out, rows_file, tokens_file)
+    files = find_files(job.inputs)
+    encoder = SentenceEncoder(job.model, batch_size=job.batch_size, precision=job.precision, compile=job.compile)
+    chosen = parse_layers(job.layers or "-1", encoder.layer_count) if job.layers is not None or job.tokens else None
+    found = scan(files, job.text_field, job.id_field, job.keep_empty)
+    if found.rows == 0:
+        raise BertkitError(f"{', '.join(map(str, job.inputs))}: no texts to embed"
+                           + (f" ({found.empty:,} empty)" if found.empty else ""))
+    if job.tokens:
+        return _token_states(encoder, files, found, chosen, out, tokens_file, job.text_field, job.keep_empty,
+                             job.chunk_size, job.progress, console)
+    mapped = out.suffix.lower() == ".npy" and found.empty > 0 and not job.keep_empty
+    _write_pooled(job, encoder, files, found, chosen, out, rows_file if mapped else None, tokens_file, console)
+    truncation_warning(console, encoder)
+    if found.empty and not job.keep_empty:
+        where = f"{rows_file} maps each row to its input position" if mapped else "each row carries its file and line"
+        console.print(f"[yellow]skipped {found.empty:,} empty texts (input positions "
+                      f"{', '.join(map(str, found.empty_rows[:5]))}{' …' if found.empty > 5 else ''}); {where}; "
+                      "--keep-empty embeds them as empty strings instead")
+    elif found.empty:
+        console.print(f"{found.empty:,} empty texts were embedded as empty strings (--keep-empty)")
+    shape = f"{found.rows:,} × {encoder.dim}" if chosen is None else \
+        f"{found.rows:,} × {len(chosen)} layers ({', '.join(map(str, chosen))}) × {encoder.dim}"
+    console.print(f"wrote {shape} embeddings to {out}")
+    return EmbedResult(out=out, rows=found.rows, dim=encoder.dim, texts=found.rows, empty=found.empty,
+                       truncated=encoder.truncated, model=encoder.identity, layers=chosen,
+                       rows_file=rows_file if mapped else None)
+
+
+def _check_outputs(job: EmbedJob, out: Path, rows_file: Path, tokens_file: Path) -> None:
+    """The options that cannot go together, and the output files this run may write or remove: OUT and, beside a
+    .npy, its row map and token table (one of the two is written, the other removed as stale) — each only over one
+    bertkit wrote, and a sidecar only as part of the output it belongs to: beside no OUT, it is somebody else's."""
+    suffix, per_layer = out.suffix.lower(), job.layers is not None or job.tokens
     if suffix not in FORMATS:
         raise BertkitError(f"{out}: unknown output format (allowed: {', '.join(FORMATS)})")
-    if (layers is not None or tokens) and suffix != ".npy":
+    if per_layer and suffix != ".npy":
         raise BertkitError(f"{out}: --layers and --tokens write a .npy array (with a layer axis); Parquet holds one "
                            "vector per text")
-    if (layers is not None or tokens) and id_field is not None:
+    if per_layer and job.id_field is not None:
         raise BertkitError("--id-field needs a .parquet output, --layers / --tokens a .npy one")
-    # every file this run writes or removes: OUT and, beside a .npy, its row map and token table (one of the two
-    # is written, the other removed as stale) — each only over one bertkit wrote, and a sidecar only as part of
-    # the output it belongs to: beside no OUT, it is somebody else's file
-    claim(out, EMBEDDINGS_NPY if suffix == ".npy" else EMBEDDINGS_PARQUET, overwrite, inputs=(*inputs, job.model))
+    claim(out, EMBEDDINGS_NPY if suffix == ".npy" else EMBEDDINGS_PARQUET, job.overwrite,
+          inputs=(*job.inputs, job.model))
     for side, kind in ((rows_file, ROWS_NPY), (tokens_file, TOKENS_TSV)) if suffix == ".npy" else ():
         if side.exists() and not out.exists():
             raise BertkitError(f"{side}: already exists beside {out}, which is not there: it is not this output's; "
                                "move it or choose another --out")
-        claim(side, kind, overwrite, inputs=(*inputs, job.model))
-    if id_field is not None and suffix == ".npy":
+        claim(side, kind, job.overwrite, inputs=(*job.inputs, job.model))
+    if job.id_field is not None and suffix == ".npy":
         raise BertkitError(f"{out}: ids need a .parquet output (an .npy file holds only the matrix)")
-    if chunk_size < batch_size:
-        raise BertkitError(f"--chunk-size {chunk_size} is smaller than --batch-size {batch_size}")
-    if compile and (layers is not None or tokens):
+    if job.chunk_size < job.batch_size:
+        raise BertkitError(f"--chunk-size {job.chunk_size} is smaller than --batch-size {job.batch_size}")
+    if job.compile and per_layer:
         raise BertkitError("--compile applies to pooled embeddings; drop it with --layers / --tokens")
-    files = find_files(inputs)
-    encoder = SentenceEncoder(job.model, batch_size=batch_size, precision=job.precision, compile=compile)
-    chosen = parse_layers(layers or "-1", encoder.layer_count) if layers is not None or tokens else None
-    found = scan(files, text_field, id_field, keep_empty)
-    if found.rows == 0:
-        raise BertkitError(f"{', '.join(map(str, inputs))}: no texts to embed"
-                           + (f" ({found.empty:,} empty)" if found.empty else ""))
-    if tokens:
-        return _token_states(encoder, files, found, chosen, out, tokens_file, text_field, keep_empty, chunk_size,
-                             progress, console)
-    mapped = suffix == ".npy" and found.empty > 0 and not keep_empty
-    tmp, tmp_rows = _staged(out, rows_file)
-    bar = _bar("embed", console, progress)
+
+
+def _write_pooled(job: EmbedJob, encoder: SentenceEncoder, files: list[Path], found: InputScan,
+                  chosen: list[int] | None, out: Path, rows_file: Path | None, tokens_file: Path,
+                  console: Console) -> None:
+    """Embed every text chunk by chunk into OUT (and, where empty texts were skipped, the row map `rows_file`),
+    staged beside them and renamed into place only when every row is written."""
+    suffix = out.suffix.lower()
+    stale_rows = out.with_name(f"{out.stem}.rows.npy")
+    tmp, tmp_rows = _staged(out, stale_rows)
+    bar = _bar("embed", console, job.progress)
     writer = row_map = None
     try:
         with disk_errors(out), bar:
             task = bar.add_task("embed", total=found.rows)
             dims = (encoder.dim,) if chosen is None else (len(chosen), encoder.dim)
-            writer = EmbeddingWriter(tmp, suffix, found.rows, dims, id_field is not None)
-            row_map = NpyWriter(tmp_rows, np.int64, (found.rows,)) if mapped else None
-            for chunk in chunks(files, text_field, id_field, keep_empty, chunk_size):
+            writer = EmbeddingWriter(tmp, suffix, found.rows, dims, job.id_field is not None)
+            row_map = NpyWriter(tmp_rows, np.int64, (found.rows,)) if rows_file is not None else None
+            for chunk in chunks(files, job.text_field, job.id_field, job.keep_empty, job.chunk_size):
                 texts = [r.text for _, _, r in chunk]
                 advance = lambda n: bar.advance(task, n)  # noqa: E731
                 vectors = encoder.encode(texts, on_batch=advance) if chosen is None else \
@@ -161,10 +186,10 @@ def run(job: EmbedJob, console: Console | None = None) -> EmbedResult:
             if row_map is not None:
                 row_map.close()
             # commit: the row map first, then the embeddings (a stale map of an earlier run never survives)
-            if mapped:
+            if rows_file is not None:
                 replace(tmp_rows, rows_file)
             elif suffix == ".npy":
-                rows_file.unlink(missing_ok=True)
+                stale_rows.unlink(missing_ok=True)
             if suffix == ".npy":  # (reached only with --overwrite if there was one) a token run's sidecar is stale
                 tokens_file.unlink(missing_ok=True)
             replace(tmp, out)
@@ -174,20 +199,6 @@ def run(job: EmbedJob, console: Console | None = None) -> EmbedResult:
                 open_writer.abandon()
         tmp.unlink(missing_ok=True)
         tmp_rows.unlink(missing_ok=True)
-    truncation_warning(console, encoder)
-    if found.empty and not keep_empty:
-        where = f"{rows_file} maps each row to its input position" if mapped else "each row carries its file and line"
-        console.print(f"[yellow]skipped {found.empty:,} empty texts (input positions "
-                      f"{', '.join(map(str, found.empty_rows[:5]))}{' …' if found.empty > 5 else ''}); {where}; "
-                      "--keep-empty embeds them as empty strings instead")
-    elif found.empty:
-        console.print(f"{found.empty:,} empty texts were embedded as empty strings (--keep-empty)")
-    shape = f"{found.rows:,} × {encoder.dim}" if chosen is None else \
-        f"{found.rows:,} × {len(chosen)} layers ({', '.join(map(str, chosen))}) × {encoder.dim}"
-    console.print(f"wrote {shape} embeddings to {out}")
-    return EmbedResult(out=out, rows=found.rows, dim=encoder.dim, texts=found.rows, empty=found.empty,
-                       truncated=encoder.truncated, model=encoder.identity, layers=chosen,
-                       rows_file=rows_file if mapped else None)
 
 
 def _token_states(encoder: SentenceEncoder, files: list[Path], found: InputScan, layers: list[int], out: Path,
