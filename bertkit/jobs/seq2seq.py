@@ -68,9 +68,11 @@ def run(job: Seq2SeqJob, console: Console | None = None) -> FinetuneResult:
                     job.accept_changed_data)
 
 
-def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progress: bool,
-         console: Console, accept_changed_data: bool = False) -> FinetuneResult:
-    task, text = config.task, config.seq2seq
+def _begin(config: Config, model_dir: Path | None, out: Path, resume: bool):
+    """The options checked, the run's config with its model and tokenizer settings (the base run's, or the resumed
+    run's own), the base model's weights where they are used, and whether a killed run starts again from scratch:
+    (config, model_dir, base model or None, restart)."""
+    text = config.seq2seq
     if text.train_source is None or text.train_target is None:
         raise BertkitError("seq2seq.train_source / seq2seq.train_target: give both sides of the training text "
                            "(--train-source FILE --train-target FILE)")
@@ -97,6 +99,68 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
         where = f"{model_dir}" if model_dir is not None else "the recipe"
         raise BertkitError(f"model.architecture: seq2seq training needs an encoder-decoder, {where} has "
                            f"{config.model.architecture!r} (try --recipe translate-multi30k)")
+    return config, model_dir, base, restart
+
+
+def _pairs(config: Config, console: Console) -> tuple[list, list]:
+    """The training pairs and the validation pairs (its own files, or held out of the training pairs)."""
+    task, text = config.task, config.seq2seq
+    pairs, skipped = read_parallel(text.train_source, text.train_target)
+    if task.max_train_examples is not None:
+        pairs = pairs[:task.max_train_examples]
+    if text.validation_source is not None:
+        train_pairs = pairs
+        validation, _ = read_parallel(text.validation_source, text.validation_target)
+    else:
+        train_pairs, validation = hold_out(pairs, task.validation_split, config.train.seed)
+    if skipped:
+        console.print(f"[yellow]skipped {skipped:,} training pair(s) with an empty side")
+    return train_pairs, validation
+
+
+def _encode(config: Config, tokenizers: PairTokenizers, train_pairs: list, validation: list, console: Console):
+    """Both sides of the training and validation pairs as ids, cut to the window (the cut ones counted):
+    (max_length, (source, target, validation source, validation target))."""
+    task = config.task
+    max_length = task.max_length or config.model.max_len
+    if max_length > config.model.max_len:
+        raise BertkitError(f"task.max_length: {max_length} is longer than the model's max_len ({config.model.max_len})")
+    source, cut_s = tokenizers.encode_source([s for s, _ in train_pairs], max_length)
+    target, cut_t = tokenizers.encode_target([t for _, t in train_pairs], max_length)
+    val_source, _ = tokenizers.encode_source([s for s, _ in validation], max_length)
+    val_target, _ = tokenizers.encode_target([t for _, t in validation], max_length)
+    if cut_s or cut_t:
+        console.print(f"[yellow]warning: {cut_s:,} source and {cut_t:,} target sentences are longer than "
+                      f"{max_length} tokens and were truncated (task.max_length)")
+    return max_length, (source, target, val_source, val_target)
+
+
+def _metric(config: Config, objective: Seq2SeqObjective) -> str:
+    """The validation metric that picks the best checkpoint (train.metric, else the objective's own), checked."""
+    metric = config.train.metric or objective.default_metric
+    if metric not in objective.metric_names:
+        raise BertkitError(f"train.metric: {metric!r} is not a validation metric of seq2seq (allowed: "
+                           f"{'|'.join(objective.metric_names)})")
+    if metric == "bleu" and not config.seq2seq.bleu_examples:
+        raise BertkitError("train.metric: bleu needs seq2seq.bleu_examples > 0")
+    return metric
+
+
+def _write_results(out: Path, summary: dict, objective: Seq2SeqObjective, model: Model, console: Console) -> None:
+    """results.json: the kept weights' validation scores (and sacrebleu's line); the closing line."""
+    summary["validation"] = objective.evaluate(model)
+    if objective.last_bleu is not None:  # the evaluation's own decoding: sacrebleu's line and signature
+        summary["validation"]["bleu_detail"] = objective.last_bleu
+    write_json(out / RESULTS_FILE, summary)
+    headline = {k: v for k, v in summary["validation"].items() if isinstance(v, float)}
+    console.print(f"wrote {out} (best step {summary['best_step']} of {summary['steps']}): validation "
+                  + "  ".join(f"{k} {v:.4f}" for k, v in headline.items()))
+
+
+def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progress: bool,
+         console: Console, accept_changed_data: bool = False) -> FinetuneResult:
+    config, model_dir, base, restart = _begin(config, model_dir, out, resume)
+    task, text = config.task, config.seq2seq
     config = with_sharding(config)
     accelerator = make_accelerator(config.train.precision, config.train.sharding)
     config = with_processes(config, out, resume, accelerator.num_processes, console, accelerator.is_main_process)
@@ -110,16 +174,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     recorded = inputs.check(out, files, accept_changed_data, console, main, model_dir, with_base) if resume else \
         inputs.describe(files, model_dir, with_base)
 
-    pairs, skipped = read_parallel(text.train_source, text.train_target)
-    if task.max_train_examples is not None:
-        pairs = pairs[:task.max_train_examples]
-    if text.validation_source is not None:
-        train_pairs = pairs
-        validation, _ = read_parallel(text.validation_source, text.validation_target)
-    else:
-        train_pairs, validation = hold_out(pairs, task.validation_split, config.train.seed)
-    if skipped and main:
-        console.print(f"[yellow]skipped {skipped:,} training pair(s) with an empty side")
+    train_pairs, validation = _pairs(config, console if main else Console(quiet=True))
 
     if resume:
         tokenizers = PairTokenizers.load(out)
@@ -129,16 +184,8 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
         tokenizers = _tokenizers(config, train_pairs, console if main else Console(quiet=True))
     for side in (tokenizers.source, tokenizers.target):
         check_vocab_matches(side, config.model.vocab_size, out if resume else model_dir or "the recipe")
-    max_length = task.max_length or config.model.max_len
-    if max_length > config.model.max_len:
-        raise BertkitError(f"task.max_length: {max_length} is longer than the model's max_len ({config.model.max_len})")
-    source, cut_s = tokenizers.encode_source([s for s, _ in train_pairs], max_length)
-    target, cut_t = tokenizers.encode_target([t for _, t in train_pairs], max_length)
-    val_source, _ = tokenizers.encode_source([s for s, _ in validation], max_length)
-    val_target, _ = tokenizers.encode_target([t for _, t in validation], max_length)
-    if (cut_s or cut_t) and main:
-        console.print(f"[yellow]warning: {cut_s:,} source and {cut_t:,} target sentences are longer than "
-                      f"{max_length} tokens and were truncated (task.max_length)")
+    max_length, (source, target, val_source, val_target) = _encode(config, tokenizers, train_pairs, validation,
+                                                                  console if main else Console(quiet=True))
 
     model_cfg, heads = config.model, HeadsConfig(names=("lm",))
     if model_dir is not None and task.finetune_dropout is not None:  # continuing a run: the task's dropout, as finetune
@@ -165,12 +212,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
                                                                                * objective.steps_per_epoch)))
     config = dataclasses.replace(config, model=model_cfg, heads=heads,
                                  train=dataclasses.replace(config.train, max_steps=train_cfg.max_steps))
-    metric = config.train.metric or objective.default_metric
-    if metric not in objective.metric_names:
-        raise BertkitError(f"train.metric: {metric!r} is not a validation metric of seq2seq (allowed: "
-                           f"{'|'.join(objective.metric_names)})")
-    if metric == "bleu" and not text.bleu_examples:
-        raise BertkitError("train.metric: bleu needs seq2seq.bleu_examples > 0")
+    metric = _metric(config, objective)
     if resume and (done := already_finished(out, train_cfg, console, accelerator)) is not None:
         return FinetuneResult.from_results(out, done, already_done=True)
     if main:
@@ -190,12 +232,6 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     summary, whole = train_best(model, objective, train_cfg, out, accelerator, metric, resume=resume,
                                 console=console, progress=progress)
     if main:
-        summary["validation"] = objective.evaluate(whole.to(accelerator.device))
-        if objective.last_bleu is not None:  # the evaluation's own decoding: sacrebleu's line and signature
-            summary["validation"]["bleu_detail"] = objective.last_bleu
-        write_json(out / RESULTS_FILE, summary)
-        headline = {k: v for k, v in summary["validation"].items() if isinstance(v, float)}
-        console.print(f"wrote {out} (best step {summary['best_step']} of {summary['steps']}): validation "
-                      + "  ".join(f"{k} {v:.4f}" for k, v in headline.items()))
+        _write_results(out, summary, objective, whole.to(accelerator.device), console)
     accelerator.wait_for_everyone()
     return FinetuneResult.from_results(out, summary)
