@@ -55,11 +55,11 @@ def run(job: FinetuneJob, console: Console | None = None) -> FinetuneResult:
                     job.accept_changed_data, job.skip_bad_lines, job.max_steps)
 
 
-def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progress: bool,
-         console: Console, accept_changed_data: bool = False, skip_bad_lines: bool = False,
-         step_cap: int | None = None) -> FinetuneResult:
+def _begin(config: Config, task: FinetuneTask, model_dir: Path | None, out: Path, resume: bool):
+    """The options checked against the task and the stored run, the base run read (or, resuming, the run's own
+    config), the learning rate and the task's settings resolved: (config, model_dir, base config, base model or
+    None, restart — a run killed before its first checkpoint starts again from its base)."""
     task_config = config.task
-    task = finetune_task(task_config.kind)
     if task_config.train_file is None:
         raise BertkitError("task.train_file: no training file (pass --train FILE)")
     if config.heads.names or config.heads.num_labels:
@@ -93,6 +93,73 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     if restart and config.sentence != load_config(out).sentence:  # resolved against the base, as when it began
         raise BertkitError(f"{out}: holds a different run ([sentence] {dataclasses.asdict(load_config(out).sentence)},"
                            f" now {dataclasses.asdict(config.sentence)}); resume with the same settings")
+    return config, model_dir, base_config, base, restart
+
+
+def _examples(config: Config, task_config, task: FinetuneTask, out: Path, resume: bool, skip_bad_lines: bool,
+              warn):
+    """The training and validation examples (rows with no label or text skipped and counted, or refused; the
+    optional slice; the validation file or the held-out split) and the label set (a resumed run's own):
+    (train, validation, labels). `task_config`: the [task] the run was asked for."""
+    examples = task.read(config, task_config.train_file, skip_bad_lines, warn)
+    if task_config.max_train_examples is not None:
+        examples = examples[:task_config.max_train_examples]
+    if resume:
+        if not (out / LABELS_FILE).is_file():
+            raise BertkitError(f"{out}: has no {LABELS_FILE}; it is not a finetuning run to resume")
+        labels = read_labels(out)[1]
+    else:
+        labels = task.label_set(examples)
+    if task_config.validation_file is not None:
+        train_examples, validation = examples, task.read(config, task_config.validation_file, skip_bad_lines, warn)
+    else:
+        train_examples, validation = hold_out(examples, task_config.validation_split, config.train.seed)
+    unknown = sorted({label for e in train_examples for label in task.example_labels(e)} - set(labels))
+    if unknown:  # only on resume: the training file changed since the run began
+        raise BertkitError(f"{task_config.train_file}: labels {', '.join(unknown[:5])} are not in "
+                           f"{out / LABELS_FILE}; resume with the training file the run began with")
+    _check_unseen(task, validation, labels, task_config.validation_file or task_config.train_file, warn)
+    return train_examples, validation, labels
+
+
+def _longest(encoded: list, max_length: int) -> int:
+    """The longest encoded example, at most max_length: what a micro-batch is padded to."""
+    return min(max((len(e.input_ids) for e in encoded if hasattr(e, "input_ids")), default=max_length), max_length)
+
+
+def _model(config: Config, task_config, task: FinetuneTask, base_config: Config, base, labels: list[str],
+           train_cfg, longest: int, accelerator) -> tuple[Config, Model]:
+    """The run's config with its model, heads and step count, and the model: the base backbone (or a random one,
+    task.init = random) under a fresh task head; refused before any write when it cannot fit in memory."""
+    dropout = task_config.finetune_dropout
+    model_cfg = base_config.model if dropout is None else dataclasses.replace(
+        base_config.model, dropout=dropout, attention_dropout=dropout)
+    heads = dataclasses.replace(config.heads, names=task.heads(labels), num_labels=len(labels))
+    config = dataclasses.replace(config, model=model_cfg, heads=heads, tokenizer=base_config.tokenizer,
+                                 train=dataclasses.replace(config.train, max_steps=train_cfg.max_steps))
+    check_fits(model_cfg, heads, config.train.batch_size * longest, accelerator.device,
+               accelerator.num_processes if config.train.sharding == "fsdp" else 1)
+    model = Model(model_cfg, heads)
+    if task_config.init == "pretrained" and base is not None:
+        model.backbone.load_state_dict(base.backbone.state_dict())
+    return config, model
+
+
+def _write_results(out: Path, summary: dict, validation: dict, console: Console) -> None:
+    """results.json: the kept weights' validation scores; the closing line."""
+    summary["validation"] = validation
+    write_json(out / RESULTS_FILE, summary)
+    headline = {k: v for k, v in summary["validation"].items() if isinstance(v, float)}
+    console.print(f"wrote {out} (best step {summary['best_step']} of {summary['steps']}): validation "
+                  + "  ".join(f"{k} {v:.4f}" for k, v in headline.items()))
+
+
+def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progress: bool,
+         console: Console, accept_changed_data: bool = False, skip_bad_lines: bool = False,
+         step_cap: int | None = None) -> FinetuneResult:
+    task_config = config.task
+    task = finetune_task(task_config.kind)
+    config, model_dir, base_config, base, restart = _begin(config, task, model_dir, out, resume)
     tokenizer = load_run_tokenizer(model_dir, base_config)
     pad_id = special_ids(tokenizer).pad
     config = with_sharding(config)
@@ -115,28 +182,11 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
         if main:
             console.print(f"[yellow]warning: {message}")
 
-    examples = task.read(config, task_config.train_file, skip_bad_lines, warn)
-    if task_config.max_train_examples is not None:
-        examples = examples[:task_config.max_train_examples]
-    if resume:
-        if not (out / LABELS_FILE).is_file():
-            raise BertkitError(f"{out}: has no {LABELS_FILE}; it is not a finetuning run to resume")
-        labels = read_labels(out)[1]
-    else:
-        labels = task.label_set(examples)
-    if task_config.validation_file is not None:
-        train_examples, validation = examples, task.read(config, task_config.validation_file, skip_bad_lines, warn)
-    else:
-        train_examples, validation = hold_out(examples, task_config.validation_split, config.train.seed)
+    train_examples, validation, labels = _examples(config, task_config, task, out, resume, skip_bad_lines, warn)
     max_length = task.max_length(config, base_config)
     if max_length > base_config.model.max_len:
         raise BertkitError(f"{task.length_key}: {max_length} is longer than the model's max_len "
                            f"({base_config.model.max_len})")
-    unknown = sorted({label for e in train_examples for label in task.example_labels(e)} - set(labels))
-    if unknown:  # only on resume: the training file changed since the run began
-        raise BertkitError(f"{task_config.train_file}: labels {', '.join(unknown[:5])} are not in "
-                           f"{out / LABELS_FILE}; resume with the training file the run began with")
-    _check_unseen(task, validation, labels, task_config.validation_file or task_config.train_file, warn)
     objective, encoded = task.objective(config, train_examples, validation, labels, TaskEncoder(tokenizer, max_length),
                                         pad_id, accelerator.num_processes)
     truncated = sum(e.truncated for e in encoded)
@@ -150,20 +200,8 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     if step_cap is not None:  # `glue --steps`: the epochs or the cap, whichever ends first
         train_cfg = dataclasses.replace(train_cfg, max_steps=min(train_cfg.max_steps, step_cap))
 
-    # The model: the base backbone (or a random one) under a fresh task head.
-    dropout = task_config.finetune_dropout
-    model_cfg = base_config.model if dropout is None else dataclasses.replace(
-        base_config.model, dropout=dropout, attention_dropout=dropout)
-    heads = dataclasses.replace(config.heads, names=task.heads(labels), num_labels=len(labels))
-    config = dataclasses.replace(config, model=model_cfg, heads=heads, tokenizer=base_config.tokenizer,
-                                 train=dataclasses.replace(config.train, max_steps=train_cfg.max_steps))
-    # before any write: a micro-batch is padded to its longest example, at most max_length
-    longest = max((len(e.input_ids) for e in encoded if hasattr(e, "input_ids")), default=max_length)
-    check_fits(model_cfg, heads, config.train.batch_size * min(longest, max_length), accelerator.device,
-               accelerator.num_processes if config.train.sharding == "fsdp" else 1)
-    model = Model(model_cfg, heads)
-    if task_config.init == "pretrained" and base is not None:
-        model.backbone.load_state_dict(base.backbone.state_dict())
+    config, model = _model(config, task_config, task, base_config, base, labels, train_cfg,
+                           _longest(encoded, max_length), accelerator)
     del base
     metric = config.train.metric or objective.default_metric
     if metric not in objective.metric_names:
@@ -189,12 +227,8 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     summary, whole = train_best(model, objective, train_cfg, out, accelerator, metric, resume=resume,
                                 console=console, progress=progress)
     if main:
-        summary["validation"] = task.final_validation(out, whole, objective, validation, accelerator.device,
-                                                      run_precision(accelerator))
-        write_json(out / RESULTS_FILE, summary)
-        headline = {k: v for k, v in summary["validation"].items() if isinstance(v, float)}
-        console.print(f"wrote {out} (best step {summary['best_step']} of {summary['steps']}): validation "
-                      + "  ".join(f"{k} {v:.4f}" for k, v in headline.items()))
+        _write_results(out, summary, task.final_validation(out, whole, objective, validation, accelerator.device,
+                                                           run_precision(accelerator)), console)
     accelerator.wait_for_everyone()
     return FinetuneResult.from_results(out, summary)
 
