@@ -112,24 +112,10 @@ def run(job: PretrainJob, console: Console | None = None) -> PretrainResult:
                     job.accept_changed_data)
 
 
-def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, resume: bool, progress: bool,
-         console: Console, accept_changed_data: bool = False) -> PretrainResult:
-    main = accelerator.is_main_process
-    set_seed(config.train.seed)
-    if resume and (out / CONFIG_FILE).is_file():  # keep the stored vocab size for the comparison below
-        config = dataclasses.replace(config, model=dataclasses.replace(
-            config.model, vocab_size=load_config(out).model.vocab_size))
-    _check_output(out, config, resume)
-    # a finished run is "already finished" under any process count (its limits do not depend on it)
-    if resume and (done := already_finished(out, config.train, console, accelerator)) is not None:
-        return PretrainResult.from_results(out, done, already_done=True)
-    config = with_processes(config, out, resume, accelerator.num_processes, console, main)
-    # what the run trains on, by content: a resume on another corpus is refused (a Hub stream has no file to digest)
-    local = [c for c in config.data.corpus if not str(c).startswith(HUB_PREFIX)]
-    files = {"data.corpus": find_files(local) if local else []}
-    recorded = inputs.check(out, files, accept_changed_data, console, main) if resume else inputs.describe(files)
-
-    # Tokenizer: the run's own on resume, a given one, or a new one trained on the corpus.
+def _data(config: Config, out: Path, tokenizer_path: Path | None, resume: bool, accelerator, console: Console):
+    """The tokenizer (the run's own on resume, a given one, or a new one trained on the corpus) and the packed
+    corpus (cached, or streamed and packed on the fly): (tokenizer, packed, read stats or None when streamed)."""
+    main, stats = accelerator.is_main_process, None
     with accelerator.main_process_first():
         if resume:
             tokenizer = load_tokenizer(out)
@@ -149,6 +135,42 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
                                  config.data.tokenize_workers, console=quiet)
             if stats.bad_lines and main:
                 console.print(f"[yellow]skipped {stats.bad_lines:,} line(s) that are not valid UTF-8")
+    return tokenizer, packed, stats
+
+
+def _opening(config: Config, objective, packed, stats, vocab: int, console: Console) -> None:
+    """The corpus line (documents, blocks, vocabulary, global batch) and the settings' warnings."""
+    corpus = (f"streamed corpus ({config.data.shuffle_window} batches shuffled together), "
+              if config.data.streaming else
+              f"corpus: {stats.documents:,} documents, {packed.stats['train_blocks']:,} training and ")
+    weight = config.train.contrastive_weight  # > 0: every block takes two rows (tasks/contrast.py)
+    views = f"2 halves of {config.data.block_size // 2} tokens" if config.train.halves else "2 maskings"
+    batch = (f"{objective.global_batch} rows ({objective.global_batch // 2} blocks x {views}, contrastive weight "
+             f"{weight:g})" if weight > 0 else objective.global_batch)
+    console.print(f"{corpus}{len(packed.validation):,} validation blocks of {config.data.block_size} tokens; "
+                  f"vocab {vocab:,}; global batch {batch}")
+    for warning in _setting_warnings(config, len(packed.validation)):
+        console.print(f"[yellow]warning: {warning}")
+
+
+def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, resume: bool, progress: bool,
+         console: Console, accept_changed_data: bool = False) -> PretrainResult:
+    main = accelerator.is_main_process
+    set_seed(config.train.seed)
+    if resume and (out / CONFIG_FILE).is_file():  # keep the stored vocab size for the comparison below
+        config = dataclasses.replace(config, model=dataclasses.replace(
+            config.model, vocab_size=load_config(out).model.vocab_size))
+    _check_output(out, config, resume)
+    # a finished run is "already finished" under any process count (its limits do not depend on it)
+    if resume and (done := already_finished(out, config.train, console, accelerator)) is not None:
+        return PretrainResult.from_results(out, done, already_done=True)
+    config = with_processes(config, out, resume, accelerator.num_processes, console, main)
+    # what the run trains on, by content: a resume on another corpus is refused (a Hub stream has no file to digest)
+    local = [c for c in config.data.corpus if not str(c).startswith(HUB_PREFIX)]
+    files = {"data.corpus": find_files(local) if local else []}
+    recorded = inputs.check(out, files, accept_changed_data, console, main) if resume else inputs.describe(files)
+
+    tokenizer, packed, stats = _data(config, out, tokenizer_path, resume, accelerator, console)
     vocab = vocab_span(tokenizer)
     if resume:
         check_vocab_matches(tokenizer, config.model.vocab_size, out)
@@ -166,17 +188,7 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
                                                    accelerator.num_processes)
 
     if main:
-        corpus = (f"streamed corpus ({config.data.shuffle_window} batches shuffled together), "
-                  if config.data.streaming else
-                  f"corpus: {stats.documents:,} documents, {packed.stats['train_blocks']:,} training and ")
-        weight = config.train.contrastive_weight  # > 0: every block takes two rows (tasks/contrast.py)
-        views = f"2 halves of {config.data.block_size // 2} tokens" if config.train.halves else "2 maskings"
-        batch = (f"{objective.global_batch} rows ({objective.global_batch // 2} blocks x {views}, contrastive weight "
-                 f"{weight:g})" if weight > 0 else objective.global_batch)
-        console.print(f"{corpus}{len(packed.validation):,} validation blocks of {config.data.block_size} tokens; "
-                      f"vocab {vocab:,}; global batch {batch}")
-        for warning in _setting_warnings(config, len(packed.validation)):
-            console.print(f"[yellow]warning: {warning}")
+        _opening(config, objective, packed, stats, vocab, console)
         if not resume:
             with atomic_dir(out, exists_hint="pass --resume to continue it, or choose another --out") as tmp:
                 write_config(tmp, config)
