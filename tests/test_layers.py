@@ -256,3 +256,16 @@ def test_the_package_keeps_its_layers():
     problems = violations(sources)
     if problems:
         pytest.fail("the package breaks its layers:\n" + "\n".join(problems))
+
+
+def test_no_function_is_over_80_lines_and_no_module_over_600():
+    """Small modules with one job each, and functions that read as steps (docs/architecture.md)."""
+    long = []
+    for name, (source, _) in module_sources(PACKAGE).items():
+        lines = source.count("\n") + 1
+        if lines > 600:
+            long.append(f"{name}: {lines} lines (at most ~600)")
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
+                long.append(f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines (at most 80)")
+    assert not long, "split these into steps with names that say what they do:\n" + "\n".join(long)
