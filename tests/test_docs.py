@@ -33,14 +33,41 @@ def test_every_config_key_is_listed_with_a_meaning():
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")  # [text](target) and ![alt](target)
 
 
+def _anchors(doc: Path) -> set[str]:
+    """The anchors GitHub gives a Markdown file's headers: lower case, punctuation dropped, spaces as hyphens."""
+    heads = [line.lstrip("#").strip() for line in doc.read_text(encoding="utf-8").splitlines()
+             if re.match(r"#{1,6} ", line)]
+    return {re.sub(r"[^\w\- ]", "", head.lower()).replace(" ", "-") for head in heads}
+
+
 def test_every_relative_link_and_image_resolves():
     docs = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     bad = []
     for doc in docs:
+        in_code = False
         for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), start=1):
-            for target in LINK.findall(line):
-                if re.match(r"[a-z]+:", target) or target.startswith("#"):  # a URL or an anchor in the page
+            in_code ^= line.startswith("```")
+            for target in [] if in_code else LINK.findall(line):
+                if re.match(r"[a-z]+:", target):  # a URL
                     continue
-                if not (doc.parent / target.split("#")[0]).exists():
-                    bad.append(f"{doc.relative_to(ROOT)}:{number}: {target}")
-    assert not bad, "links to files that are not there:\n" + "\n".join(bad)
+                path, _, anchor = target.partition("#")
+                file = doc if not path else doc.parent / path
+                if not file.exists():
+                    bad.append(f"{doc.relative_to(ROOT)}:{number}: {target} (no such file)")
+                elif anchor and file.suffix == ".md" and anchor not in _anchors(file):
+                    bad.append(f"{doc.relative_to(ROOT)}:{number}: {target} (no such header in {file.name})")
+    assert not bad, "links that lead nowhere:\n" + "\n".join(bad)
+
+
+def test_the_command_guide_names_every_command_bertkit_has():
+    import typer
+
+    from bertkit.cli import app
+
+    def names(command, prefix=""):
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from names(sub, f"{prefix}{name} ") if getattr(sub, "commands", None) else [f"{prefix}{name}"]
+
+    guide = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    missing = [name for name in names(typer.main.get_command(app)) if f"`bertkit {name}" not in guide]
+    assert not missing, f"docs/commands.md does not describe: {', '.join(missing)}"
