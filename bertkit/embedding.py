@@ -153,12 +153,16 @@ class SentenceEncoder:
         self.dim = manifest.dim
         self._identity = manifest.identity
 
-    @property
-    def layer_count(self) -> int:
-        """The layers `encode_layers` can read (0: the embeddings output); an ONNX export has none to read."""
+    def _torch_only(self) -> None:
+        """Refuse what needs the layers an ONNX export does not hold."""
         if self.onnx is not None:
             raise BertkitError(f"{self.run}: an ONNX export holds the pooled output only; --layers, --tokens and "
                                "probes need the bertkit run it came from")
+
+    @property
+    def layer_count(self) -> int:
+        """The layers `encode_layers` can read (0: the embeddings output); an ONNX export has none to read."""
+        self._torch_only()
         return self.model.layer_count
 
     @property
@@ -203,7 +207,7 @@ class SentenceEncoder:
     def encode_layers_encoded(self, encoded: list[Encoded], layers: list[int], tokens: bool = False,
                               on_batch: Callable[[int], None] | None = None) -> list[np.ndarray] | np.ndarray:
         """`encode_layers` of texts already tokenised by `self.encoder` (callers that also need the tokens)."""
-        self.layer_count  # noqa: B018 - refuses an ONNX export
+        self._torch_only()
         self.truncated += sum(e.truncated for e in encoded)
         chosen = torch.tensor(layers)
 

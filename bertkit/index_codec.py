@@ -18,13 +18,12 @@ leaves only files index.json does not name, which the next `index add` removes.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
 from bertkit.errors import BertkitError
-from bertkit.run.files import content_digest, fsync_dir, replace
+from bertkit.run.files import atomic_file, content_digest, fsync_dir
 
 PRECISIONS = ("float32", "int8", "binary")
 SUFFIX = {"float32": "f32", "int8": "i8", "binary": "b1"}
@@ -117,15 +116,6 @@ def int8_flat(shards: list[np.ndarray], calibration: dict, dim: int, faiss):
             codes = np.asarray(shard[start:start + _BLOCK], dtype=np.int16) + 128  # int8 → FAISS's 0..255
             index.add_sa_codes(np.ascontiguousarray(codes, dtype=np.uint8))
     return index
-
-
-def int8_scorer(calibration: dict):
-    """score(queries (Q, D), codes (n, D) int8) -> (Q, n): the float queries against the dequantized codes."""
-    scale, offset = _scale(calibration)
-
-    def score(queries: np.ndarray, codes: np.ndarray) -> np.ndarray:
-        return (queries * scale) @ np.asarray(codes, dtype=np.float32).T + (queries @ offset)[:, None]
-    return score
 
 
 # -------------------------------------------------------------------------------------------------------- binary
@@ -229,18 +219,11 @@ def compress_shard(directory: Path, shard: dict, dim: int, precision: str, calib
         return shard
     source = Path(directory) / shard["vectors"]
     name = source.name.rsplit(".", 1)[0] + "." + SUFFIX[precision]
-    tmp = Path(directory) / f".{name}.tmp-{os.getpid()}"
     vectors = np.memmap(source, dtype=np.float32, mode="r", shape=(shard["count"], dim)) if shard["count"] else \
         np.zeros((0, dim), np.float32)
-    try:
-        with tmp.open("wb") as fh:
-            for start in range(0, len(vectors), _BLOCK):
-                fh.write(np.ascontiguousarray(encode(vectors[start:start + _BLOCK], precision, calibration)).tobytes())
-            fh.flush()
-            os.fsync(fh.fileno())
-        replace(tmp, Path(directory) / name)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_file(Path(directory) / name) as tmp, tmp.open("wb") as fh:  # temp → fsync → rename
+        for start in range(0, len(vectors), _BLOCK):
+            fh.write(np.ascontiguousarray(encode(vectors[start:start + _BLOCK], precision, calibration)).tobytes())
     del vectors
     source.unlink()
     fsync_dir(directory)

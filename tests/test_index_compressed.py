@@ -11,7 +11,7 @@ from bertkit.errors import BertkitError
 from bertkit.index import (ShardWriter, VectorIndex, build_faiss, exact_search, read_meta, shard_vectors,
                            write_faiss, write_meta)
 from bertkit.index import _faiss
-from bertkit.index_codec import calibrate, compress_shard, decode, encode, int8_flat, int8_scorer, row_bytes
+from bertkit.index_codec import calibrate, compress_shard, decode, encode, int8_flat, row_bytes
 from bertkit.jobs import search as job
 from conftest import cli_error, cli_ok
 
@@ -28,9 +28,6 @@ def test_int8_round_trip_is_within_half_a_step_and_scores_equal_the_dequantized_
     assert codes.dtype == np.int8 and codes.min() == -128 and codes.max() == 127  # the range is used end to end
     step = (np.asarray(calibration["high"]) - np.asarray(calibration["low"])) / 255
     assert (np.abs(decode(codes, "int8", 24, calibration) - vectors) <= step / 2 + 1e-6).all()
-    queries = _unit(3, 24, 1)
-    np.testing.assert_allclose(int8_scorer(calibration)(queries, codes),
-                               queries @ decode(codes, "int8", 24, calibration).T, atol=1e-5)
     outside = encode(np.full((1, 24), 5.0, np.float32), "int8", calibration)  # beyond the range: clipped
     assert (outside == 127).all()
 
@@ -41,7 +38,7 @@ def test_faiss_scores_int8_codes_as_they_are_decoded():
     codes = encode(vectors, "int8", calibration)
     queries = _unit(5, 24, 5)
     scores, rows = int8_flat([codes[:200], codes[200:]], calibration, 24, _faiss()).search(queries, 7)
-    reference = int8_scorer(calibration)(queries, codes)  # (q · scale) @ codesᵀ + q · offset
+    reference = queries @ decode(codes, "int8", 24, calibration).T  # the float query · the dequantized codes
     assert (rows == np.argsort(-reference, axis=1, kind="stable")[:, :7]).all()
     np.testing.assert_allclose(scores, np.take_along_axis(reference, rows, 1), atol=1e-6)
 

@@ -179,8 +179,6 @@ def test_bad_inputs_are_one_line(runs, tmp_path, sample_tokenizer):
     (foreign / "manifest.json").write_text('{"format": "optimum"}')
     assert "did not write" in cli_error("embed", texts, "--model", foreign, "-o", tmp_path / "f.npy")
     # a decoder run has no ONNX export
-    from bertkit.config import ModelConfig  # noqa: F401 - the decoder's config comes from tiny()
-
     decoder_cfg, lm = tiny(vocab_size=400, architecture="decoder", positions="rotary"), heads("lm")
     folder = tmp_path / "tok"
     decoder = save_run(tmp_path / "decoder", Model(decoder_cfg, lm), Config(model=decoder_cfg, heads=lm),
