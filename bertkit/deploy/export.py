@@ -261,19 +261,20 @@ def _prepare(run: Path) -> _Source:
     return _Source(run, config, kind, labels, max_length, pad_id, graph, batches, reference)
 
 
-def _candidates(source: _Source, tmp: Path, quantize: str | None) -> list[tuple[Path, dict]]:
-    """The graphs to try in order, each with what the manifest records of it: fp32 optimised, then plain; int8 on
-    every matrix product of the best fp32 graph, then with the FFN outputs kept fp32 (quantized as they are tried)."""
+def _candidates(source: _Source, tmp: Path, quantize: str | None) -> list[tuple[Path, Path | None, dict]]:
+    """The graphs to try in order, each as (file, the fp32 graph it is quantized from as it is tried, or None; what
+    the manifest records of it): fp32 optimised, then plain; int8 on every matrix product of the best fp32 graph,
+    then with the FFN outputs kept fp32."""
     raw, fused = tmp / "raw.onnx", tmp / "fused.onnx"
     _export_graph(source.graph, source.batches[1][:2], source.pad_id, source.max_length, raw)
-    candidates = [(fused, {"optimised": True})] if _optimise(raw, fused, source.config) else []
-    candidates.append((raw, {"optimised": False}))
+    candidates = [(fused, None, {"optimised": True})] if _optimise(raw, fused, source.config) else []
+    candidates.append((raw, None, {"optimised": False}))
     if quantize != "int8":
         return candidates
-    base, how = candidates[0]
+    base, _, how = candidates[0]
     small, ffn = _nodes_kept(base, source.config)
-    return [(tmp / "int8.onnx", {**how, "from": base.name, "kept_fp32": small}),
-            (tmp / "int8-ffn.onnx", {**how, "from": base.name, "kept_fp32": small + ffn, "ffn_fp32": True})]
+    return [(tmp / "int8.onnx", base, {**how, "kept_fp32": small}),
+            (tmp / "int8-ffn.onnx", base, {**how, "kept_fp32": small + ffn, "ffn_fp32": True})]
 
 
 def _manifest(source: _Source, precision: str, graph: Path, details: dict) -> Manifest:
@@ -301,12 +302,11 @@ def export_onnx(run: str | Path, out: str | Path, quantize: str | None = None, o
         say(f"exporting {run} ({source.kind}, {source.config.model.n_layers} x {source.config.model.d_model}) to "
             f"ONNX opset {OPSET}")
         shutil.copyfile(run / TOKENIZER_FILE, tmp / TOKENIZER_FILE)
-        for path, how in _candidates(source, tmp, quantize):
-            if quantize == "int8":
-                _quantize(tmp / how["from"], path, how["kept_fp32"])
+        for path, fp32_graph, how in _candidates(source, tmp, quantize):
+            if fp32_graph is not None:
+                _quantize(fp32_graph, path, how["kept_fp32"])
             shutil.copyfile(path, tmp / GRAPH_FILE)
-            details = {"source": str(run.resolve()), "opset": OPSET, "torch": torch.__version__,
-                       **{key: value for key, value in how.items() if key != "from"}}  # "from": a temporary file
+            details = {"source": str(run.resolve()), "opset": OPSET, "torch": torch.__version__, **how}
             manifest = _manifest(source, precision, tmp / GRAPH_FILE, details)
             write_atomic(tmp / MANIFEST_FILE, manifest_json(manifest))
             result = parity(tmp, source.reference, source.batches, source.pad_id, source.kind)
