@@ -38,12 +38,26 @@ ROWS = [
     ("bertkit demo, time budget per stage", "demo"),
     ("lever: bare MLM step, compiled, bf16, batch 256 (32k tokens/step)", "bare-b256"),
     ("bare MLM step at the mini shape (4x256), bf16, eager and compiled", "bare-mini"),
+    ("lever: masked tokens counted on the host (positions), then bucketed to 128 (compiled, batch 256)",
+     "lever-select"),
+    ("lever: three q/k/v matrix products instead of the default one (compiled, positions, batch 256)", "lever-qkv"),
+    ("lever: CUDA graphs (compile mode reduce-overhead, bucketed), base batch 256 and mini", "lever-graphs"),
+    ("lever: bertkit embed --compile vs sentence-transformers (each call compiles)", "lever-embed"),
+    ("lever: batch 512 x 128 (64k tokens/step; compiled, bucketed) vs BertForMaskedLM", "lever-b512"),
+    ("lever: vocabulary 30522 vs 30528 (a multiple of 64), eager, batch 128", "lever-vocab"),
+    ("where a step's time goes: bare step vs the loop's (loop_overhead.py --profile)", "loop-profile"),
 ]
 THROUGHPUT = re.compile(
     r"^(?P<case>\d+x\d+) \((?P<params>[\d.]+)M\) (?P<precision>\w+) batch (?P<batch>\d+x\d+) (?P<device>\w+): "
     r"(?P<who>bertkit(?: compiled \([\w-]+\))?) (?P<ours>[\d,]+) tok/s, transformers (?P<hf>[\d,]+) tok/s, "
     r"ratio (?P<ratio>[\d.]+); .*?MFU (?P<mfu>\d+)% of (?P<peak>[\d.e+]+) TFLOP/s"
     r"(?:.*?compile cost (?P<cost>-?[\d.]+) s)?", re.MULTILINE)
+LEVER = re.compile(  # any pretrain_throughput.py line, levers and --no-peer included
+    r"^(?P<case>\d+x\d+) \([\d.]+M\)(?: vocab (?P<vocab>\d+))? (?P<precision>\w+) batch (?P<batch>\d+x\d+) \w+: "
+    r"(?P<who>bertkit\D*?) (?P<ours>[\d,]+) tok/s, (?:transformers (?P<hf>[\d,]+) tok/s, ratio (?P<ratio>[\d.]+)|"
+    r"transformers not run[^;]*); .*?MFU (?P<mfu>\d+)%", re.MULTILINE)
+PROFILED = re.compile(r"^(bare step|bertkit pretrain's loop): \d+ steps, wall ([\d.]+) ms/step, device kernels "
+                      r"([\d.]+) ms/step \((\d+)% busy", re.MULTILINE)
 FIT = re.compile(r"train\.max_time (\S+): ([\d,]+) steps fit the budget")
 PYTEST = re.compile(r"^(?:=+ )?((?:\d+ (?:passed|failed|skipped|errors?|deselected|xfailed|xpassed)(?:, )?)+)"
                     r"(?: in [\d.]+s)?", re.MULTILINE)
@@ -199,6 +213,28 @@ def _mini_rows(log: str) -> dict[str, str]:
     return rows
 
 
+def lever_row(log: str) -> str | None:
+    """Every pretrain_throughput.py line of a lever step, condensed: 'case batch who: tok/s, MFU[, ratio]'."""
+    found = []
+    for m in LEVER.finditer(log):
+        vocab = f" vocab {m['vocab']}" if m["vocab"] else ""
+        who = m["who"].removeprefix("bertkit").strip(" ,") or "eager"
+        text = f"{m['case']}{vocab} batch {m['batch']} {who}: {_number(m['ours']):,.0f} tok/s, MFU {m['mfu']}%"
+        if m["ratio"]:
+            text += f", {m['ratio']}x BertForMaskedLM ({_number(m['hf']):,.0f})"
+        found.append(text)
+    return "; ".join(found) or None
+
+
+def profile_row(log: str) -> str | None:
+    """loop_overhead.py --profile's summary lines: wall and kernel ms per step, busy share; the loop/bare ratio."""
+    parts = [f"{who}: {wall} ms/step wall, {busy} ms kernels ({share}% busy)"
+             for who, wall, busy, share in PROFILED.findall(log)]
+    if m := re.search(r"ratio CLI/bare ([\d.]+)", log):
+        parts.append(f"loop/bare {m.group(1)} unprofiled")
+    return "; ".join(parts) or None
+
+
 def pretrain_row(work: Path, log: str) -> str | None:
     """The budgeted pretraining: shape, done vs planned steps, share of the budget, steady tokens/s, MFU."""
     run = work / "runs" / "pretrain"
@@ -237,12 +273,13 @@ def loop_row(work: Path) -> str | None:
             f"{data['wall_ratio']:.2f}, medians {data['median_ratio']:.2f}), MFU {data['cli_mfu']:.1%}")
 
 
-def embed_row(work: Path) -> str | None:
+def embed_row(work: Path, name: str = "embed.json") -> str | None:
     """embed_throughput.py's --json: both libraries' sentences/s and their ratio."""
-    data = _json(work / "embed.json")
+    data = _json(work / name)
     if not data:
         return None
-    return (f"{data['weights']}, {data['precision']}, {data['sentences']:,} STS-B sentences: bertkit embed "
+    command = "bertkit embed --compile" if data.get("compile") else "bertkit embed"
+    return (f"{data['weights']}, {data['precision']}, {data['sentences']:,} STS-B sentences: {command} "
             f"{data['bertkit_per_s']:,.0f}/s vs sentence-transformers {data['st_per_s']:,.0f}/s, "
             f"{data['ratio']:.2f}x (min cosine {data['min_cosine']:.5f})")
 
@@ -312,6 +349,12 @@ def build_rows(work: Path) -> list[dict]:
             result = deps_row(step)
         elif name == "cuda-tests":
             result = tests_row(log)
+        elif name == "lever-embed":
+            result = embed_row(work, "embed-compiled.json")
+        elif name.startswith("lever-"):
+            result = lever_row(log)
+        elif name == "loop-profile":
+            result = profile_row(log)
         elif name.startswith("bare-"):
             found = extra[name] if name in extra else eager if name == "bare-eager" else compiled
             result = found.get("bf16" if "bf16" in label else "fp32")

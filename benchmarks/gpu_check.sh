@@ -22,6 +22,16 @@
 #   demo           bertkit demo --max-time 30s: the stages' planned steps, SST-2 dev accuracy, STS-B Spearman
 #   bare-b256      a lever: the compiled bf16 bare step at batch 256 x 128 (32k tokens per step)
 #   bare-mini      the mini shape (4 x 256), bf16, eager then compiled: the second break-even of compile
+#   lever-select   compiled bf16 batch 256: the masked tokens counted on the host (positions), then padded to a
+#                  multiple of 128 (bucket): each against bare-b256's boolean selection
+#   lever-qkv      the same (positions) with three q/k/v matrix products (--separate-qkv; one is the default)
+#   lever-graphs   the same (bucket) compiled with mode reduce-overhead (CUDA graphs), base then mini shape
+#   lever-b512     compiled bf16 (bucket) at batch 512 x 128 (64k tokens per step), vs BertForMaskedLM
+#   lever-vocab    eager bf16 batch 128 at vocabularies 30522 (BERT's) and 30528 (the next multiple of 64)
+#   lever-embed    embed_throughput.py as `embed`, bertkit embed --compile (each call pays its compile)
+#   loop-profile   loop_overhead.py as `loop` (shorter), then --profile: where a bare step's and a loop step's
+#                  time goes (device kernel time vs wall per step; top operators); profile.txt and two traces
+#                  under $OUT
 #
 # It runs on the machine's own torch (2.10 or later): nothing is pip-installed from a registry, PYTHONPATH points at
 # this checkout (PYTHON picks the interpreter, default python3). What bertkit needs beyond such an image:
@@ -151,6 +161,9 @@ if [ "$SMOKE" = 1 ]; then
     DEMO_TIME=2s
     B256=(--device cpu --cases 2x64 --batch-size 8 --steps 3 --precisions bf16)
     MINI=(--device cpu --cases 2x64 --batch-size 4 --steps 3 --precisions bf16)
+    B512=(--device cpu --cases 2x64 --batch-size 8 --steps 3 --precisions bf16)
+    VOCAB_CASE=(--device cpu --cases 2x64 --batch-size 4 --steps 3 --precisions bf16)
+    PROFILE_LOOP=(--device cpu --recipe tiny --batch-size 8 --steps 10 --log-every 5 --bare-steps 4 --vocab-size 1000)
 else
     SHAPE=(--device cuda --cases 12x768 --batch-size 128 --steps 20 --precisions bf16,fp32)
     COMPILE=(--compile)
@@ -160,6 +173,10 @@ else
     DEMO_TIME=30s
     B256=(--device cuda --cases 12x768 --batch-size 256 --steps 15 --precisions bf16)
     MINI=(--device cuda --cases 4x256 --batch-size 128 --steps 30 --precisions bf16)
+    B512=(--device cuda --cases 12x768 --batch-size 512 --steps 10 --precisions bf16)
+    VOCAB_CASE=(--device cuda --cases 12x768 --batch-size 128 --steps 15 --precisions bf16)
+    PROFILE_LOOP=(--device cuda --recipe base --batch-size 64 --steps 100 --log-every 25 --skip-windows 1
+                  --bare-steps 20)
 fi
 
 mapfile -t GPU_TESTS < <(grep -rlE --include='*.py' 'mark\.gpu' tests | sort)
@@ -189,6 +206,32 @@ step bare-b256 90 "$PY" benchmarks/pretrain_throughput.py "${B256[@]}" "${COMPIL
 MINI_BOTH='"$0" benchmarks/pretrain_throughput.py "$@" && "$0" benchmarks/pretrain_throughput.py "$@" '"${COMPILE[*]}"
 step bare-mini 90 bash -c "$MINI_BOTH" "$PY" "${MINI[@]}"
 
+# where the loop loses against the bare step (issue 33's loop goal)
+if [ -n "$(why_not)" ]; then
+    skip loop-profile "$(why_not)"
+else
+    step loop-profile 120 "$PY" benchmarks/loop_overhead.py "${PROFILE_LOOP[@]}" --quiet --profile "$WORK/profile"
+    [ -n "${OUT:-}" ] && [ -d "$WORK/profile" ] && mkdir -p "$OUT" && cp "$WORK"/profile/* "$OUT"/
+fi
+
+# levers of issue 33's throughput goal, each its own row (bare-b256 is their baseline)
+PT="benchmarks/pretrain_throughput.py"
+TWO='"$0" '"$PT"' "$@" --select positions --no-peer && "$0" '"$PT"' "$@" --select bucket --no-peer'
+step lever-select 120 bash -c "$TWO" "$PY" "${B256[@]}" "${COMPILE[@]}"
+step lever-qkv 80 "$PY" "$PT" "${B256[@]}" "${COMPILE[@]}" --select positions --separate-qkv --no-peer
+GRAPHS=(--select bucket --no-peer --compile-mode reduce-overhead)
+TWO='"$0" '"$PT"' "$@" '"${B256[*]} ${GRAPHS[*]}"' && "$0" '"$PT"' "$@" '"${MINI[*]} ${GRAPHS[*]}"
+step lever-graphs 150 bash -c "$TWO" "$PY" "${COMPILE[@]}"
+if [ -n "$(why_not)" ]; then
+    skip lever-embed "$(why_not)"
+elif has sentence_transformers; then
+    step lever-embed 90 "$PY" benchmarks/embed_throughput.py "${EMBED[@]}" --compile --json "$WORK/embed-compiled.json"
+else
+    skip lever-embed "needs sentence-transformers (the peer it is compared with), not importable"
+fi
+step lever-b512 110 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" --select bucket
+TWO='"$0" '"$PT"' "$@" --vocab 30522 && "$0" '"$PT"' "$@" --vocab 30528'
+step lever-vocab 70 bash -c "$TWO" "$PY" "${VOCAB_CASE[@]}" --no-peer
 # ---- the summary: one table on stdout, and under $OUT (gpu_check.md, gpu_check.json, gpu_check.log)
 REPORT=(--work "$WORK" --budget "$BUDGET")
 [ "$SMOKE" = 1 ] && REPORT+=(--smoke)

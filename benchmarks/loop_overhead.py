@@ -25,6 +25,7 @@ the device unless --precision says.
     python benchmarks/loop_overhead.py [--recipe mini] [--batch-size 32] [--block-size 128] [--steps 60]
         [--bare-steps 20] [--log-every 10] [--skip-windows 1] [--precision auto] [--compile] [--device cpu|cuda]
         [--corpus wikitext2/wiki.test.raw] [--vocab-size 16000] [--set train.KEY=VALUE] [--threads N] [--json FILE]
+        [--profile DIR]
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--work", type=Path, default=None, help="keep the tokenizer and run here (default: a "
                                                                   "temporary folder, removed at the end)")
     parser.add_argument("--quiet", action="store_true", help="hide the pretraining's own messages")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="then profile a few bare steps and a few of the loop's (a short second run) and write "
+                             "where their time goes to this folder (step_profile.py)")
     return parser.parse_args(argv)
 
 
@@ -200,9 +204,48 @@ def main(argv: list[str] | None = None) -> None:
                 "cli_wall_tokens_per_s": loop["wall_tokens_per_s"], "cli_mfu": loop["mfu"], "ratio": ratio,
                 "wall_ratio": wall_ratio, "median_ratio": median_ratio, "steps": result.step,
                 "windows": loop["windows"]}, indent=2) + "\n")
+        if args.profile is not None:
+            profile_both(args.profile, lambda i: mlm_step(bare, opt, *batches[warm + i % half],
+                                                           autocast(device, precision.precision)),
+                         lambda run_config, out: pretrain.run(pretrain.PretrainJob(run_config, out, tokenizer=tok_dir,
+                                                                                   progress=False), console=console),
+                         with_values(config, {"train.max_steps": PROFILE_FIRST + PROFILE_STEPS + 2}), work, device)
     finally:
         if args.work is None:
             shutil.rmtree(work, ignore_errors=True)
+
+
+PROFILE_FIRST, PROFILE_STEPS = 20, 8  # the loop's profiled steps: after its warm-up, before its end
+
+
+def profile_both(out: Path, bare_step, pretrain_run, short_config, work: Path, device) -> None:
+    """`--profile`: PROFILE_STEPS bare steps, then as many of a short second pretraining's (from its step
+    PROFILE_FIRST), each summarised (step_profile.summary) into OUT/profile.txt, traces beside it."""
+    import torch
+    from step_profile import activities, profile, profile_loop_steps, summary, write_trace
+
+    out.mkdir(parents=True, exist_ok=True)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    texts = []
+    with profile(activities=activities(device)) as prof:
+        sync()
+        start = time.perf_counter()
+        for i in range(PROFILE_STEPS):
+            bare_step(i)
+        sync()
+        wall = time.perf_counter() - start
+    texts.append(summary(prof, PROFILE_STEPS, wall, "bare step"))
+    write_trace(prof, out / "bare.json.gz")
+    run = work / "profile-run"
+    shutil.rmtree(run, ignore_errors=True)
+    with profile_loop_steps(PROFILE_FIRST, PROFILE_STEPS, device, sync) as found:
+        pretrain_run(short_config, run)
+    if "prof" in found:
+        texts.append(summary(found["prof"], PROFILE_STEPS, found["wall_s"], "bertkit pretrain's loop"))
+        write_trace(found["prof"], out / "loop.json.gz")
+    (out / "profile.txt").write_text("\n\n".join(texts) + "\n", encoding="utf-8")
+    print("\n".join(text.splitlines()[0] for text in texts), flush=True)
+    print(f"profiles: {out / 'profile.txt'}", flush=True)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,20 @@ bf16 on recent GPUs and on CPUs with native bf16, fp32 elsewhere: an AVX2-only C
 `--compile` trains bertkit's model through `Module.compile()` (what `train.compile = "on"` does; HF's stays eager)
 and also prints the compilation's one-off cost: the warm-up steps' time beyond what they take once compiled.
 
+Levers (issue 33), each off by default so that a row says what it turned on:
+  --select bool|positions|bucket  how the MLM head finds the masked tokens: a boolean mask on the device (the
+      device must count them: a host round-trip, and a graph break under compile), their flat positions counted
+      on the host (what `bertkit pretrain` does), or those positions padded to a multiple of 128 with ignored
+      targets (a handful of static shapes: no dynamic-shape code, and CUDA graphs can record each)
+  --compile-mode MODE              torch.compile's mode (reduce-overhead: CUDA graphs; max-autotune-no-cudagraphs)
+  --separate-qkv                   three q/k/v matrix products (bertkit's default is one: attention.FUSE_QKV)
+  --vocab N                        the vocabulary (16000 = 250 x 64; BERT's 30522 is not a multiple of 64)
+  --no-peer                        bertkit alone (a lever row compares with the baseline row of the same call)
+
     python benchmarks/pretrain_throughput.py [--steps 20] [--batch-size 32] [--cases 4x256,4x512]
                                              [--precisions fp32,bf16] [--device cpu|cuda] [--compile]
+                                             [--compile-mode MODE] [--select bool|positions|bucket] [--separate-qkv]
+                                             [--vocab 16000] [--no-peer]
     LD_PRELOAD=libtcmalloc_minimal.so.4 python benchmarks/pretrain_throughput.py   # steadier CPU timings
 """
 
@@ -21,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import resource
 import statistics
@@ -34,18 +47,20 @@ from transformers import BertConfig, BertForMaskedLM  # noqa: E402
 
 from bertkit.config import HeadsConfig, ModelConfig  # noqa: E402
 from bertkit.hardware import describe_device, peak_flops, resolve_precision  # noqa: E402
+from bertkit.nn import attention  # noqa: E402
 from bertkit.nn.flops import train_flops  # noqa: E402
 from bertkit.nn.model import Model  # noqa: E402
 from bertkit.text.collate import IGNORE_INDEX, mlm_mask, step_generator  # noqa: E402
 
 VOCAB, SEQ = 16000, 128
+BUCKET = 128  # --select bucket: masked-token counts rounded up to a multiple of this
 
 
-def _models(layers: int, width: int, device: str):
+def _models(layers: int, width: int, device: str, vocab: int = VOCAB):
     heads = width // 64
-    ours = Model(ModelConfig(vocab_size=VOCAB, d_model=width, n_layers=layers, n_heads=heads, d_ff=4 * width,
+    ours = Model(ModelConfig(vocab_size=vocab, d_model=width, n_layers=layers, n_heads=heads, d_ff=4 * width,
                              max_len=512), HeadsConfig(names=("mlm",))).to(device).train()
-    hf = BertForMaskedLM(BertConfig(vocab_size=VOCAB, hidden_size=width, num_hidden_layers=layers,
+    hf = BertForMaskedLM(BertConfig(vocab_size=vocab, hidden_size=width, num_hidden_layers=layers,
                                     num_attention_heads=heads, intermediate_size=4 * width,
                                     attn_implementation="sdpa")).to(device).train()
     return ours, hf
@@ -75,51 +90,115 @@ def mlm_step(model, opt, inputs, labels, cast=contextlib.nullcontext()):
     opt.zero_grad(set_to_none=True)
 
 
+def host_positions(labels: torch.Tensor, bucket: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The masked tokens' flat positions (N,) and targets (N,), counted on the host as `bertkit pretrain` does;
+    with `bucket`, padded to a multiple of it (position 0, target ignored)."""
+    flat = labels.reshape(-1)
+    positions = (flat != IGNORE_INDEX).nonzero().squeeze(1)
+    targets = flat[positions]
+    pad = (-positions.numel()) % bucket if bucket else 0
+    return (torch.cat([positions, positions.new_zeros(pad)]),
+            torch.cat([targets, targets.new_full((pad,), IGNORE_INDEX)]))
+
+
+def positions_step(model, opt, inputs, selection, cast=contextlib.nullcontext(), dynamic: bool = True):
+    """`mlm_step` with the selection counted on the host (`host_positions`): (positions, targets) on the device."""
+    positions, targets = selection
+    if dynamic:  # one compiled graph for every count, as bertkit's MLM objective marks them
+        torch._dynamo.maybe_mark_dynamic(positions, 0)
+        torch._dynamo.maybe_mark_dynamic(targets, 0)
+    with cast:
+        logits = model(inputs, mlm_select=positions).logits
+        loss = torch.nn.functional.cross_entropy(logits.float(), targets, ignore_index=IGNORE_INDEX)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
 def _hf_step(model, opt, inputs, labels):
     model(input_ids=inputs, labels=labels).loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
 
 
+@dataclasses.dataclass(frozen=True)
+class Levers:
+    """What a case turns on beyond the eager baseline (see the module docstring)."""
+
+    compile_backend: str | None = None  # None: eager
+    compile_mode: str | None = None
+    select: str = "bool"  # bool | positions | bucket
+    fuse_qkv: bool = attention.FUSE_QKV  # bertkit's default
+    vocab: int = VOCAB
+    peer: bool = True
+
+    def label(self) -> str:
+        """bertkit's name in the result line: what it ran with."""
+        parts = [] if self.compile_backend is None else [f"compiled ({self.compile_backend}"
+                                                           + (f", {self.compile_mode})" if self.compile_mode else ")")]
+        parts += [f"select {self.select}"] if self.select != "bool" else []
+        parts += [] if self.fuse_qkv else ["separate qkv"]
+        return "bertkit" + (" " + ", ".join(parts) if parts else "")
+
+
 def run_case(layers: int, width: int, precision: str, steps: int, batch_size: int, device: str,
-             compile_backend: str | None = None, warm: int = 2) -> str:
-    """One shape at one precision: bertkit's step (compiled with `compile_backend` if given) and HF's, alternated
-    for `warm` untimed and `steps` timed steps; the result line."""
+             levers: Levers = Levers(), warm: int = 2) -> str:
+    """One shape at one precision: bertkit's step (with `levers`) and HF's (unless `levers.peer` is off),
+    alternated for `warm` untimed and `steps` timed steps; the result line."""
     torch.manual_seed(0)
-    ours, hf = _models(layers, width, device)
-    if compile_backend is not None:
-        ours.compile(backend=compile_backend)
+    default_qkv, attention.FUSE_QKV = attention.FUSE_QKV, levers.fuse_qkv
+    ours, hf = _models(layers, width, device, levers.vocab)
+    if levers.compile_backend is not None:
+        ours.compile(backend=levers.compile_backend, mode=levers.compile_mode)
     opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True) for name, m in (("ours", ours), ("hf", hf))}
-    batches = [(i.to(device), l.to(device)) for i, l in masked_batches(steps + warm, batch_size)]
+    host = masked_batches(steps + warm, batch_size, levers.vocab)
+    batches = [(i.to(device), l.to(device)) for i, l in host]
+    bucket = BUCKET if levers.select == "bucket" else 0
+    selections = [tuple(t.to(device) for t in host_positions(labels, bucket)) for _, labels in host]
     autocast = (torch.autocast(device, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext())
     times: dict[str, list[float]] = {"ours": [], "hf": []}
     first: list[float] = []  # bertkit's warm-up steps (with a compile: the compilation, recompilations included)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def ours_step(index: int, inputs: torch.Tensor, labels: torch.Tensor) -> None:
+        if levers.select == "bool":
+            mlm_step(ours, opts["ours"], inputs, labels)
+        else:
+            positions_step(ours, opts["ours"], inputs, selections[index], dynamic=levers.select == "positions")
+
     for index, (inputs, labels) in enumerate(batches):
-        for name, model, fn in (("ours", ours, mlm_step), ("hf", hf, _hf_step)):
+        for name in ("ours", "hf") if levers.peer else ("ours",):
             sync()
             start = time.perf_counter()
             with autocast:
-                fn(model, opts[name], inputs, labels)
+                if name == "ours":
+                    ours_step(index, inputs, labels)
+                else:
+                    _hf_step(hf, opts["hf"], inputs, labels)
             sync()
             if index >= warm:  # the first steps warm up allocators and kernels (and compile)
                 times[name].append(time.perf_counter() - start)
             elif name == "ours":
                 first.append(time.perf_counter() - start)
+    attention.FUSE_QKV = default_qkv
     tokens = batch_size * SEQ
     ours_tps = tokens / statistics.median(times["ours"])
-    hf_tps = tokens / statistics.median(times["hf"])
     params = sum(p.numel() for p in ours.parameters()) / 1e6
     # model FLOPs of the task (the MLM head on masked positions only, as bertkit computes it), per token
     masked = statistics.mean(int((labels != IGNORE_INDEX).sum()) for _, labels in batches)
     per_token = train_flops(ours.config, "mlm", batch_size, SEQ, masked=round(masked)) / tokens
     peak = peak_flops(torch.device(device), precision)
     achieved = ours_tps * per_token
-    label = "bertkit" if compile_backend is None else f"bertkit compiled ({compile_backend})"
-    cost = "" if compile_backend is None else \
+    cost = "" if levers.compile_backend is None else \
         f"; compile cost {sum(first) - warm * tokens / ours_tps:.1f} s (first {warm} steps)"
-    return (f"{layers}x{width} ({params:.1f}M) {precision} batch {batch_size}x{SEQ} {device}: "
-            f"{label} {ours_tps:,.0f} tok/s, transformers {hf_tps:,.0f} tok/s, ratio {ours_tps / hf_tps:.2f}; "
+    if levers.peer:
+        hf_tps = tokens / statistics.median(times["hf"])
+        peer = f"transformers {hf_tps:,.0f} tok/s, ratio {ours_tps / hf_tps:.2f}"
+    else:
+        peer = "transformers not run (--no-peer)"
+    vocab = "" if levers.vocab == VOCAB else f" vocab {levers.vocab}"
+    return (f"{layers}x{width} ({params:.1f}M){vocab} {precision} batch {batch_size}x{SEQ} {device}: "
+            f"{levers.label()} {ours_tps:,.0f} tok/s, {peer}; "
             f"bertkit {per_token / 1e6:.1f} MFLOP/token = {achieved / 1e12:.3g} TFLOP/s, "
             f"MFU {achieved / peak.flops:.0%} of {peak.flops / 1e12:.3g} TFLOP/s ({peak.source.split(' on ')[0]})"
             f"{cost}")
@@ -137,6 +216,14 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="train bertkit's model through Module.compile()")
     parser.add_argument("--compile-backend", default="inductor",
                         help="torch.compile backend with --compile (aot_eager: the plumbing without codegen)")
+    parser.add_argument("--compile-mode", default=None,
+                        help="torch.compile mode with --compile (reduce-overhead: CUDA graphs)")
+    parser.add_argument("--select", choices=("bool", "positions", "bucket"), default="bool",
+                        help="how the MLM head finds the masked tokens (see the module docstring)")
+    parser.add_argument("--separate-qkv", action="store_true",
+                        help="three q/k/v matrix products (bertkit's default is one)")
+    parser.add_argument("--vocab", type=int, default=VOCAB, help="the vocabulary size (default 16000)")
+    parser.add_argument("--no-peer", action="store_true", help="do not run transformers' model")
     parser.add_argument("--warm", type=int, default=None, help="untimed first steps (default 2; 3 with --compile)")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -149,11 +236,12 @@ def main() -> None:
     print(f"precision {','.join(precisions)} ({why}); bertkit "
           + (f"compiled ({args.compile_backend})" if args.compile else "eager"), flush=True)
     warm = args.warm if args.warm is not None else (3 if args.compile else 2)
-    backend = args.compile_backend if args.compile else None
+    levers = Levers(args.compile_backend if args.compile else None, args.compile_mode if args.compile else None,
+                    args.select, not args.separate_qkv, args.vocab, not args.no_peer)
     for case in args.cases.split(","):
         layers, width = (int(x) for x in case.split("x"))
         for precision in precisions:
-            print(run_case(layers, width, precision, args.steps, args.batch_size, args.device, backend, warm),
+            print(run_case(layers, width, precision, args.steps, args.batch_size, args.device, levers, warm),
                   flush=True)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {peak:,.0f} MB")

@@ -22,6 +22,7 @@ OPTION = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*[a-z0-9](?![\w-])")
 OTHER_TOOLS = {
     "--logdir",  # tensorboard --logdir runs/…/tensorboard
     "--nnodes",  # torchrun --nnodes N (README › Scaling out)
+    "--extra-index-url",  # pip install … --extra-index-url (the README's CPU wheel of torch)
 }
 # The README's reproduce lines run benchmarks/*.py, whose argparse options count there (and only there: on a line
 # that names benchmarks/, or within the two lines after one, where a long command wraps).
@@ -81,8 +82,10 @@ def misplaced_options(text: str) -> list[tuple[str, str]]:
 
 
 def benchmark_options() -> set[str]:
-    """The `--options` every benchmarks/*.py script declares with argparse's add_argument."""
-    options = set()
+    """The `--options` every benchmarks/*.py script declares with argparse's add_argument, and those a
+    benchmarks/*.sh script matches in its argument `case` (`--smoke)`, `--only=*)`)."""
+    options = {m for path in BENCHMARKS.glob("*.sh")
+               for m in re.findall(r"^\s*(--[a-z][a-z-]*)(?:=\*)?\)", path.read_text(encoding="utf-8"), re.M)}
     for path in BENCHMARKS.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
@@ -135,7 +138,7 @@ def test_the_cli_walk_finds_options_of_commands_subcommands_and_secondary_option
 
 
 def test_benchmark_options_are_read_from_the_scripts():
-    assert {"--pretrained", "--precisions", "--repeats"} <= benchmark_options()
+    assert {"--pretrained", "--precisions", "--repeats", "--smoke", "--only"} <= benchmark_options()
 
 
 def test_the_pattern_takes_whole_options_only():

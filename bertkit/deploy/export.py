@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import importlib.util
 import io
 import logging
 import shutil
@@ -287,6 +288,17 @@ def _manifest(source: _Source, precision: str, graph: Path, details: dict) -> Ma
                     details=details)
 
 
+ONNX_INSTALL = "pip install -e \".[onnx]\" in a checkout, pip install \"bertkit[onnx]\" otherwise"
+
+
+def require_onnx() -> None:
+    """One clear error, before any work, where the packages an ONNX export needs are missing (they are the `onnx`
+    extra, not in a plain install)."""
+    missing = [name for name in ("onnx", "onnxscript", "onnxruntime") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise BertkitError(f"export --format onnx needs {', '.join(missing)}, not installed: {ONNX_INSTALL}")
+
+
 def export_onnx(run: str | Path, out: str | Path, quantize: str | None = None, overwrite: bool = False,
                 say=print) -> dict:
     """Export `run` to the folder `out` (see the module docstring); `say` gets the progress lines. Returns what
@@ -294,6 +306,7 @@ def export_onnx(run: str | Path, out: str | Path, quantize: str | None = None, o
     run, out = Path(run), Path(out)
     if quantize not in (None, "int8"):
         raise BertkitError(f"--quantize {quantize!r}: the one quantization is int8")
+    require_onnx()
     source = _prepare(run)
     claim(out, ONNX_EXPORT, overwrite, inputs=(run,), hint="choose another --out or pass --overwrite")
     precision = quantize or "fp32"

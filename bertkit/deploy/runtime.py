@@ -22,8 +22,8 @@ def _onnxruntime():
     try:
         import onnxruntime
     except ImportError:
-        raise BertkitError("an ONNX export runs through onnxruntime, which is not installed: "
-                           "pip install 'bertkit[onnx]'") from None
+        raise BertkitError("an ONNX export runs through onnxruntime, which is not installed: pip install -e "
+                           "\".[onnx]\" in a checkout, pip install \"bertkit[onnx]\" otherwise") from None
     return onnxruntime
 
 

@@ -151,6 +151,13 @@ def test_every_inference_command_runs_on_an_export_folder_with_the_runs_outputs(
     assert a["accuracy"] == b["accuracy"]
 
 
+def test_a_plain_install_without_the_onnx_extra_gets_one_line_naming_it(runs, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxscript", None)  # as if not installed (`pip install -e .` has no onnx)
+    message = cli_error("export", runs["encoder"], "--format", "onnx", "-o", tmp_path / "out")
+    assert "needs onnxscript, not installed" in message and 'pip install -e ".[onnx]"' in message
+    assert not (tmp_path / "out").exists()
+
+
 def test_bad_inputs_are_one_line(runs, tmp_path, sample_tokenizer):
     out = tmp_path / "enc"
     cli_ok("export", runs["encoder"], "--format", "onnx", "-o", out)
