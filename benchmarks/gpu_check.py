@@ -45,6 +45,8 @@ ROWS = [
     ("lever: bertkit embed --compile vs sentence-transformers (each call compiles)", "lever-embed"),
     ("lever: batch 512 x 128 (64k tokens/step; compiled, bucketed) vs BertForMaskedLM", "lever-b512"),
     ("lever: vocabulary 30522 vs 30528 (a multiple of 64), eager, batch 128", "lever-vocab"),
+    ("bertkit pretrain, train.batch_size = auto, compile on, time budget", "pretrain-auto"),
+    ("bertkit pretrain, mini shape, batch 128, compile on, train.cuda_graphs = true", "pretrain-graphs"),
     ("where a step's time goes: bare step vs the loop's (loop_overhead.py --profile)", "loop-profile"),
 ]
 THROUGHPUT = re.compile(
@@ -235,9 +237,9 @@ def profile_row(log: str) -> str | None:
     return "; ".join(parts) or None
 
 
-def pretrain_row(work: Path, log: str) -> str | None:
+def pretrain_row(work: Path, log: str, name: str = "pretrain") -> str | None:
     """The budgeted pretraining: shape, done vs planned steps, share of the budget, steady tokens/s, MFU."""
-    run = work / "runs" / "pretrain"
+    run = work / "runs" / name
     config = _json(run / "config.json") or {}
     model, train = config.get("model", {}), config.get("train", {})
     b = budget_of(run)
@@ -360,8 +362,12 @@ def build_rows(work: Path) -> list[dict]:
             result = found.get("bf16" if "bf16" in label else "fp32")
             if result is not None and status != "OK":
                 status = "OK"  # this precision's line came out before the step failed or ran out of time
-        elif name == "pretrain":
-            result = pretrain_row(work, log)
+        elif name in ("pretrain", "pretrain-auto", "pretrain-graphs"):
+            result = pretrain_row(work, log, name)
+            if result and (m := re.search(r"train\.batch_size auto: (\d+) rows", log)):
+                result += f"; batch_size auto chose {m.group(1)} rows"
+            if result and (m := re.search(r"CUDA graphs: (on|off) \(([^)]*)\)", " ".join(log.split()))):
+                result += f"; CUDA graphs {m.group(1)} ({m.group(2)})"
         elif name == "loop":
             result = loop_row(work)
         elif name == "embed":

@@ -29,6 +29,8 @@
 #   lever-b512     compiled bf16 (bucket) at batch 512 x 128 (64k tokens per step), vs BertForMaskedLM
 #   lever-vocab    eager bf16 batch 128 at vocabularies 30522 (BERT's) and 30528 (the next multiple of 64)
 #   lever-embed    embed_throughput.py as `embed`, bertkit embed --compile (each call pays its compile)
+#   pretrain-auto  the pretrain step with train.batch_size=auto (rows by measured memory), compile on, 90 s
+#   pretrain-graphs  bertkit pretrain at the mini shape (4 x 256), batch 128, compile on, train.cuda_graphs=true, 60 s
 #   loop-profile   loop_overhead.py as `loop` (shorter), then --profile: where a bare step's and a loop step's
 #                  time goes (device kernel time vs wall per step; top operators); profile.txt and two traces
 #                  under $OUT
@@ -156,6 +158,10 @@ if [ "$SMOKE" = 1 ]; then
     SHAPE=(--device cpu --cases 2x64 --batch-size 4 --steps 3 --precisions bf16,fp32)
     COMPILE=(--compile --compile-backend eager)
     PRETRAIN=(--recipe tiny --max-time 5s --max-steps 1000000 --set train.batch_size=8 --set model.vocab_size=1000)
+    GRAPHS_RUN=(--recipe tiny --max-time 5s --max-steps 1000000 --set train.batch_size=8 --set model.vocab_size=1000
+                --set train.compile=off --set train.cuda_graphs=true)  # on a CPU: off, and the line says why
+    AUTO=(--recipe tiny --max-time 5s --max-steps 1000000 --set train.batch_size=auto --set model.vocab_size=1000
+          --set train.compile=off)  # a CPU's compile would outlast the 5 s
     LOOP=(--device cpu --recipe tiny --batch-size 8 --steps 20 --log-every 5 --bare-steps 6 --vocab-size 1000)
     EMBED=(--device cpu --sentences 200 --repeats 1 --model built --built-shape 2x64)
     DEMO_TIME=2s
@@ -168,6 +174,10 @@ else
     SHAPE=(--device cuda --cases 12x768 --batch-size 128 --steps 20 --precisions bf16,fp32)
     COMPILE=(--compile)
     PRETRAIN=(--recipe base --max-time 60s --max-steps 1000000 --set train.batch_size=64 --set model.vocab_size=16000)
+    GRAPHS_RUN=(--recipe mini --max-time 60s --max-steps 1000000 --set train.batch_size=128
+                --set model.vocab_size=16000 --set train.compile=on --set train.cuda_graphs=true)
+    AUTO=(--recipe base --max-time 90s --max-steps 1000000 --set train.batch_size=auto --set model.vocab_size=16000
+          --set train.compile=on)  # ~40 s of the 90 compiling
     LOOP=(--device cuda --recipe base --batch-size 64 --steps 300 --log-every 25 --skip-windows 2 --bare-steps 40)
     EMBED=(--device cuda --batch-size 128)
     DEMO_TIME=30s
@@ -205,6 +215,22 @@ step bare-b256 90 "$PY" benchmarks/pretrain_throughput.py "${B256[@]}" "${COMPIL
 # (one line: status.tsv holds the command on one line)
 MINI_BOTH='"$0" benchmarks/pretrain_throughput.py "$@" && "$0" benchmarks/pretrain_throughput.py "$@" '"${COMPILE[*]}"
 step bare-mini 90 bash -c "$MINI_BOTH" "$PY" "${MINI[@]}"
+
+# the CLI at the batch auto picks by memory, compiled (issue 33's "micro-batch by memory" lever)
+if [ -n "$(why_not)" ]; then
+    skip pretrain-auto "$(why_not)"
+else
+    step pretrain-auto 150 "$PY" -m bertkit pretrain "${AUTO[@]}" --corpus wikitext2/wiki.test.raw \
+        --out "$WORK/runs/pretrain-auto" --no-progress
+fi
+
+# CUDA graphs in the loop, at the launch-bound mini shape where the bare step measured 3.5x
+if [ -n "$(why_not)" ]; then
+    skip pretrain-graphs "$(why_not)"
+else
+    step pretrain-graphs 120 "$PY" -m bertkit pretrain "${GRAPHS_RUN[@]}" --corpus wikitext2/wiki.test.raw \
+        --out "$WORK/runs/pretrain-graphs" --no-progress
+fi
 
 # where the loop loses against the bare step (issue 33's loop goal)
 if [ -n "$(why_not)" ]; then

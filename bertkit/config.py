@@ -27,6 +27,7 @@ Objective = Literal["mlm", "clm", "rtd"]  # masked LM (encoder) | causal LM (dec
 Schedule = Literal["linear", "cosine", "constant", "wsd"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 Compile = Literal["auto", "on", "off"]
+Auto = Literal["auto"]
 Sharding = Literal["none", "fsdp"]
 OnBadSteps = Literal["reload", "stop"]
 Pooling = Literal["cls", "mean", "max"]
@@ -225,7 +226,9 @@ class TrainConfig:
     """The training loop: optimiser, schedule, budget, evaluation, checkpoints, precision."""
 
     objective: Objective = "mlm"  # masked LM (encoder), causal LM (decoder) or ELECTRA's replaced-token detection
-    batch_size: int = 32  # sequences per device per micro-step
+    # sequences per device per micro-step; auto (pretraining): on a GPU the largest power of two that its measured
+    # memory holds, up to 65,536 tokens a step; 32 on a CPU (bertkit/train/batch_size.py)
+    batch_size: int | Auto = 32
     accumulation_steps: int = 1  # micro-steps per optimiser step (global batch = batch_size x processes x this)
     learning_rate: float | None = None  # peak rate; none (auto): 5e-4 for pretraining, from the model's width for
     #                                     finetuning (bertkit/train/defaults.py)
@@ -253,6 +256,10 @@ class TrainConfig:
     # torch.compile the model for training: on, off, or auto (on where it was measured to win back its compile
     # time within the run's planned steps: bertkit/train/defaults.py)
     compile: Compile = "auto"
+    # with compile on, mlm pretraining on one CUDA GPU: torch.compile's reduce-overhead mode (CUDA graphs: a step
+    # replays its recorded kernels without launching each), the masked-token count padded to a multiple of 128 so
+    # that a few shapes are recorded. Pays where a step is bound by kernel launches (small models, small batches)
+    cuda_graphs: bool = False
     # fp32 on a CUDA GPU of the Ampere generation or later: matrix products in TF32 on the tensor cores (10-bit
     # mantissa inputs, fp32 accumulation; ~7x the plain fp32 rate on an H100). false: full fp32 products
     tf32: bool = True
@@ -295,7 +302,7 @@ class TrainConfig:
         if self.contrastive_weight > 0 and self.objective != "mlm":
             raise ConfigError(f"train.contrastive_weight: the contrastive term trains with objective mlm only, not "
                               f"{self.objective!r} (set it to 0)")
-        if self.contrastive_weight > 0 and self.batch_size % 2:
+        if self.contrastive_weight > 0 and self.batch_size != "auto" and self.batch_size % 2:
             raise ConfigError(f"train.batch_size: must be even with train.contrastive_weight > 0 (each block takes "
                               f"two rows, one per view), got {self.batch_size}")
         if not 0.0 < self.decay_ratio <= 1.0:
@@ -334,7 +341,7 @@ def parse_duration(text: str, key: str) -> float:
 def _at_least(obj: Any, prefix: str, **minimums: int) -> None:
     for key, low in minimums.items():
         value = getattr(obj, key)
-        if value is not None and value < low:
+        if value is not None and not isinstance(value, str) and value < low:  # a str is a checked keyword ("auto")
             raise ConfigError(f"{prefix}.{key}: must be >= {low}, got {value}")
 
 
@@ -534,6 +541,11 @@ def _check_types(obj: Any, prefix: str) -> None:
         if typing.get_origin(expected) in (typing.Union, types.UnionType):
             args = [a for a in typing.get_args(expected) if a is not type(None)]
             optional = len(args) < len(typing.get_args(expected))
+            keywords = [v for a in args if typing.get_origin(a) is Literal for v in typing.get_args(a)]
+            if len(args) > 1 and value in keywords:  # int | Literal["auto"]: the keyword is allowed as it is
+                continue
+            if len(args) > 1 and isinstance(value, str) and keywords:
+                raise ConfigError(f"{key}: {value!r} is not allowed (a number or {'|'.join(keywords)})")
             expected = args[0]
         if value is None:
             if optional:

@@ -1,12 +1,17 @@
-"""The generated reference: docs/configuration.md is what tools/config_reference.py makes of bertkit/config.py and
-the recipes (a config key added without regenerating it fails here), and every key has its meaning."""
+"""The generated references: docs/configuration.md is what tools/config_reference.py makes of bertkit/config.py and
+the recipes (a config key added without regenerating it fails here), and every key has its meaning; the option
+section of docs/commands.md is what tools/commands_reference.py makes of the CLI. And the guides hold together:
+every link resolves, and the guides and the CLI name the same commands."""
 
 import re
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
+import commands_reference  # noqa: E402
 import config_reference  # noqa: E402
 
 from bertkit.config import Config  # noqa: E402
@@ -60,14 +65,72 @@ def test_every_relative_link_and_image_resolves():
 
 
 def test_the_command_guide_names_every_command_bertkit_has():
-    import typer
-
-    from bertkit.cli import app
-
-    def names(command, prefix=""):
-        for name, sub in getattr(command, "commands", {}).items():
-            yield from names(sub, f"{prefix}{name} ") if getattr(sub, "commands", None) else [f"{prefix}{name}"]
-
     guide = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
-    missing = [name for name in names(typer.main.get_command(app)) if f"`bertkit {name}" not in guide]
+    guide = guide.partition(commands_reference.START)[0]  # the hand-written table, not the generated headings
+    missing = [name for name, _ in commands_reference.commands() if f"`bertkit {name}" not in guide]
     assert not missing, f"docs/commands.md does not describe: {', '.join(missing)}"
+
+
+def test_the_option_reference_in_the_command_guide_is_current():
+    text = (ROOT / "docs" / "commands.md").read_text(encoding="utf-8")
+    assert commands_reference.START in text and commands_reference.END in text
+    assert text == commands_reference.render(text), \
+        "the option section of docs/commands.md is stale: run python tools/commands_reference.py"
+
+
+def test_the_option_reference_lists_every_option_of_every_command():
+    section = commands_reference.section()
+    for name, command in commands_reference.commands():
+        assert f"\n### bertkit {name}\n" in section, name
+        table = section.split(f"\n### bertkit {name}\n", 1)[1].split("\n### ", 1)[0]
+        for param in [param for param in command.params if not getattr(param, "hidden", False)]:
+            long = [opt for opt in param.opts if opt.startswith("--")]
+            shown = commands_reference.shown_name(param)
+            assert f"\n| `{shown}` |" in table and all(opt in shown for opt in long), f"bertkit {name}: {shown}"
+
+
+def test_the_option_reference_keeps_the_hand_written_part():
+    hand = "# Commands\n\nhand-written\n"
+    once = commands_reference.render(hand)
+    assert once.startswith(hand) and once.count(commands_reference.START) == 1
+    assert commands_reference.render(once) == once  # regenerating replaces the section, it does not add one
+    assert commands_reference.render(once + "\nafter\n").endswith(commands_reference.END + "\n\nafter\n")
+
+
+# `bertkit WORD [WORD]` where a command is written: at the start of a code span, or of a code-block line (or after a
+# shell pipe or separator there: `echo … | bertkit predict`)
+SPAN_CALL = re.compile(r"`bertkit[ \t]+([^`\s]+)(?:[ \t]+([^`\s]+))?")
+LINE_CALL = re.compile(r"(?:^|[|;&]\s*|\$\(\s*)bertkit[ \t]+(\S+)(?:[ \t]+(\S+))?")
+PROSE = {"COMMAND", "ARGS", "…", "..."}  # placeholders: `bertkit COMMAND --help`, `bertkit ARGS`, `bertkit index …`
+
+
+def written_commands(text: str) -> list[tuple[int, str, str]]:
+    """(line, word, next word or "") for every `bertkit WORD` a Markdown text writes as a command."""
+    found, in_code = [], False
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.lstrip().startswith("```"):
+            in_code = not in_code
+            continue
+        calls = LINE_CALL.findall(line.strip()) if in_code else SPAN_CALL.findall(line)
+        found += [(number, word, after) for word, after in calls]
+    return found
+
+
+def test_written_commands_are_found_in_spans_and_code_blocks():
+    text = "`bertkit demo --max-time 1m`, bertkit's way\n```bash\nbertkit index build x\necho a | bertkit nope\n```\n"
+    assert written_commands(text) == [(1, "demo", "--max-time"), (3, "index", "build"), (4, "nope", "")]
+
+
+@pytest.mark.parametrize("doc", ["README.md", *sorted(p.relative_to(ROOT).as_posix()
+                                                     for p in (ROOT / "docs").glob("*.md"))])
+def test_the_readme_and_the_guides_name_only_commands_that_exist(doc):
+    root = commands_reference.cli()
+    bad = []
+    for line, word, after in written_commands((ROOT / doc).read_text(encoding="utf-8")):
+        command = root.commands.get(word)
+        if command is None and not word.startswith("-") and word not in PROSE:
+            bad.append(f"{doc}:{line}: bertkit {word}")
+        elif getattr(command, "commands", None) and after and after not in command.commands \
+                and not after.startswith(("-", "[")) and after not in PROSE:
+            bad.append(f"{doc}:{line}: bertkit {word} {after}")
+    assert not bad, f"{doc} names commands bertkit does not have:\n" + "\n".join(bad)

@@ -23,6 +23,7 @@ OTHER_TOOLS = {
     "--logdir",  # tensorboard --logdir runs/…/tensorboard
     "--nnodes",  # torchrun --nnodes N (README › Scaling out)
     "--extra-index-url",  # pip install … --extra-index-url (the README's CPU wheel of torch)
+    "--collect-only",  # python -m pytest --collect-only -q (docs/reliability.md: how many tests there are)
 }
 # The README's reproduce lines run benchmarks/*.py, whose argparse options count there (and only there: on a line
 # that names benchmarks/, or within the two lines after one, where a long command wraps).

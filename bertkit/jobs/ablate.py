@@ -35,6 +35,7 @@ from bertkit.nn.model import Model
 from bertkit.recipes import FINETUNE_READS, apply_overrides, load_recipe, resolve_recipe, with_values
 from bertkit.run.directory import load_config
 from bertkit.run.files import atomic_file
+from bertkit.train.batch_size import require_number
 from bertkit.tasks.registry import finetune_task
 
 TASKS = ("pretrain", "classify")
@@ -95,6 +96,8 @@ def make_plan(spec: AblationJob) -> tuple[Plan, Budget]:
     plan = build_plan(load, varied, spec.grid)
     if not plan.base.data.corpus:
         raise BertkitError("data.corpus: the recipe names no corpus (pass --corpus FILE)")
+    for config in (plan.base, *(v.config for v in plan.variants if v.config is not None)):
+        require_number(config, "an ablation (its variants compare at one batch)")  # a token budget needs it
     return plan, budget
 
 

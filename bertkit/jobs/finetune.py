@@ -42,6 +42,7 @@ from bertkit.train.defaults import finetune_learning_rate, with_learning_rate
 from bertkit.train.elastic import with_processes
 from bertkit.train.accelerator import make_accelerator, run_precision, with_sharding
 from bertkit.train.loop import already_finished, plan_text, train_best
+from bertkit.train.batch_size import require_number
 from bertkit.train.memory import check_fits
 from bertkit.train.results import FinetuneJob, FinetuneResult
 
@@ -49,6 +50,7 @@ from bertkit.train.results import FinetuneJob, FinetuneResult
 def run(job: FinetuneJob, console: Console | None = None) -> FinetuneResult:
     """Finetune `job.model` on `job.config.task`; returns the kept checkpoint's validation scores and where the run
     is."""
+    require_number(job.config, "finetuning")
     refuse_nested(job.out)  # before the lock, whose file would be created inside the other run
     with locked(job.out):  # one writer per run directory, for the whole job
         return _run(job.config, job.model, Path(job.out), job.resume, job.progress, console or Console(stderr=True),

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
 from accelerate.utils import set_seed
 from rich.console import Console
 
@@ -36,7 +37,8 @@ from bertkit.text.stream import HUB_PREFIX, streamed_packed
 from bertkit.text.tokenizer import check_vocab_matches, load_tokenizer, save_tokenizer, special_ids, vocab_span
 from bertkit.train.defaults import DEFAULT_LEARNING_RATE, with_learning_rate
 from bertkit.train.elastic import with_processes
-from bertkit.train.accelerator import make_accelerator, with_sharding
+from bertkit.train.accelerator import make_accelerator, run_precision, with_sharding
+from bertkit.train.batch_size import resolve_batch_size
 from bertkit.train.loop import already_finished, train
 from bertkit.train.memory import check_fits
 from bertkit.train.results import as_stored
@@ -157,9 +159,11 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
          console: Console, accept_changed_data: bool = False) -> PretrainResult:
     main = accelerator.is_main_process
     set_seed(config.train.seed)
-    if resume and (out / CONFIG_FILE).is_file():  # keep the stored vocab size for the comparison below
-        config = dataclasses.replace(config, model=dataclasses.replace(
-            config.model, vocab_size=load_config(out).model.vocab_size))
+    if resume and (out / CONFIG_FILE).is_file():  # keep the stored vocab size (and an auto batch's rows) for the
+        stored = load_config(out)                   # comparison below
+        batch = stored.train.batch_size if config.train.batch_size == "auto" else config.train.batch_size
+        config = dataclasses.replace(config, train=dataclasses.replace(config.train, batch_size=batch),
+                                     model=dataclasses.replace(config.model, vocab_size=stored.model.vocab_size))
     _check_output(out, config, resume)
     # a finished run is "already finished" under any process count (its limits do not depend on it)
     if resume and (done := already_finished(out, config.train, console, accelerator)) is not None:
@@ -180,6 +184,8 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
     heads = tuple(dict.fromkeys(PRETRAINING[config.train.objective].heads + config.heads.names))
     config = dataclasses.replace(config, model=dataclasses.replace(config.model, vocab_size=vocab),
                                  heads=dataclasses.replace(config.heads, names=heads))
+    if config.train.batch_size == "auto":  # measured on a GPU (train/batch_size.py); stored as the number chosen
+        config = _auto_batch(config, accelerator, console)
     # before the run directory is written: a model that cannot fit is one line, not a dead allocation
     check_fits(config.model, config.heads, config.train.batch_size * config.data.block_size, accelerator.device,
                accelerator.num_processes if config.train.sharding == "fsdp" else 1)
@@ -214,6 +220,19 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
                          or "no validation blocks, no validation loss"))
     accelerator.wait_for_everyone()
     return PretrainResult.from_results(out, results, step_seconds=result["state"]["step_seconds"])
+
+
+def _auto_batch(config: Config, accelerator, console: Console) -> Config:
+    """`config` with `train.batch_size = "auto"` replaced by the rows it stands for on this device, the same on
+    every process (the smallest any measured)."""
+    def agree(rows: int) -> int:
+        if accelerator.num_processes == 1:
+            return rows
+        return int(accelerator.gather(torch.tensor([rows], device=accelerator.device)).min())
+
+    say = console.print if accelerator.is_main_process else (lambda line: None)
+    rows = resolve_batch_size(config, accelerator.device, run_precision(accelerator), say, agree)
+    return dataclasses.replace(config, train=dataclasses.replace(config.train, batch_size=rows))
 
 
 def _setting_warnings(config: Config, validation_blocks: int) -> list[str]:

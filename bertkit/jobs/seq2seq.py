@@ -34,6 +34,7 @@ from bertkit.train.defaults import DEFAULT_LEARNING_RATE, with_learning_rate
 from bertkit.train.elastic import with_processes
 from bertkit.train.accelerator import make_accelerator, run_precision, with_sharding
 from bertkit.train.loop import already_finished, plan_text, train_best
+from bertkit.train.batch_size import require_number
 from bertkit.train.memory import check_fits
 from bertkit.train.results import FinetuneJob, FinetuneResult
 from bertkit.translation import PairTokenizers, Translator
@@ -62,6 +63,7 @@ Seq2SeqJob = FinetuneJob  # the same fields: the recipe, an encoder-decoder run 
 def run(job: Seq2SeqJob, console: Console | None = None) -> FinetuneResult:
     """Train an encoder-decoder on `seq2seq.train_source` / `seq2seq.train_target`; returns the kept checkpoint's
     validation scores and where the run is."""
+    require_number(job.config, "seq2seq training")
     refuse_nested(job.out)  # before the lock, whose file would be created inside the other run
     with locked(job.out):  # one writer per run directory, for the whole job
         return _run(job.config, job.model, Path(job.out), job.resume, job.progress, console or Console(stderr=True),

@@ -92,14 +92,21 @@ class MLMObjective:
         rows, t = micro["input_ids"].shape
         return train_flops(config, self.kind, rows, t, masked=int((micro["labels"] != IGNORE_INDEX).sum()))
 
-    @staticmethod
-    def prepare(micro: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    pad_to = 0  # > 0 (the loop's CUDA graphs): `prepare` pads the masked-token count to a multiple of it
+
+    def prepare(self, micro: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Host side of a training micro-batch: the flat positions of its masked tokens and their targets. Counted
         here, the device never waits to learn how many there are (boolean indexing on a GPU must), and a compiled
-        model sees one index tensor of varying length instead of a data-dependent selection (no graph break)."""
+        model sees one index tensor of varying length instead of a data-dependent selection (no graph break).
+        With `pad_to`, padded with ignored targets to a multiple of it."""
         flat = micro["labels"].reshape(-1)  # (B * L,)
         positions = (flat != IGNORE_INDEX).nonzero().squeeze(1)  # (N,)
-        return {**micro, "mlm_positions": positions, "mlm_targets": flat[positions]}
+        targets = flat[positions]
+        if self.pad_to:  # CUDA graphs: a few shapes, each recorded once; the padding is ignored by the loss
+            pad = (-positions.numel()) % self.pad_to
+            positions = torch.cat([positions, positions.new_zeros(pad)])  # (N',) position 0: [CLS], harmless
+            targets = torch.cat([targets, targets.new_full((pad,), IGNORE_INDEX)])  # (N',)
+        return {**micro, "mlm_positions": positions, "mlm_targets": targets}
 
     def loss(self, model: torch.nn.Module, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         """Summed MLM loss over the micro-batch's masked tokens (+ the weighted contrastive term on two-view

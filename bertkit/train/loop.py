@@ -142,9 +142,9 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
     if resume and (state.step >= state.total_steps or state.stopped_early or state.budget_spent):
         # Killed after its last checkpoint, before its results: nothing left to train, the final evaluation again.
         return {"state": asdict(state), "evaluation": objective.evaluate(plain(accelerator, ddp_model))}
-    ddp_model, peak = _start(ddp_model, cfg, state, accelerator, console)
+    ddp_model, peak, graphs = _start(ddp_model, cfg, state, accelerator, console, objective)
     metrics = MetricsWriter(run_dir, main, resume_step, console)
-    stepper = Stepper(objective, cfg, accelerator, model.config, ddp_model, optimizer, prepared, scheduler)
+    stepper = Stepper(objective, cfg, accelerator, model.config, ddp_model, optimizer, prepared, scheduler, graphs)
     planner = BudgetPlanner(cfg, objective.eval_cost_steps)
     window = DeviceWindow(accelerator.device, state.bad_in_row)  # a run of bad steps goes on across a resume
     evaluator = Evaluator(objective, cfg, metric, run_dir, accelerator, metrics, console)
@@ -208,16 +208,21 @@ def _begin(run_dir: Path, resume: bool, main: bool, console: Console) -> tuple[P
     return checkpoint, None
 
 
-def _start(ddp_model, cfg: TrainConfig, state: TrainState, accelerator: Accelerator, console: Console):
-    """torch.compile where `train.compile` says, the run's precision recorded, and the opening lines (precision,
-    compile, sharding, what MFU is a share of). Returns (the model to train, the peak MFU divides by)."""
+def _start(ddp_model, cfg: TrainConfig, state: TrainState, accelerator: Accelerator, console: Console,
+           objective: Objective):
+    """torch.compile where `train.compile` says (with CUDA graphs where `train.cuda_graphs` does and can), the
+    run's precision recorded, and the opening lines (precision, compile, sharding, what MFU is a share of). Returns
+    (the model to train, the peak MFU divides by, whether its steps replay CUDA graphs)."""
     main, world = accelerator.is_main_process, accelerator.num_processes
     compiled, why = use_compile(cfg.compile, accelerator.device, state.total_steps - state.step,
                                 (cfg.max_seconds - state.elapsed) if cfg.max_seconds else None)
     if accelerator.is_fsdp2 and compiled:
         compiled, why = False, "not with FSDP here: its units gather and free weights around every block"
+    graphs, graphs_why = use_graphs(cfg.cuda_graphs, compiled, accelerator.device, world, objective)
     if compiled:  # training steps only: evaluation and checkpoints use the plain module (`plain`)
-        ddp_model = torch.compile(ddp_model)
+        ddp_model = torch.compile(ddp_model, mode="reduce-overhead" if graphs else None)
+    if graphs:
+        objective.pad_to = GRAPH_BUCKET
     precision = run_precision(accelerator)
     tf32 = _set_tf32(accelerator.device, precision, cfg.tf32)
     if state.precision and state.precision != precision and main:
@@ -231,12 +236,29 @@ def _start(ddp_model, cfg: TrainConfig, state: TrainState, accelerator: Accelera
         choice = resolve_precision(cfg.precision, accelerator.device)
         console.print(f"precision: {precision}" + (" (tf32 matmul)" if tf32 else "")
                       + (f" ({choice.reason})" if choice.precision == precision else "")
-                      + f"; torch.compile: {'on' if compiled else 'off'} ({why})", highlight=False)
+                      + f"; torch.compile: {'on' if compiled else 'off'} ({why})"
+                      + (f"; CUDA graphs: {'on' if graphs else 'off'} ({graphs_why})" if cfg.cuda_graphs else ""),
+                      highlight=False)
         if accelerator.is_fsdp2:
             console.print(sharding_text(world), highlight=False)
         console.print(f"MFU: model FLOPs per second as a share of {world} x {peak.flops / 1e12:.3g} TFLOP/s "
                       f"({peak.source})", highlight=False)
-    return ddp_model, peak
+    return ddp_model, peak, graphs
+
+
+def use_graphs(wanted: bool, compiled: bool, device: torch.device, world: int, objective) -> tuple[bool, str]:
+    """Whether training steps replay CUDA graphs (`train.cuda_graphs`), and why not where they do not: a compiled
+    model, one CUDA process, an objective whose shapes can be made few (`pad_to`: masked-LM pretraining)."""
+    if not wanted:
+        return False, "train.cuda_graphs = false"
+    for ok, why in ((device.type == "cuda", f"needs a CUDA GPU, not {device.type}"),
+                    (compiled, "needs torch.compile on (train.compile)"),
+                    (world == 1, f"one process only, not {world}"),
+                    (getattr(objective, "kind", "") == "mlm",
+                     "masked-LM pretraining only (its shapes are padded to a few)")):
+        if not ok:
+            return False, why
+    return True, f"train.cuda_graphs = true; masked tokens padded to a multiple of {GRAPH_BUCKET}"
 
 
 def _log(state: TrainState, lr: float, peak: Peak | None, world: int, metrics: MetricsWriter) -> str:
@@ -255,6 +277,9 @@ def _set_tf32(device: torch.device, precision: str, allowed: bool) -> bool:
         return False
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allowed
     return allowed and precision == "fp32"
+
+
+GRAPH_BUCKET = 128  # CUDA graphs: masked-token counts rounded up to a multiple of this (a few recorded shapes)
 
 
 def read_interval(device: torch.device, cfg: TrainConfig) -> int:

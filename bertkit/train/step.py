@@ -35,12 +35,13 @@ class Stepper:
     """Runs training steps of `objective` on `ddp_model` (see the module docstring)."""
 
     def __init__(self, objective, cfg: TrainConfig, accelerator: Accelerator, config, ddp_model, optimizer,
-                 prepared_optimizer, scheduler):
+                 prepared_optimizer, scheduler, graphs: bool = False):
         self.objective, self.cfg, self.accelerator, self.config = objective, cfg, accelerator, config
         self.ddp_model, self.optimizer, self.prepared, self.scheduler = ddp_model, optimizer, prepared_optimizer, \
             scheduler
         self.device = accelerator.device
         self.pin = self.device.type == "cuda"
+        self.graphs = graphs  # the compiled model replays CUDA graphs: each micro-step begins a new replay
         # skip non-finite updates on the device (fused AdamW's found_inf) where nothing else decides about them
         self.on_device = (bool(optimizer.defaults.get("fused")) and accelerator.scaler is None
                           and not accelerator.is_fsdp2)
@@ -71,6 +72,8 @@ class Stepper:
         for a, host in enumerate(batch.micros):
             micro = {k: v.to(self.device, non_blocking=self.pin) for k, v in host.items()}
             sync = a == len(batch.micros) - 1
+            if self.graphs:  # the outputs of the last replay are consumed: this one may overwrite them
+                torch.compiler.cudagraph_mark_step_begin()
             with (contextlib.nullcontext() if sync else accelerator.no_sync(self.ddp_model)):
                 with accelerator.autocast():
                     loss_sum, stats = self.objective.loss(self.ddp_model, micro)

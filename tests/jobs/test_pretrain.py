@@ -276,3 +276,9 @@ def test_what_a_pretraining_cannot_do_with_its_settings_is_warned(tmp_path, samp
             "it with workers") in said
     assert "no validation blocks" not in said
     assert json.loads((tmp_path / "streamed" / "results.json").read_text())["validation_blocks"] > 0
+
+
+def test_cuda_graphs_on_a_cpu_train_without_them_and_say_why(tmp_path, corpus):
+    done = _cli("pretrain", *TINY, "--corpus", corpus, "--out", tmp_path / "run", "--max-steps", "3",
+                "--set", "train.cuda_graphs=true", "--set", "train.compile=off")
+    assert "CUDA graphs: off (needs a CUDA GPU, not cpu)" in " ".join(done.stderr.split())  # rich wraps lines

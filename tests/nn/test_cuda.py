@@ -80,3 +80,45 @@ def test_cuda_bf16_batches_run_unpadded_through_the_varlen_kernel(positions, n_k
     assert (packed[real] - padded[real]).abs().max() < 0.05
     for name, grad in padded_grads.items():  # bf16 rounding differs between the kernels: relative agreement
         assert (packed_grads[name] - grad).norm() <= 0.05 * grad.norm() + 1e-3, name
+
+
+def test_auto_batch_size_measures_the_gpu_and_its_rows_train(capsys):
+    """`train.batch_size = "auto"` on CUDA: two probe steps' peaks give a power of two of rows, within the token
+    cap, that a real bf16 MLM step at that batch then runs without running out of memory."""
+    from bertkit.config import Config, DataConfig, HeadsConfig, TrainConfig
+    from bertkit.train.batch_size import MAX_TOKENS, resolve_batch_size
+
+    config = Config(model=tiny(), heads=HeadsConfig(names=("mlm",)), data=DataConfig(block_size=64),
+                    train=TrainConfig(batch_size="auto"))
+    said = []
+    rows = resolve_batch_size(config, torch.device("cuda"), "bf16", said.append)
+    assert rows & (rows - 1) == 0 and 1 <= rows * 64 <= MAX_TOKENS and "train.batch_size auto" in said[0]
+    model = Model(config.model, config.heads).cuda().train()
+    ids = torch.randint(5, config.model.vocab_size, (rows, 64), device="cuda")
+    positions = torch.arange(0, rows * 64, 7, device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(ids, mlm_select=positions).logits.float().logsumexp(-1).mean()
+    loss.backward()
+    assert torch.isfinite(loss)
+
+
+def test_a_pretraining_with_cuda_graphs_learns_like_one_without(tmp_path):
+    """train.cuda_graphs on one GPU (compiled, reduce-overhead, masked counts padded to 128): the same run's losses
+    as without graphs, to bf16-and-kernel tolerance, and the opening line says the graphs are on."""
+    import json
+
+    from conftest import cli_process, repeated_corpus
+
+    corpus = repeated_corpus(tmp_path / "corpus.txt", 30)
+    losses = {}
+    for graphs in ("false", "true"):
+        run = tmp_path / graphs
+        done = cli_process("pretrain", "--recipe", "tiny", "--corpus", corpus, "--out", run, "--max-steps", "12",
+                           "--set", "model.vocab_size=400", "--set", "tokenizer.min_frequency=1", "--set",
+                           "train.log_every=2", "--set", "train.compile=on", "--set", f"train.cuda_graphs={graphs}",
+                           "--set", "model.dropout=0.0", "--set", "model.attention_dropout=0.0", "--no-progress")
+        assert ("CUDA graphs: on" in " ".join(done.stderr.split())) == (graphs == "true")
+        losses[graphs] = [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+                          if "loss" in r]
+    assert len(losses["true"]) == len(losses["false"]) == 6
+    assert losses["true"] == pytest.approx(losses["false"], rel=0.05)

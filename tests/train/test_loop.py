@@ -12,7 +12,7 @@ from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
 from bertkit.text.tokenizer import special_ids
 from bertkit.train.accelerator import make_accelerator
-from bertkit.train.loop import lr_factor, param_groups, train
+from bertkit.train.loop import lr_factor, param_groups, train, use_graphs
 from bertkit.tasks.mlm import MLMObjective
 from conftest import tiny, heads
 
@@ -309,6 +309,45 @@ def test_masked_positions_prepared_on_the_host_give_the_same_loss(packed, sample
     assert loss.item() == pytest.approx(plain_loss.item(), rel=1e-6)
     assert int(stats["accuracy"]) == int(plain_stats["accuracy"])
     assert len(prepared["mlm_positions"]) == int((micro["labels"] != -100).sum())
+
+
+def test_padded_masked_positions_for_cuda_graphs_change_nothing_but_the_shape(packed, sample_tokenizer):
+    """`pad_to` (CUDA graphs): the masked-token count rounded up with ignored targets gives the same summed loss
+    and accuracy, and a few shapes instead of one per count."""
+    torch.manual_seed(0)
+    model = Model(tiny(vocab_size=400), heads("mlm"))
+    objective = MLMObjective(packed, special_ids(sample_tokenizer), 400, DataConfig(block_size=32),
+                             TrainConfig(batch_size=8))
+    shapes = set()
+    for step in range(4):
+        micro = objective.batch(step)
+        objective.pad_to = 0
+        loss, stats = objective.loss(model, objective.prepare(micro))
+        objective.pad_to = 128
+        padded = objective.prepare(micro)
+        padded_loss, padded_stats = objective.loss(model, padded)
+        assert padded_loss.item() == pytest.approx(loss.item(), rel=1e-6)
+        assert int(padded_stats["accuracy"]) == int(stats["accuracy"])
+        assert len(padded["mlm_positions"]) % 128 == 0 and (padded["mlm_targets"] == -100).sum() < 128
+        shapes.add(len(padded["mlm_positions"]))
+    assert len(shapes) <= 2
+
+
+def test_cuda_graphs_are_used_only_where_they_can_be_and_say_why_not():
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+
+    class Mlm:
+        kind = "mlm"
+
+    class Rtd:
+        kind = "rtd"
+
+    assert use_graphs(True, True, cuda, 1, Mlm())[0]
+    assert use_graphs(False, True, cuda, 1, Mlm()) == (False, "train.cuda_graphs = false")
+    assert use_graphs(True, True, cpu, 1, Mlm()) == (False, "needs a CUDA GPU, not cpu")
+    assert use_graphs(True, False, cuda, 1, Mlm())[1] == "needs torch.compile on (train.compile)"
+    assert use_graphs(True, True, cuda, 2, Mlm())[1] == "one process only, not 2"
+    assert "masked-LM pretraining only" in use_graphs(True, True, cuda, 1, Rtd())[1]
 
 
 @pytest.mark.slow
