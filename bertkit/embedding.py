@@ -26,9 +26,9 @@ from bertkit.hardware import resolve_precision
 from bertkit.inference import run_sorted
 from bertkit.nn.heads import pool as pool_states
 from bertkit.nn.model import Model
-from bertkit.run.directory import TOKENIZER_FILE, WEIGHTS_FILE, default_device, load_run, load_run_tokenizer
+from bertkit.run.directory import TOKENIZER_FILE, WEIGHTS_FILE, default_device, load_run
 from bertkit.text.features import Encoded, TaskEncoder
-from bertkit.text.tokenizer import special_ids
+from bertkit.text.tokenizer import load_run_tokenizer, special_ids
 
 
 def parse_layers(text: str, layer_count: int) -> list[int]:

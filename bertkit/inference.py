@@ -20,9 +20,9 @@ from bertkit.errors import BertkitError
 from bertkit.hardware import autocast, resolve_precision
 from bertkit.metrics import classification_metrics, correlation_metrics, entity_metrics
 from bertkit.nn.model import TASK_HEADS, Model
-from bertkit.run.directory import LABELS_FILE, load_run, load_run_tokenizer, read_labels
+from bertkit.run.directory import LABELS_FILE, load_run, read_labels
 from bertkit.text.features import Encoded, TaskEncoder, in_input_order, join_words, length_sorted, pad_batch
-from bertkit.text.tokenizer import special_ids
+from bertkit.text.tokenizer import load_run_tokenizer, special_ids
 
 if TYPE_CHECKING:  # types only: text.tasks reads files through datasets, which inference does not need
     from bertkit.text.tasks import LabelledText, TaggedSentence

@@ -269,3 +269,9 @@ def test_no_function_is_over_80_lines_and_no_module_over_600():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
                 long.append(f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines (at most 80)")
     assert not long, "split these into steps with names that say what they do:\n" + "\n".join(long)
+
+
+def test_the_run_layer_does_not_read_tokenizers():
+    """Issue 36: run directories know the tokenizer's file, the text layer reads it (`load_run_tokenizer`)."""
+    for path in (PACKAGE / "run").glob("*.py"):
+        assert "bertkit.text.tokenizer" not in path.read_text(encoding="utf-8"), path.name

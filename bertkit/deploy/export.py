@@ -34,11 +34,11 @@ from bertkit.deploy.runtime import OnnxModel
 from bertkit.embedding import model_identity
 from bertkit.errors import BertkitError
 from bertkit.nn.model import TASK_HEADS, Model
-from bertkit.run.directory import LABELS_FILE, load_run, load_run_tokenizer, read_labels
+from bertkit.run.directory import LABELS_FILE, load_run, read_labels
 from bertkit.run.files import atomic_dir, content_digest, write_atomic
 from bertkit.run.outputs import ONNX_EXPORT, claim
 from bertkit.text.features import Encoded, TaskEncoder, pad_batch, split_words
-from bertkit.text.tokenizer import special_ids
+from bertkit.text.tokenizer import load_run_tokenizer, special_ids
 
 OPSET = 18
 # the parity bounds: fp32 on every probe text; int8 on their mean (dynamic int8 moves a one-word text's vector more

@@ -14,10 +14,10 @@ from pathlib import Path
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.run.directory import load_run, load_run_tokenizer
+from bertkit.run.directory import load_run
 from bertkit.run.files import atomic_dir
 from bertkit.run.outputs import ATTENTION, claim
-from bertkit.text.tokenizer import check_vocab_matches, special_ids
+from bertkit.text.tokenizer import check_vocab_matches, load_run_tokenizer, special_ids
 from bertkit.translation import PairTokenizers, Translator
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 
 from bertkit.errors import BertkitError
-from bertkit.run.directory import load_run, load_run_tokenizer
-from bertkit.text.tokenizer import MASK, special_ids
+from bertkit.run.directory import load_run
+from bertkit.text.tokenizer import MASK, load_run_tokenizer, special_ids
 
 
 @dataclass(frozen=True)

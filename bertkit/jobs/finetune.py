@@ -25,7 +25,7 @@ from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
 from bertkit.recipes import FINETUNE_READS
 from bertkit.run.directory import (CONFIG_FILE, LABELS_FILE, RESULTS_FILE, RESUMABLE_TRAIN_KEYS, check_run_output,
-                                   is_finished, load_config, load_run, load_run_tokenizer, read_labels, write_config,
+                                   is_finished, load_config, load_run, read_labels, write_config,
                                    write_json, write_labels)
 from bertkit.paths import resolve_data_path
 from bertkit.run import inputs
@@ -37,7 +37,7 @@ from bertkit.tasks.base import FinetuneTask
 from bertkit.tasks.registry import finetune_task
 from bertkit.text.features import TaskEncoder
 from bertkit.text.tasks import hold_out
-from bertkit.text.tokenizer import save_tokenizer, special_ids
+from bertkit.text.tokenizer import load_run_tokenizer, save_tokenizer, special_ids
 from bertkit.train.defaults import finetune_learning_rate, with_learning_rate
 from bertkit.train.elastic import with_processes
 from bertkit.train.accelerator import make_accelerator, run_precision, with_sharding

@@ -20,9 +20,9 @@ from bertkit.errors import BertkitError
 from bertkit.generation import Sampling, generate
 from bertkit.hardware import autocast, resolve_precision
 from bertkit.nn.model import Model
-from bertkit.run.directory import load_run, load_run_tokenizer
+from bertkit.run.directory import load_run
 from bertkit.text.tasks import read_lines
-from bertkit.text.tokenizer import special_ids
+from bertkit.text.tokenizer import load_run_tokenizer, special_ids
 
 
 def load_lm(run: Path, device: str | torch.device | None = None) -> tuple[Model, Tokenizer]:

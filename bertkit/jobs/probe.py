@@ -17,12 +17,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bertkit.errors import BertkitError
 from bertkit.paths import resolve_data_path
 from bertkit.probing import TASKS, LinearProbe, control_labels, kept_items, score, word_features
-from bertkit.run.directory import load_run, load_run_tokenizer
+from bertkit.run.directory import load_run
 from bertkit.run.files import atomic_dir
 from bertkit.run.outputs import PROBE, claim
 from bertkit.text.features import TaskEncoder
 from bertkit.text.tasks import hold_out, read_conll
-from bertkit.text.tokenizer import special_ids
+from bertkit.text.tokenizer import load_run_tokenizer, special_ids
 
 COLUMNS = ("model", "task", "layer", "metric", "score", "accuracy", "control_accuracy", "selectivity",
            "train_words", "eval_words")

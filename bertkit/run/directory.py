@@ -33,7 +33,6 @@ from bertkit.nn.model import Model
 from bertkit.run.files import atomic_dir, atomic_file, copy_atomic, to_json, write_atomic
 from bertkit.run.outputs import refuse_nested
 from bertkit.text.tasks import canonical_label
-from bertkit.text.tokenizer import check_vocab_matches, load_tokenizer
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
@@ -254,11 +253,3 @@ def load_run(run: str | Path, device: str | torch.device | None = "cpu") -> tupl
     model = Model(config.model, config.heads)
     load_weights(model, weights)
     return config, model.to(default_device(device)).eval()
-
-
-def load_run_tokenizer(run: str | Path, config: Config, folder: str | Path | None = None):
-    """The run's tokenizer (or the one in `folder` of it), checked against the model's embedding table: a
-    tokenizer whose ids the model cannot embed is a user error, not an IndexError mid-batch."""
-    tokenizer = load_tokenizer(Path(folder) if folder is not None else Path(run))
-    check_vocab_matches(tokenizer, config.model.vocab_size, run)
-    return tokenizer

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from bertkit.config import Config
 from bertkit.errors import BertkitError
 
 PAD, UNK, CLS, SEP, MASK = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
@@ -174,3 +175,12 @@ def iter_texts_batched(texts: Iterable[str], size: int = 1000) -> Iterator[list[
             batch = []
     if batch:
         yield batch
+
+
+def load_run_tokenizer(run: str | Path, config: Config, folder: str | Path | None = None):
+    """The tokenizer of the run directory `run` (or the one in `folder` of it), checked against the model's
+    embedding table (`config`, the run's): a tokenizer whose ids the model cannot embed is a user error, not an
+    IndexError mid-batch. Here, not in `run.directory`: the run layer knows the file, the text layer reads it."""
+    tokenizer = load_tokenizer(Path(folder) if folder is not None else Path(run))
+    check_vocab_matches(tokenizer, config.model.vocab_size, run)
+    return tokenizer
