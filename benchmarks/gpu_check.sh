@@ -193,7 +193,7 @@ mapfile -t GPU_TESTS < <(grep -rlE --include='*.py' 'mark\.gpu' tests | sort)
 if [ "${#GPU_TESTS[@]}" = 0 ]; then
     skip cuda-tests "no test file carries the gpu marker"
 else
-    step cuda-tests 90 "$PY" -m pytest -p no:cacheprovider -m gpu "${GPU_TESTS[@]}"  # -q -ra: pyproject's
+    step cuda-tests 150 "$PY" -m pytest -p no:cacheprovider -m gpu "${GPU_TESTS[@]}"  # -q -ra: pyproject's
 fi
 step bare-eager 75 "$PY" benchmarks/pretrain_throughput.py "${SHAPE[@]}"
 step bare-compiled 130 "$PY" benchmarks/pretrain_throughput.py "${SHAPE[@]}" "${COMPILE[@]}"
