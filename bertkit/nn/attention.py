@@ -168,7 +168,7 @@ class Attention(nn.Module):
         of 0..Tk-1). `cache` (one KVCache entry, updated in place): self-attention appends this call's keys and
         values to it; cross-attention computes them from `kv` once and reuses them. Returns (B, Tq, D) and, when
         asked (or on the eager path), the weights (B, H, Tq, Tk)."""
-        if FUSE_QKV and kv is None:  # self-attention: one (D, (H + 2 Hkv) dh) product instead of three
+        if FUSE_QKV and kv is None and self.training:  # self-attention: one (D, (H + 2 Hkv) dh) product, not three
             q, k, v = self._fused_qkv(x)  # (B, H, Tq, dh), (B, Hkv, Tq, dh) x 2
         else:
             q = self._heads(self.q(x), self.n_heads)  # (B, H, Tq, dh)
@@ -253,9 +253,11 @@ class Attention(nn.Module):
         return out, weights
 
 
-# Self-attention computes q, k and v in one matrix product over the stacked weights: a wider GEMM keeps a GPU's
-# tensor cores busier than three narrow ones (BERT-base, bf16, compiled, batch 512 x 128 on an H200: 1.02x the step;
-# neutral on a 2-core CPU). A switch so that a benchmark can time both in one run (`--separate-qkv`).
+# In training, self-attention computes q, k and v in one matrix product over the stacked weights: a wider GEMM keeps
+# a GPU's tensor cores busier than three narrow ones (BERT-base, bf16, compiled, batch 512 x 128 on an H200: 1.02x
+# the step; neutral on a 2-core CPU). Not in eval mode: stacking the weights on every call would cost a decoding
+# step more than it saves (a one-token call on a CPU: 1.57x). A switch so that a benchmark can time both in one run
+# (`--separate-qkv`).
 FUSE_QKV = True
 
 # On a CPU, PyTorch's flash-attention kernel differentiates bf16 far slower than fp32, while its bf16 forward is the

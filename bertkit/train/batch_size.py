@@ -3,11 +3,13 @@
 On a GPU, throughput grows with the tokens a step holds long after the batch a CPU recipe uses: BERT-base in bf16 on
 an H200, compiled, measured MFU 27% at 128 rows of 128 tokens, 34% at 256 and 38% at 512 (docs/results.md), because
 at small batches the step is bound by the host's kernel launches. So on CUDA `auto` measures what a row costs: two
-probe steps (forward on 15% of the tokens through the MLM head, backward) at PROBE_ROWS and twice that, the peak
-memory of each; the difference is one row's activations, the rest is fixed (weights, gradients). With AdamW's two
-moments added, the largest power of two of rows that fits in FREE_SHARE of the free memory is taken, up to
-MAX_TOKENS a step (the largest measured; beyond it the gain was not measured). Every process measures its own
-device and the smallest answer is everyone's.
+probe steps (forward on 15% of the tokens through the MLM head and the loss, backward; eager) at PROBE_ROWS and
+twice that, after one that pays the one-off allocations, and the peak memory of each above the weights; the
+difference is one row's activations, the rest is fixed (gradients, the head). With AdamW's two moments added, the
+largest power of two of rows that fits in FREE_SHARE of the free memory is taken, up to MAX_TOKENS a step (the
+largest measured; beyond it the gain was not measured). Every process measures its own device and the smallest
+answer is everyone's. The probes measure the whole model on each process: under FSDP they
+over-count (safe), and a model that fits only sharded may not fit them (give a number then).
 
 Elsewhere (a CPU, whose tokens/s does not grow with the batch the way a GPU's does) `auto` is CPU_ROWS, the
 dataclass default. The chosen number replaces "auto" in the run's config.json, so a resume takes the same batch.
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
 from bertkit.config import Config
 from bertkit.errors import BertkitError, ConfigError
@@ -39,7 +42,7 @@ class Fit:
 
     rows: int
     per_row: float  # bytes of activations one row adds (measured)
-    fixed: float  # bytes the step needs whatever the batch (weights, gradients, AdamW moments)
+    fixed: float  # bytes the step needs whatever the batch (gradients, AdamW moments; the weights are out of `free`)
     free: float  # bytes free on the device before the run
     largest: int  # rows that would fit (before the power of two and the token cap)
     capped: bool  # MAX_TOKENS, not memory, set the batch
@@ -65,10 +68,11 @@ def fit_rows(peaks: tuple[float, float], probe_rows: int, params: int, free: flo
 def probe_peaks(model: Model, block_size: int, precision: str, device: torch.device,
                 rows: int = PROBE_ROWS) -> tuple[float, float]:
     """Peak bytes above the model's own of one MLM training forward and backward at `rows` and 2 × `rows` random
-    rows of `block_size` tokens (15% of them through the head, as the objective selects them)."""
+    rows of `block_size` tokens (15% of them through the head and the loss, as the objective selects them), after
+    one unmeasured step that pays the one-off allocations (cuBLAS workspaces, the caching allocator's first blocks)."""
     peaks = []
     vocab = model.config.vocab_size
-    for n in (rows, 2 * rows):
+    for n in (rows, rows, 2 * rows):  # the first is the warm-up
         model.zero_grad(set_to_none=True)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
@@ -77,18 +81,19 @@ def probe_peaks(model: Model, block_size: int, precision: str, device: torch.dev
         positions = torch.randperm(n * block_size, device=device)[: max(1, n * block_size * 15 // 100)]
         with autocast(device, precision):
             logits = model(ids, mlm_select=positions).logits  # (N, V)
-        logits.float().logsumexp(-1).mean().backward()
+        F.cross_entropy(logits.float(), ids.reshape(-1)[positions], reduction="sum").backward()
         peaks.append(float(torch.cuda.max_memory_allocated(device) - before))
         del ids, positions, logits
     model.zero_grad(set_to_none=True)
     torch.cuda.empty_cache()
-    return peaks[0], peaks[1]
+    return peaks[1], peaks[2]
 
 
 def resolve_batch_size(config: Config, device: torch.device, precision: str, say: Callable[[str], None],
                        agree: Callable[[int], int] = lambda rows: rows) -> int:
     """The rows `train.batch_size = "auto"` stands for on `device` (see the module docstring); `say` gets one line
-    saying what was chosen and why; `agree` makes the processes' answers one (the smallest)."""
+    saying what was chosen and why; `agree` makes the processes' answers one (the smallest; 0 from a process that
+    could not measure or fit a row, so that every process stops alike instead of waiting for it)."""
     even = config.train.contrastive_weight > 0
     block = config.data.block_size
     if device.type != "cuda":
@@ -98,22 +103,39 @@ def resolve_batch_size(config: Config, device: torch.device, precision: str, say
     if config.train.objective != "mlm":
         raise BertkitError(f"train.batch_size auto: measured for the mlm objective, not {config.train.objective!r}; "
                            "give a number")
-    torch.manual_seed(config.train.seed)
-    model = Model(config.model, config.heads).to(device).train()
-    params = sum(p.numel() for p in model.parameters())
+    failure, fit = None, None
     try:
-        peaks = probe_peaks(model, block, precision, device)
-    finally:
-        del model
-        torch.cuda.empty_cache()
-    free = float(torch.cuda.mem_get_info(device)[0])
-    fit = fit_rows(peaks, PROBE_ROWS, params, free, block, even)
-    rows = agree(fit.rows)
+        fit = _measure(config, device, precision, even)
+    except (BertkitError, torch.cuda.OutOfMemoryError) as exc:
+        failure = exc
+    rows = agree(0 if fit is None else fit.rows)
+    if rows == 0:
+        if isinstance(failure, BertkitError):
+            raise failure
+        raise BertkitError("train.batch_size auto: " + ("the probe step ran out of GPU memory at "
+                                                        f"{2 * PROBE_ROWS} rows of {block} tokens; give a number"
+                                                        if failure is not None else "another process could not fit "
+                                                        "a row (its error says why); give a number"))
     why = f"capped at {MAX_TOKENS:,} tokens a step" if fit.capped else f"{fit.largest:,} rows would fit"
     say(f"train.batch_size auto: {rows} rows of {block} tokens ({rows * block:,} a step; measured "
-        f"{fit.per_row / 2**20:,.1f} MiB a row and {fit.fixed / 2**30:,.1f} GiB fixed against {free / 2**30:,.1f} GiB "
-        f"free: {why})")
+        f"{fit.per_row / 2**20:,.1f} MiB a row and {fit.fixed / 2**30:,.1f} GiB fixed against "
+        f"{fit.free / 2**30:,.1f} GiB free: {why})")
     return rows
+
+
+def _measure(config: Config, device: torch.device, precision: str, even: bool) -> Fit:
+    """Build the run's model on `device`, probe it and fit the rows, leaving the random streams as they were (the
+    run's weights are then the same as with the number given) and the device's memory as it found it."""
+    with torch.random.fork_rng(devices=[device]):
+        model = Model(config.model, config.heads).to(device).train()
+        try:
+            params = sum(p.numel() for p in model.parameters())
+            peaks = probe_peaks(model, config.data.block_size, precision, device)
+            free = float(torch.cuda.mem_get_info(device)[0])  # the model still allocated: the run's weights too
+        finally:
+            del model
+            torch.cuda.empty_cache()
+    return fit_rows(peaks, PROBE_ROWS, params, free, config.data.block_size, even)
 
 
 def require_number(config: Config, job: str) -> None:

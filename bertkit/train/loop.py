@@ -218,7 +218,8 @@ def _start(ddp_model, cfg: TrainConfig, state: TrainState, accelerator: Accelera
                                 (cfg.max_seconds - state.elapsed) if cfg.max_seconds else None)
     if accelerator.is_fsdp2 and compiled:
         compiled, why = False, "not with FSDP here: its units gather and free weights around every block"
-    graphs, graphs_why = use_graphs(cfg.cuda_graphs, compiled, accelerator.device, world, objective)
+    graphs, graphs_why = use_graphs(cfg.cuda_graphs, compiled, accelerator.device, world, objective,
+                                    cfg.accumulation_steps)
     if compiled:  # training steps only: evaluation and checkpoints use the plain module (`plain`)
         ddp_model = torch.compile(ddp_model, mode="reduce-overhead" if graphs else None)
     if graphs:
@@ -246,14 +247,20 @@ def _start(ddp_model, cfg: TrainConfig, state: TrainState, accelerator: Accelera
     return ddp_model, peak, graphs
 
 
-def use_graphs(wanted: bool, compiled: bool, device: torch.device, world: int, objective) -> tuple[bool, str]:
+def use_graphs(wanted: bool, compiled: bool, device: torch.device, world: int, objective,
+               accumulation: int = 1) -> tuple[bool, str]:
     """Whether training steps replay CUDA graphs (`train.cuda_graphs`), and why not where they do not: a compiled
-    model, one CUDA process, an objective whose shapes can be made few (`pad_to`: masked-LM pretraining)."""
+    model, one CUDA process, one micro-step per update, an objective whose shapes can be made few (`pad_to`:
+    masked-LM pretraining)."""
     if not wanted:
         return False, "train.cuda_graphs = false"
     for ok, why in ((device.type == "cuda", f"needs a CUDA GPU, not {device.type}"),
                     (compiled, "needs torch.compile on (train.compile)"),
                     (world == 1, f"one process only, not {world}"),
+                    # a graph's backward leaves the gradients in its own memory, which the next micro-step's replay
+                    # overwrites before they are accumulated (pytorch/pytorch#169545)
+                    (accumulation == 1, f"one micro-step per update only, not train.accumulation_steps = "
+                                        f"{accumulation}"),
                     (getattr(objective, "kind", "") == "mlm",
                      "masked-LM pretraining only (its shapes are padded to a few)")):
         if not ok:

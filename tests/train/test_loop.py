@@ -348,6 +348,7 @@ def test_cuda_graphs_are_used_only_where_they_can_be_and_say_why_not():
     assert use_graphs(True, False, cuda, 1, Mlm())[1] == "needs torch.compile on (train.compile)"
     assert use_graphs(True, True, cuda, 2, Mlm())[1] == "one process only, not 2"
     assert "masked-LM pretraining only" in use_graphs(True, True, cuda, 1, Rtd())[1]
+    assert "not train.accumulation_steps = 2" in use_graphs(True, True, cuda, 1, Mlm(), accumulation=2)[1]
 
 
 @pytest.mark.slow
