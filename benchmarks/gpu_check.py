@@ -40,7 +40,7 @@ ROWS = [
     ("bare MLM step at the mini shape (4x256), bf16, eager and compiled", "bare-mini"),
     ("lever: masked tokens counted on the host (positions), then bucketed to 128 (compiled, batch 256)",
      "lever-select"),
-    ("lever: three q/k/v matrix products instead of the default one (compiled, positions, batch 256)", "lever-qkv"),
+    ("lever: one q/k/v matrix product instead of three (compiled, positions, batch 256)", "lever-qkv"),
     ("lever: CUDA graphs (compile mode reduce-overhead, bucketed), base batch 256 and mini", "lever-graphs"),
     ("lever: bertkit embed --compile vs sentence-transformers (each call compiles)", "lever-embed"),
     ("lever: batch 512 x 128 (64k tokens/step; compiled, bucketed) vs BertForMaskedLM", "lever-b512"),

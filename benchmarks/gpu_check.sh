@@ -24,7 +24,7 @@
 #   bare-mini      the mini shape (4 x 256), bf16, eager then compiled: the second break-even of compile
 #   lever-select   compiled bf16 batch 256: the masked tokens counted on the host (positions), then padded to a
 #                  multiple of 128 (bucket): each against bare-b256's boolean selection
-#   lever-qkv      the same (positions) with three q/k/v matrix products (--separate-qkv; one is the default)
+#   lever-qkv      the same (positions) with one q/k/v matrix product (--fuse-qkv; three are the default)
 #   lever-graphs   the same (bucket) compiled with mode reduce-overhead (CUDA graphs), base then mini shape
 #   lever-b512     compiled bf16 (bucket) at batch 512 x 128 (64k tokens per step), vs BertForMaskedLM
 #   lever-vocab    eager bf16 batch 128 at vocabularies 30522 (BERT's) and 30528 (the next multiple of 64)
@@ -158,6 +158,7 @@ if [ "$SMOKE" = 1 ]; then
     SHAPE=(--device cpu --cases 2x64 --batch-size 4 --steps 3 --precisions bf16,fp32)
     COMPILE=(--compile --compile-backend eager)
     PRETRAIN=(--recipe tiny --max-time 5s --max-steps 1000000 --set train.batch_size=8 --set model.vocab_size=1000)
+    NO_DYNAMO=(env TORCHDYNAMO_DISABLE=1)  # --compile's plumbing without inductor's minutes of CPU codegen
     GRAPHS_RUN=(--recipe tiny --max-time 5s --max-steps 1000000 --set train.batch_size=8 --set model.vocab_size=1000
                 --set train.compile=off --set train.cuda_graphs=true)  # on a CPU: off, and the line says why
     AUTO=(--recipe tiny --max-time 5s --max-steps 1000000 --set train.batch_size=auto --set model.vocab_size=1000
@@ -174,6 +175,7 @@ else
     SHAPE=(--device cuda --cases 12x768 --batch-size 128 --steps 20 --precisions bf16,fp32)
     COMPILE=(--compile)
     PRETRAIN=(--recipe base --max-time 60s --max-steps 1000000 --set train.batch_size=64 --set model.vocab_size=16000)
+    NO_DYNAMO=()
     GRAPHS_RUN=(--recipe mini --max-time 60s --max-steps 1000000 --set train.batch_size=128
                 --set model.vocab_size=16000 --set train.compile=on --set train.cuda_graphs=true)
     AUTO=(--recipe base --max-time 90s --max-steps 1000000 --set train.batch_size=auto --set model.vocab_size=16000
@@ -244,14 +246,15 @@ fi
 PT="benchmarks/pretrain_throughput.py"
 TWO='"$0" '"$PT"' "$@" --select positions --no-peer && "$0" '"$PT"' "$@" --select bucket --no-peer'
 step lever-select 120 bash -c "$TWO" "$PY" "${B256[@]}" "${COMPILE[@]}"
-step lever-qkv 80 "$PY" "$PT" "${B256[@]}" "${COMPILE[@]}" --select positions --separate-qkv --no-peer
+step lever-qkv 80 "$PY" "$PT" "${B256[@]}" "${COMPILE[@]}" --select positions --fuse-qkv --no-peer
 GRAPHS=(--select bucket --no-peer --compile-mode reduce-overhead)
 TWO='"$0" '"$PT"' "$@" '"${B256[*]} ${GRAPHS[*]}"' && "$0" '"$PT"' "$@" '"${MINI[*]} ${GRAPHS[*]}"
 step lever-graphs 150 bash -c "$TWO" "$PY" "${COMPILE[@]}"
 if [ -n "$(why_not)" ]; then
     skip lever-embed "$(why_not)"
 elif has sentence_transformers; then
-    step lever-embed 90 "$PY" benchmarks/embed_throughput.py "${EMBED[@]}" --compile --json "$WORK/embed-compiled.json"
+    step lever-embed 90 "${NO_DYNAMO[@]}" "$PY" benchmarks/embed_throughput.py "${EMBED[@]}" --compile \
+        --json "$WORK/embed-compiled.json"
 else
     skip lever-embed "needs sentence-transformers (the peer it is compared with), not importable"
 fi

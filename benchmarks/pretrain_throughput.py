@@ -18,13 +18,13 @@ Levers (issue 33), each off by default so that a row says what it turned on:
       on the host (what `bertkit pretrain` does), or those positions padded to a multiple of 128 with ignored
       targets (a handful of static shapes: no dynamic-shape code, and CUDA graphs can record each)
   --compile-mode MODE              torch.compile's mode (reduce-overhead: CUDA graphs; max-autotune-no-cudagraphs)
-  --separate-qkv                   three q/k/v matrix products (bertkit's default is one: attention.FUSE_QKV)
+  --fuse-qkv                       one q/k/v matrix product in training (bertkit.nn.attention.FUSE_QKV; off by default)
   --vocab N                        the vocabulary (16000 = 250 x 64; BERT's 30522 is not a multiple of 64)
   --no-peer                        bertkit alone (a lever row compares with the baseline row of the same call)
 
     python benchmarks/pretrain_throughput.py [--steps 20] [--batch-size 32] [--cases 4x256,4x512]
                                              [--precisions fp32,bf16] [--device cpu|cuda] [--compile]
-                                             [--compile-mode MODE] [--select bool|positions|bucket] [--separate-qkv]
+                                             [--compile-mode MODE] [--select bool|positions|bucket] [--fuse-qkv]
                                              [--vocab 16000] [--no-peer]
     LD_PRELOAD=libtcmalloc_minimal.so.4 python benchmarks/pretrain_throughput.py   # steadier CPU timings
 """
@@ -137,7 +137,7 @@ class Levers:
         parts = [] if self.compile_backend is None else [f"compiled ({self.compile_backend}"
                                                            + (f", {self.compile_mode})" if self.compile_mode else ")")]
         parts += [f"select {self.select}"] if self.select != "bool" else []
-        parts += [] if self.fuse_qkv else ["separate qkv"]
+        parts += ["fused qkv"] if self.fuse_qkv else []
         return "bertkit" + (" " + ", ".join(parts) if parts else "")
 
 
@@ -220,8 +220,8 @@ def main() -> None:
                         help="torch.compile mode with --compile (reduce-overhead: CUDA graphs)")
     parser.add_argument("--select", choices=("bool", "positions", "bucket"), default="bool",
                         help="how the MLM head finds the masked tokens (see the module docstring)")
-    parser.add_argument("--separate-qkv", action="store_true",
-                        help="three q/k/v matrix products (bertkit's default is one)")
+    parser.add_argument("--fuse-qkv", action="store_true",
+                        help="one q/k/v matrix product in training (bertkit's default is three)")
     parser.add_argument("--vocab", type=int, default=VOCAB, help="the vocabulary size (default 16000)")
     parser.add_argument("--no-peer", action="store_true", help="do not run transformers' model")
     parser.add_argument("--warm", type=int, default=None, help="untimed first steps (default 2; 3 with --compile)")
@@ -237,7 +237,7 @@ def main() -> None:
           + (f"compiled ({args.compile_backend})" if args.compile else "eager"), flush=True)
     warm = args.warm if args.warm is not None else (3 if args.compile else 2)
     levers = Levers(args.compile_backend if args.compile else None, args.compile_mode if args.compile else None,
-                    args.select, not args.separate_qkv, args.vocab, not args.no_peer)
+                    args.select, args.fuse_qkv or attention.FUSE_QKV, args.vocab, not args.no_peer)
     for case in args.cases.split(","):
         layers, width = (int(x) for x in case.split("x"))
         for precision in precisions:

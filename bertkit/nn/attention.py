@@ -168,7 +168,7 @@ class Attention(nn.Module):
         of 0..Tk-1). `cache` (one KVCache entry, updated in place): self-attention appends this call's keys and
         values to it; cross-attention computes them from `kv` once and reuses them. Returns (B, Tq, D) and, when
         asked (or on the eager path), the weights (B, H, Tq, Tk)."""
-        if FUSE_QKV and kv is None and self.training:  # self-attention: one (D, (H + 2 Hkv) dh) product, not three
+        if FUSE_QKV and kv is None and torch.is_grad_enabled():  # training: one (D, (H + 2 Hkv) dh) product
             q, k, v = self._fused_qkv(x)  # (B, H, Tq, dh), (B, Hkv, Tq, dh) x 2
         else:
             q = self._heads(self.q(x), self.n_heads)  # (B, H, Tq, dh)
@@ -253,12 +253,14 @@ class Attention(nn.Module):
         return out, weights
 
 
-# In training, self-attention computes q, k and v in one matrix product over the stacked weights: a wider GEMM keeps
-# a GPU's tensor cores busier than three narrow ones (BERT-base, bf16, compiled, batch 512 x 128 on an H200: 1.02x
-# the step; neutral on a 2-core CPU). Not in eval mode: stacking the weights on every call would cost a decoding
-# step more than it saves (a one-token call on a CPU: 1.57x). A switch so that a benchmark can time both in one run
-# (`--separate-qkv`).
-FUSE_QKV = True
+# Where gradients are taken (training), self-attention can compute q, k and v in one matrix product over the stacked
+# weights: a wider GEMM for a GPU's tensor cores. Measured once, BERT-base, bf16, compiled, batch 512 x 128 on an
+# H200: 1.02x the step (within the spread of repeated runs); neutral on a 2-core CPU. Off by default until repeated
+# GPU runs show a gain: trained with it, a finetune's in-training validation and `evaluate-sts` on its saved
+# weights disagreed by 1e-5 in Spearman (they agree exactly without it), which is not yet understood. Never without
+# gradients (evaluation, inference, decoding): stacking per call cost a one-token decoding step 1.57x on a CPU.
+# A switch so that a benchmark can time both in one run (`--fuse-qkv`).
+FUSE_QKV = False
 
 # On a CPU, PyTorch's flash-attention kernel differentiates bf16 far slower than fp32, while its bf16 forward is the
 # faster one: forward + backward at 64 x 4 heads x 128 x 64 took 100.6 ms in bf16 against 56.8 ms in fp32, 1.8-3x
