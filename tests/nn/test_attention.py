@@ -174,3 +174,25 @@ def test_bf16_cpu_training_attention_is_computed_in_fp32(gqa, monkeypatch):
     torch.testing.assert_close(only_kv, reference.detach().to(torch.bfloat16), atol=0, rtol=0)
     monkeypatch.setattr(attention_module, "CPU_BF16_TRAINING_ATTENTION_IN_FP32", False)
     torch.testing.assert_close(sdpa(q, k, v, mask, 0.0, False, gqa=gqa).detach(), bf16_kernel, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])  # MHA, GQA, MQA
+@pytest.mark.parametrize("positions", ["learned", "rotary"])
+def test_one_stacked_qkv_product_equals_three(monkeypatch, n_kv_heads, positions):
+    """FUSE_QKV (a benchmark lever): where gradients are taken, one product over the stacked q/k/v weights gives
+    the same outputs and the same gradients for each of the three weights as three products."""
+    torch.manual_seed(0)
+    attention = Attention(tiny(n_kv_heads=n_kv_heads, positions=positions)).train()
+    x = torch.randn(2, 9, 32)
+    results = []
+    for fused in (False, True):
+        monkeypatch.setattr(attention_module, "FUSE_QKV", fused)
+        attention.zero_grad(set_to_none=True)
+        out, _ = attention(x)
+        out.square().sum().backward()
+        results.append((out.detach(), [p.grad.clone() for p in (attention.q.weight, attention.k.weight,
+                                                                 attention.v.weight, attention.q.bias)]))
+    (plain, plain_grads), (fused_out, fused_grads) = results
+    torch.testing.assert_close(fused_out, plain, rtol=1e-5, atol=1e-6)
+    for a, b in zip(fused_grads, plain_grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
