@@ -50,7 +50,7 @@ from bertkit.hardware import describe_device, peak_flops, resolve_precision  # n
 from bertkit.nn import attention  # noqa: E402
 from bertkit.nn.flops import train_flops  # noqa: E402
 from bertkit.nn.model import Model  # noqa: E402
-from bertkit.text.collate import IGNORE_INDEX, mlm_mask, step_generator  # noqa: E402
+from bertkit.text.collate import IGNORE_INDEX, masked_positions, mlm_mask, step_generator  # noqa: E402
 
 VOCAB, SEQ = 16000, 128
 BUCKET = 128  # --select bucket: masked-token counts rounded up to a multiple of this
@@ -90,19 +90,9 @@ def mlm_step(model, opt, inputs, labels, cast=contextlib.nullcontext()):
     opt.zero_grad(set_to_none=True)
 
 
-def host_positions(labels: torch.Tensor, bucket: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """The masked tokens' flat positions (N,) and targets (N,), counted on the host as `bertkit pretrain` does;
-    with `bucket`, padded to a multiple of it (position 0, target ignored)."""
-    flat = labels.reshape(-1)
-    positions = (flat != IGNORE_INDEX).nonzero().squeeze(1)
-    targets = flat[positions]
-    pad = (-positions.numel()) % bucket if bucket else 0
-    return (torch.cat([positions, positions.new_zeros(pad)]),
-            torch.cat([targets, targets.new_full((pad,), IGNORE_INDEX)]))
-
-
 def positions_step(model, opt, inputs, selection, cast=contextlib.nullcontext(), dynamic: bool = True):
-    """`mlm_step` with the selection counted on the host (`host_positions`): (positions, targets) on the device."""
+    """`mlm_step` with the selection counted on the host as `bertkit pretrain` does
+    (`bertkit.text.collate.masked_positions`): (positions, targets) on the device."""
     positions, targets = selection
     if dynamic:  # one compiled graph for every count, as bertkit's MLM objective marks them
         torch._dynamo.maybe_mark_dynamic(positions, 0)
@@ -154,7 +144,7 @@ def run_case(layers: int, width: int, precision: str, steps: int, batch_size: in
     host = masked_batches(steps + warm, batch_size, levers.vocab)
     batches = [(i.to(device), l.to(device)) for i, l in host]
     bucket = BUCKET if levers.select == "bucket" else 0
-    selections = [tuple(t.to(device) for t in host_positions(labels, bucket)) for _, labels in host]
+    selections = [tuple(t.to(device) for t in masked_positions(labels, bucket)) for _, labels in host]
     autocast = (torch.autocast(device, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext())
     times: dict[str, list[float]] = {"ours": [], "hf": []}
     first: list[float] = []  # bertkit's warm-up steps (with a compile: the compilation, recompilations included)

@@ -13,7 +13,7 @@ from bertkit.nn.model import Model
 from bertkit.tasks.base import PretrainTask
 from bertkit.tasks.contrast import VIEW_STREAM, interleave, split_halves, view_contrast
 from bertkit.tasks.packed import EVAL_STREAM, training_rows, validation_totals
-from bertkit.text.collate import IGNORE_INDEX, mlm_mask, step_generator
+from bertkit.text.collate import IGNORE_INDEX, masked_positions, mlm_mask, step_generator
 from bertkit.text.packing import Packed
 from bertkit.text.tokenizer import SpecialIds
 
@@ -99,13 +99,7 @@ class MLMObjective:
         here, the device never waits to learn how many there are (boolean indexing on a GPU must), and a compiled
         model sees one index tensor of varying length instead of a data-dependent selection (no graph break).
         With `pad_to`, padded with ignored targets to a multiple of it."""
-        flat = micro["labels"].reshape(-1)  # (B * L,)
-        positions = (flat != IGNORE_INDEX).nonzero().squeeze(1)  # (N,)
-        targets = flat[positions]
-        if self.pad_to:  # CUDA graphs: a few shapes, each recorded once; the padding is ignored by the loss
-            pad = (-positions.numel()) % self.pad_to
-            positions = torch.cat([positions, positions.new_zeros(pad)])  # (N',) position 0: [CLS], harmless
-            targets = torch.cat([targets, targets.new_full((pad,), IGNORE_INDEX)])  # (N',)
+        positions, targets = masked_positions(micro["labels"], self.pad_to)  # (N,) each
         return {**micro, "mlm_positions": positions, "mlm_targets": targets}
 
     def loss(self, model: torch.nn.Module, micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:

@@ -51,6 +51,20 @@ def mlm_mask(input_ids: torch.Tensor, special_ids: tuple[int, ...], mask_id: int
     return inputs, labels
 
 
+def masked_positions(labels: torch.Tensor, pad_to: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The flat positions (N,) of the masked tokens of `labels` (B, L) and their targets (N,), counted on the host;
+    with `pad_to`, N rounded up to a multiple of it by position 0 ([CLS]) with an ignored target (a few shapes for
+    CUDA graphs; the loss and the accuracy skip the padding)."""
+    flat = labels.reshape(-1)  # (B * L,)
+    positions = (flat != IGNORE_INDEX).nonzero().squeeze(1)  # (N,)
+    targets = flat[positions]
+    pad = (-positions.numel()) % pad_to if pad_to else 0
+    if pad:
+        positions = torch.cat([positions, positions.new_zeros(pad)])  # (N',)
+        targets = torch.cat([targets, targets.new_full((pad,), IGNORE_INDEX)])  # (N',)
+    return positions, targets
+
+
 def pad_sequences(rows: list[list[int]], value: int, length: int | None = None) -> torch.Tensor:
     """Right-pad lists of ids to one length (default: the longest row). -> (B, T) int64."""
     length = length or max((len(r) for r in rows), default=1)
