@@ -23,6 +23,7 @@ import logging
 import shutil
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,7 @@ import torch
 from bertkit.config import Config
 from bertkit.deploy.manifest import GRAPH_FILE, INPUTS, MANIFEST_FILE, OUTPUTS, TOKENIZER_FILE, Manifest, \
     manifest_json
-from bertkit.deploy.onnx_attention import translation_table
+from bertkit.deploy.onnx_attention import attention_in, refused, translation_table
 from bertkit.deploy.runtime import OnnxModel
 from bertkit.embedding import model_identity
 from bertkit.errors import BertkitError
@@ -267,30 +268,47 @@ def _prepare(run: Path) -> _Source:
     return _Source(run, config, kind, labels, max_length, pad_id, graph, batches, reference)
 
 
-def _candidates(source: _Source, tmp: Path, quantize: str | None) -> list[tuple[Path, Path | None, dict]]:
+def _raw_graph(source: _Source, tmp: Path, fused_attention: bool, say) -> tuple[Path, str]:
+    """Export the run's graph to tmp/raw.onnx; returns it and how its attention is computed: one onnxruntime operator
+    per layer ("MultiHeadAttention", where `fused_attention` and the operator covers the model) or torch's own
+    translation ("decomposed"). An SDPA call the operator refuses (Unsupported) falls back quietly, any other failure
+    of the operator's translation with one line; a full disk or exhausted memory stops the export."""
+    raw, sample = tmp / "raw.onnx", source.batches[1][:2]
+    if fused_attention:
+        try:
+            table = translation_table(source.config)
+            if table:
+                _export_graph(source.graph, sample, source.pad_id, source.max_length, raw, table)
+                return raw, attention_in(raw)
+        except (OSError, MemoryError):
+            raise
+        except Exception as error:  # noqa: BLE001 - the exporter wraps what the translation raised
+            if not refused(error):
+                say(f"  attention as one operator failed ({str(error).strip().splitlines()[0][:160]}); exporting "
+                    "it as torch translates it")
+    _export_graph(source.graph, sample, source.pad_id, source.max_length, raw)
+    return raw, "decomposed"
+
+
+def _candidates(source: _Source, tmp: Path, quantize: str | None, say) -> Iterator[tuple[Path, Path | None, dict]]:
     """The graphs to try in order, each as (file, the fp32 graph it is quantized from as it is tried, or None; what
     the manifest records of it): fp32 optimised, then plain; int8 on every matrix product of the best fp32 graph,
-    then with the FFN outputs kept fp32."""
-    raw, fused = tmp / "raw.onnx", tmp / "fused.onnx"
-    sample, attention = source.batches[1][:2], "decomposed"
-    table = translation_table(source.config)
-    try:
-        if table:
-            _export_graph(source.graph, sample, source.pad_id, source.max_length, raw, table)
-            attention = "MultiHeadAttention"
-    except Exception:  # noqa: BLE001 - a call the operator does not cover (Unsupported): torch's own translation
-        table = {}
-    if not table:
-        _export_graph(source.graph, sample, source.pad_id, source.max_length, raw)
-    candidates = [(fused, None, {"optimised": True, "attention": attention})] \
-        if _optimise(raw, fused, source.config) else []
-    candidates.append((raw, None, {"optimised": False, "attention": attention}))
-    if quantize != "int8":
-        return candidates
-    base, _, how = candidates[0]
-    small, ffn = _nodes_kept(base, source.config)
-    return [(tmp / "int8.onnx", base, {**how, "kept_fp32": small}),
-            (tmp / "int8-ffn.onnx", base, {**how, "kept_fp32": small + ffn, "ffn_fp32": True})]
+    then with the FFN outputs kept fp32 — first with attention as one operator, then, only where none of those
+    passes (the generator is lazy: nothing is exported twice otherwise), with torch's translation of attention."""
+    fused = tmp / "fused.onnx"
+    for fused_attention in (True, False):
+        raw, attention = _raw_graph(source, tmp, fused_attention, say)
+        candidates = [(fused, None, {"optimised": True, "attention": attention})] \
+            if _optimise(raw, fused, source.config) else []
+        candidates.append((raw, None, {"optimised": False, "attention": attention}))
+        if quantize == "int8":
+            base, _, how = candidates[0]
+            small, ffn = _nodes_kept(base, source.config)
+            candidates = [(tmp / "int8.onnx", base, {**how, "kept_fp32": small}),
+                          (tmp / "int8-ffn.onnx", base, {**how, "kept_fp32": small + ffn, "ffn_fp32": True})]
+        yield from candidates
+        if attention == "decomposed":
+            return
 
 
 def _manifest(source: _Source, precision: str, graph: Path, details: dict) -> Manifest:
@@ -330,26 +348,33 @@ def export_onnx(run: str | Path, out: str | Path, quantize: str | None = None, o
         say(f"exporting {run} ({source.kind}, {source.config.model.n_layers} x {source.config.model.d_model}) to "
             f"ONNX opset {OPSET}")
         shutil.copyfile(run / TOKENIZER_FILE, tmp / TOKENIZER_FILE)
-        for path, fp32_graph, how in _candidates(source, tmp, quantize):
+        result = None
+        for path, fp32_graph, how in _candidates(source, tmp, quantize, say):
             if fp32_graph is not None:
                 _quantize(fp32_graph, path, how["kept_fp32"])
             shutil.copyfile(path, tmp / GRAPH_FILE)
             details = {"source": str(run.resolve()), "opset": OPSET, "torch": torch.__version__, **how}
             manifest = _manifest(source, precision, tmp / GRAPH_FILE, details)
             write_atomic(tmp / MANIFEST_FILE, manifest_json(manifest))
-            result = parity(tmp, source.reference, source.batches, source.pad_id, source.kind)
-            say(f"  {precision}{' (FFN outputs kept fp32)' if how.get('ffn_fp32') else ''}"
-                f"{', optimised' if how['optimised'] else ''}: cosine to the run mean {result['mean_cosine']:.6f}, "
-                f"lowest {result['min_cosine']:.6f}, max |diff| {result['max_abs_diff']:.2e} on {len(PROBES)} "
-                f"probe texts in batches of {' / '.join(map(str, PROBE_BATCHES))}")
+            label = (f"  {precision}{' (FFN outputs kept fp32)' if how.get('ffn_fp32') else ''}"
+                     f"{', optimised' if how['optimised'] else ''}, attention {how['attention']}")
+            try:
+                result = parity(tmp, source.reference, source.batches, source.pad_id, source.kind)
+            except BertkitError as error:  # onnxruntime cannot run this graph: the next one
+                say(f"{label}: {error}")
+                continue
+            say(f"{label}: cosine to the run mean {result['mean_cosine']:.6f}, lowest {result['min_cosine']:.6f}, "
+                f"max |diff| {result['max_abs_diff']:.2e} on {len(PROBES)} probe texts in batches of "
+                f"{' / '.join(map(str, PROBE_BATCHES))}")
             if passes(result, precision):
                 break
         else:
             bound = (f"every probe >= {MIN_COSINE[precision]}" if precision == "fp32" else
                      f"mean >= {MIN_COSINE[precision]}, every probe >= {FLOOR_COSINE}")
-            raise BertkitError(f"export --format onnx: the {precision} graph's outputs differ from the run's (cosine "
-                               f"mean {result['mean_cosine']:.5f}, lowest {result['min_cosine']:.5f}; needed "
-                               f"{bound}); nothing was written")
+            found = "onnxruntime could run none of the graphs" if result is None else \
+                f"cosine mean {result['mean_cosine']:.5f}, lowest {result['min_cosine']:.5f}"
+            raise BertkitError(f"export --format onnx: the {precision} graph's outputs differ from the run's ({found}; "
+                               f"needed {bound}); nothing was written")
         details = {**manifest.details, "parity": result, "min_cosine_required": MIN_COSINE[precision]}
         write_atomic(tmp / MANIFEST_FILE, manifest_json(dataclasses.replace(manifest, details=details)))
         for leftover in ("raw.onnx", "fused.onnx", "int8.onnx", "int8-ffn.onnx"):
