@@ -2,9 +2,8 @@
 
 torch's exporter writes `F.scaled_dot_product_attention` out as its parts (MatMul, scale, mask, Softmax, MatMul),
 which onnxruntime's transformer optimiser does not recognise as attention in our graphs (it fuses Hugging Face's
-pattern, not this one). Its own fused CPU kernel computes the same function faster where sequences are long:
-all-MiniLM-L6-v2, batch 32, one thread, 1.07x at 128 tokens and 1.14x at 256, outputs equal to cosine 0.9999996
-(AMD EPYC, `benchmarks/onnx_throughput.py` measures the whole export against sentence-transformers' ONNX).
+pattern, not this one). Its own fused CPU kernel computes the same function, faster the longer the sequences (the
+figures below; `benchmarks/onnx_throughput.py` measures the whole export against sentence-transformers' ONNX).
 
 `translation_table(config)` gives the exporter a translation of SDPA into that operator, for the one form an
 encoder export calls it with: queries, keys and values (B, H, T, dh) with as many key/value heads as query heads,
@@ -14,8 +13,8 @@ float32's lowest value before the softmax, not the operator's default of -10000,
 outscore a real one (SDPA's boolean mask is -inf); no row is all masked (`build_mask` opens such rows).
 
 Measured on all-MiniLM-L6-v2 (batch 32, the same padded batches through both graphs, AMD EPYC): 1.08x / 1.13x /
-1.19x at 128 / 256 / 512 tokens on one thread, 1.15x / 1.29x / 1.35x on two. The graph then needs onnxruntime (its
-contrib operators), as the optimiser's fused LayerNorm / GELU already did.
+1.19x at 128 / 256 / 512 tokens on one thread, 1.15x / 1.29x / 1.35x on two, outputs equal to cosine 0.9999994. The
+graph then needs onnxruntime (its contrib operators), as the optimiser's fused LayerNorm / GELU already did.
 """
 
 from __future__ import annotations
