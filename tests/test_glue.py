@@ -178,6 +178,27 @@ def test_steps_cap_each_cell_whatever_the_clock(tmp_path, base):
                                            "1", "--budget", "none", "--steps", "3", "--no-progress")
 
 
+@needs_glue
+def test_each_task_selects_its_checkpoint_by_its_own_metric(tmp_path, base):
+    """CoLA's cells keep the checkpoint best by MCC, not accuracy (by accuracy a cell kept the majority-class
+    checkpoint: MCC 0); `--set train.metric` overrides every task's; the protocol records which."""
+    from bertkit.tasks.classify import ClassifyObjective
+    from bertkit.tasks.regress import RegressObjective
+
+    for task in TASKS.values():  # every selection is a validation metric its finetuning kind computes
+        kind = {"classify": ClassifyObjective, "regress": RegressObjective}[task.kind]
+        assert task.selection in kind.metric_names and (task.selection == "accuracy") == (task.name not in
+                                                                                          ("cola", "mrpc", "stsb"))
+    short = ["--seeds", "1", "--budget", "none", "--steps", "2", "--no-progress", "--set", "train.eval_every=2",
+             "--set", "train.save_every=2", "--set", "task.max_train_examples=48"]
+    for folder, extra, metric in (("own", [], "mcc"), ("set", ["--set", "train.metric=accuracy"], "accuracy")):
+        cli_ok("glue", "-m", str(base), "--tasks", "cola", "-o", str(tmp_path / folder), *short, *extra)
+        cell = json.loads((tmp_path / folder / "cells/base/cola/seed-0/config.json").read_text())
+        assert cell["train"]["metric"] == metric
+        protocol = json.loads((tmp_path / folder / "glue.json").read_text())["protocol"]["selection"]
+        assert ("cola mcc" in protocol) == (metric == "mcc")
+
+
 def test_regression_finetunes_predicts_and_evaluates(tmp_path, base):
     """finetune classify --regression: one output trained by squared error; predict gives scores, evaluate the
     correlations, and a label that is not a number is one line."""

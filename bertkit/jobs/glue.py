@@ -6,7 +6,8 @@ or extended `glue` goes on cell by cell: a finished cell is read back, a started
 `glue`: batch 16, max length 128, 5 epochs or the per-cell budget, 10% warmup, cosine decay, learning rate 4e-5 at
 BERT-base width scaled with the width as bertkit's automatic rate is), recorded in DIR/glue.json; `--set` overrides
 it, and a DIR trained under another protocol is refused. The best checkpoint is picked on 5% of the training set
-held out; the reported scores are the GLUE dev set's, with each task's GLUE metric. The report (glue.md, glue.json,
+held out, by the task's own metric where the classifier computes it (CoLA MCC, MRPC macro F1, STS-B Spearman,
+accuracy for the others; `GlueTask.selection`); the reported scores are the GLUE dev set's, with each task's GLUE metric. The report (glue.md, glue.json,
 a table in the terminal) gives per task the median and spread over seeds, the majority-class baseline, and the
 average of the main metrics over the tasks run, named so that nobody mistakes it for full GLUE.
 """
@@ -141,7 +142,11 @@ def _protocol(job: GlueJob) -> dict:
             "task": {k: asdict(config.task)[k] for k in ("max_length", "validation_split", "finetune_dropout")},
             "learning_rate": ("train.learning_rate" if config.train.learning_rate is not None else
                               f"{GLUE_RATE_SHARE} x the automatic rate: 4e-5 at d_model 768, x (768 / d_model)^1.5"),
-            "selection": "best checkpoint on validation_split of the training set; scores on GLUE dev"}
+            "selection": ("best checkpoint on validation_split of the training set by "
+                          + (f"train.metric {config.train.metric}" if config.train.metric else
+                             "each task's selection metric (" + ", ".join(f"{t.name} {t.selection}"
+                                                                            for t in TASKS.values()) + ")")
+                          + "; scores on GLUE dev")}
 
 
 def _check_protocol(out: Path, protocol: dict) -> None:
@@ -200,6 +205,8 @@ def _train_cell(cell: Path, model: Path, task: GlueTask, seed: int, data: tuple,
     values = {"task.kind": task.kind, "task.train_file": str(data[0]),
               "task.text_pair_column": "pair" if task.pair else None,
               "task.init": job.init, "train.seed": seed, "train.max_time": job.budget}
+    if config.train.metric is None:  # the task's own (CoLA: MCC), unless --set train.metric says otherwise
+        values["train.metric"] = task.selection
     base = load_config(model).model
     if config.train.learning_rate is None:
         rate = GLUE_RATE_SHARE * finetune_learning_rate("classify", base)

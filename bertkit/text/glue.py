@@ -73,7 +73,8 @@ def _sts(path: Path) -> list[Row]:
 @dataclass(frozen=True)
 class GlueTask:
     """One task: where its files are (data-root relative), how to read them, its metrics on dev (the first is the
-    one the GLUE average takes) and its positive label (for F1)."""
+    one the GLUE average takes), its positive label (for F1), and the validation metric its cells keep their best
+    checkpoint by (`selection`: the task's own metric where the finetuning kind computes it, the nearest otherwise)."""
 
     name: str
     title: str
@@ -84,6 +85,7 @@ class GlueTask:
     pair: bool = False
     positive: str = "1"
     kind: str = "classify"  # the finetuning kind: classify, or regress (a score)
+    selection: str = "accuracy"  # a validation metric of `kind` (tasks/classify.py, tasks/regress.py)
 
     @property
     def metric(self) -> str:
@@ -92,13 +94,15 @@ class GlueTask:
 
 
 TASKS: dict[str, GlueTask] = {task.name: task for task in (
-    GlueTask("cola", "CoLA", "glue/CoLA/train.tsv", "glue/CoLA/dev.tsv", _cola, ("mcc", "accuracy")),
+    GlueTask("cola", "CoLA", "glue/CoLA/train.tsv", "glue/CoLA/dev.tsv", _cola, ("mcc", "accuracy"),
+             selection="mcc"),  # by accuracy, a cell kept the majority-class checkpoint (70% acceptable): MCC 0
     GlueTask("sst2", "SST-2", "sst2/train.tsv", "sst2/dev.tsv",
              lambda p: _by_header(p, "sentence", None, "label"), ("accuracy",)),
     GlueTask("stsb", "STS-B", "stsb/sts-train.csv", "stsb/sts-dev.csv", _sts, ("spearman", "pearson"), pair=True,
-             kind="regress"),
+             kind="regress", selection="spearman"),
     GlueTask("mrpc", "MRPC", "glue/MRPC/train.tsv", "glue/MRPC/dev.tsv",
-             lambda p: _by_header(p, "#1 String", "#2 String", "Quality"), ("f1", "accuracy"), pair=True),
+             lambda p: _by_header(p, "#1 String", "#2 String", "Quality"), ("f1", "accuracy"), pair=True,
+             selection="macro_f1"),  # the classifier's validation has macro F1, the nearest to the positive class's
     GlueTask("rte", "RTE", "glue/RTE/train.tsv", "glue/RTE/dev.tsv",
              lambda p: _by_header(p, "sentence1", "sentence2", "label"), ("accuracy",), pair=True,
              positive="entailment"),
