@@ -12,8 +12,9 @@ own translation (the exporter raises `Unsupported`, and `export` then exports wi
 float32's lowest value before the softmax, not the operator's default of -10000, so that no padding key can
 outscore a real one (SDPA's boolean mask is -inf); no row is all masked (`build_mask` opens such rows).
 
-Measured on all-MiniLM-L6-v2 (batch 32, the same padded batches through both graphs, AMD EPYC): 1.08x / 1.13x /
-1.19x at 128 / 256 / 512 tokens on one thread, 1.15x / 1.29x / 1.35x on two, outputs equal to cosine 0.9999994. The
+Measured on all-MiniLM-L6-v2 (batch 32, the same padded batches through both graphs, AMD EPYC,
+`benchmarks/onnx_attention.py`): 1.07x / 1.12x / 1.22x at 128 / 256 / 512 tokens on one thread, 1.12x / 1.23x /
+1.41x on two, outputs equal to cosine 0.9999999. The
 graph then needs onnxruntime (its contrib operators), as the optimiser's fused LayerNorm / GELU already did.
 """
 

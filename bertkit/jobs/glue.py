@@ -7,9 +7,10 @@ or extended `glue` goes on cell by cell: a finished cell is read back, a started
 BERT-base width scaled with the width as bertkit's automatic rate is), recorded in DIR/glue.json; `--set` overrides
 it, and a DIR trained under another protocol is refused. The best checkpoint is picked on 5% of the training set
 held out, by the task's own metric where the classifier computes it (CoLA MCC, MRPC macro F1, STS-B Spearman,
-accuracy for the others; `GlueTask.selection`); the reported scores are the GLUE dev set's, with each task's GLUE metric. The report (glue.md, glue.json,
-a table in the terminal) gives per task the median and spread over seeds, the majority-class baseline, and the
-average of the main metrics over the tasks run, named so that nobody mistakes it for full GLUE.
+accuracy for the others; `GlueTask.selection`); the reported scores are the GLUE dev set's, with each task's GLUE
+metric. The report (glue.md, glue.json, a table in the terminal) gives per task the median and spread over seeds,
+the majority-class baseline, and the average of the main metrics over the tasks run, named so that nobody mistakes
+it for full GLUE.
 """
 
 from __future__ import annotations
