@@ -44,6 +44,7 @@ ROWS = [
     ("lever: CUDA graphs (compile mode reduce-overhead, bucketed), base batch 256 and mini", "lever-graphs"),
     ("lever: bertkit embed --compile vs sentence-transformers (each call compiles)", "lever-embed"),
     ("lever: batch 512 x 128 (64k tokens/step; compiled, bucketed) vs BertForMaskedLM", "lever-b512"),
+    ("lever: compile mode max-autotune-no-cudagraphs, batch 512, positions, vs BertForMaskedLM", "lever-autotune"),
     ("lever: vocabulary 30522 vs 30528 (a multiple of 64), eager, batch 128", "lever-vocab"),
     ("bertkit pretrain, train.batch_size = auto, compile on, time budget", "pretrain-auto"),
     ("bertkit pretrain, mini shape, batch 128, compile on, train.cuda_graphs = true", "pretrain-graphs"),

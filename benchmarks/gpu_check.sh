@@ -27,6 +27,8 @@
 #   lever-qkv      the same (positions) with one q/k/v matrix product (--fuse-qkv; three are the default)
 #   lever-graphs   the same (bucket) compiled with mode reduce-overhead (CUDA graphs), base then mini shape
 #   lever-b512     compiled bf16 (bucket) at batch 512 x 128 (64k tokens per step), vs BertForMaskedLM
+#   lever-autotune compiled with mode max-autotune-no-cudagraphs (Triton GEMMs autotuned, epilogues fused), batch
+#                  512, positions, vs BertForMaskedLM
 #   lever-vocab    eager bf16 batch 128 at vocabularies 30522 (BERT's) and 30528 (the next multiple of 64)
 #   lever-embed    embed_throughput.py as `embed`, bertkit embed --compile (each call pays its compile)
 #   pretrain-auto  the pretrain step with train.batch_size=auto (rows by measured memory), compile on, 90 s
@@ -158,6 +160,7 @@ if [ "$SMOKE" = 1 ]; then
     SHAPE=(--device cpu --cases 2x64 --batch-size 4 --steps 3 --precisions bf16,fp32)
     COMPILE=(--compile --compile-backend eager)
     PRETRAIN=(--recipe tiny --max-time 5s --max-steps 1000000 --set train.batch_size=8 --set model.vocab_size=1000)
+    AUTOTUNE=default  # the eager backend has no modes
     NO_DYNAMO=(env TORCHDYNAMO_DISABLE=1)  # --compile's plumbing without inductor's minutes of CPU codegen
     GRAPHS_RUN=(--recipe tiny --max-time 5s --max-steps 1000000 --set train.batch_size=8 --set model.vocab_size=1000
                 --set train.compile=off --set train.cuda_graphs=true)  # on a CPU: off, and the line says why
@@ -176,6 +179,7 @@ else
     COMPILE=(--compile)
     PRETRAIN=(--recipe base --max-time 60s --max-steps 1000000 --set train.batch_size=64 --set model.vocab_size=16000)
     NO_DYNAMO=()
+    AUTOTUNE=max-autotune-no-cudagraphs
     GRAPHS_RUN=(--recipe mini --max-time 60s --max-steps 1000000 --set train.batch_size=128
                 --set model.vocab_size=16000 --set train.compile=on --set train.cuda_graphs=true)
     AUTO=(--recipe base --max-time 90s --max-steps 1000000 --set train.batch_size=auto --set model.vocab_size=16000
@@ -259,6 +263,8 @@ else
     skip lever-embed "needs sentence-transformers (the peer it is compared with), not importable"
 fi
 step lever-b512 110 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" --select bucket
+# Triton GEMM templates autotuned against cuBLAS, with the bias/GELU epilogues fused into them (minutes to compile)
+step lever-autotune 240 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" --select positions --compile-mode "$AUTOTUNE"
 TWO='"$0" '"$PT"' "$@" --vocab 30522 && "$0" '"$PT"' "$@" --vocab 30528'
 step lever-vocab 70 bash -c "$TWO" "$PY" "${VOCAB_CASE[@]}" --no-peer
 # ---- the summary: one table on stdout, and under $OUT (gpu_check.md, gpu_check.json, gpu_check.log)
