@@ -146,10 +146,13 @@ class _Stack(nn.Module):
                per_layer: bool) -> bool:
         """Whether this forward runs unpadded: a bidirectional, uncached stack with padding to drop, no relative
         positions (their bias needs the padded grid), no per-layer outputs, no attention dropout (the flash
-        kernel has none), and `unpad` allowing it here."""
+        kernel has none), `unpad` allowing it here, and not inside torch.compile: there the check below, the
+        packing's data-dependent shapes and the kernel's integer max length would break the graph and recompile it
+        for each batch (18 breaks and 16 graphs for 5 batches), so a compiled forward stays padded."""
         cfg = self.config
         if (self.unpad == "never" or self.causal or cache is not None or attention_mask is None or per_layer
-                or cfg.positions == "relative" or (self.training and cfg.attention_dropout > 0)):
+                or cfg.positions == "relative" or (self.training and cfg.attention_dropout > 0)
+                or torch.compiler.is_compiling()):
             return False
         if self.unpad == "auto":
             half = (torch.is_autocast_enabled(x.device.type) and torch.get_autocast_dtype(x.device.type)

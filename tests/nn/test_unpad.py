@@ -73,6 +73,33 @@ def test_auto_packs_only_where_the_varlen_kernel_runs(monkeypatch):
         set_unpad(model, "sometimes")
 
 
+def test_a_compiled_forward_stays_padded_one_graph_for_every_batch_length():
+    """Under torch.compile the packing's data-dependent steps (the any-padding check, boolean gathers, the kernel's
+    integer max length) would break the graph and recompile per batch (18 breaks, 16 graphs for these 5 batches
+    before): a compiled forward takes the padded path, one graph for every length, the same real-token states."""
+    from torch._dynamo.utils import counters
+
+    model = Model(tiny(positions="rotary"), heads("classifier", num_labels=3, pooling="mean")).eval()
+    set_unpad(model, "always")  # as auto does on a GPU with the varlen kernel
+    batches = []
+    for t in (9, 13, 17, 21, 30):
+        ids = torch.randint(5, 101, (3, t))
+        mask = torch.ones_like(ids)
+        mask[1, t - 3:] = 0
+        mask[2, t // 2:] = 0
+        batches.append((ids, mask))
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(model, dynamic=True, backend="eager")
+    with torch.no_grad():
+        for ids, mask in batches:
+            eager = model(ids, attention_mask=mask, head="classifier").logits  # packed
+            torch.testing.assert_close(compiled(ids, attention_mask=mask, head="classifier").logits, eager,
+                                       atol=1e-5, rtol=1e-5)
+    assert not counters["graph_break"]
+    assert counters["stats"]["unique_graphs"] == 1
+
+
 def _varlen_reference(query, key, value, cu_seq_q, max_q, enable_gqa=False):
     """What the variable-length kernel computes, by SDPA with the block-diagonal mask: query (N, H, dh), key / value
     (N, Hkv, dh) -> (N, H, dh)."""
