@@ -49,6 +49,8 @@ ROWS = [
     ("bertkit pretrain, train.batch_size = auto, compile on, time budget", "pretrain-auto"),
     ("bertkit pretrain, mini shape, batch 128, compile on, train.cuda_graphs = true", "pretrain-graphs"),
     ("where a step's time goes: bare step vs the loop's (loop_overhead.py --profile)", "loop-profile"),
+    ("where a step's time goes with CUDA graphs: mini shape, batch 128, compiled (loop_overhead.py --profile)",
+     "loop-graphs"),
 ]
 THROUGHPUT = re.compile(
     r"^(?P<case>\d+x\d+) \((?P<params>[\d.]+)M\) (?P<precision>\w+) batch (?P<batch>\d+x\d+) (?P<device>\w+): "
@@ -356,7 +358,7 @@ def build_rows(work: Path) -> list[dict]:
             result = embed_row(work, "embed-compiled.json")
         elif name.startswith("lever-"):
             result = lever_row(log)
-        elif name == "loop-profile":
+        elif name in ("loop-profile", "loop-graphs"):
             result = profile_row(log)
         elif name.startswith("bare-"):
             found = extra[name] if name in extra else eager if name == "bare-eager" else compiled

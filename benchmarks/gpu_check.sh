@@ -36,6 +36,9 @@
 #   loop-profile   loop_overhead.py as `loop` (shorter), then --profile: where a bare step's and a loop step's
 #                  time goes (device kernel time vs wall per step; top operators); profile.txt and two traces
 #                  under $OUT
+#   loop-graphs    the same at the mini shape, batch 128, compiled, train.cuda_graphs=true: why the loop with
+#                  graphs ran at the compiled bare step's speed, not at the graphed one's (3.4x); under
+#                  $OUT/profile-graphs
 #
 # It runs on the machine's own torch (2.10 or later): nothing is pip-installed from a registry, PYTHONPATH points at
 # this checkout (PYTHON picks the interpreter, default python3). What bertkit needs beyond such an image:
@@ -174,6 +177,8 @@ if [ "$SMOKE" = 1 ]; then
     B512=(--device cpu --cases 2x64 --batch-size 8 --steps 3 --precisions bf16)
     VOCAB_CASE=(--device cpu --cases 2x64 --batch-size 4 --steps 3 --precisions bf16)
     PROFILE_LOOP=(--device cpu --recipe tiny --batch-size 8 --steps 10 --log-every 5 --bare-steps 4 --vocab-size 1000)
+    GRAPHS_LOOP=(--device cpu --recipe tiny --batch-size 8 --steps 10 --log-every 5 --bare-steps 4 --vocab-size 1000
+                 --set train.cuda_graphs=true)  # compile off on a CPU: the line says graphs are off, and why
 else
     SHAPE=(--device cuda --cases 12x768 --batch-size 128 --steps 20 --precisions bf16,fp32)
     COMPILE=(--compile)
@@ -193,6 +198,8 @@ else
     VOCAB_CASE=(--device cuda --cases 12x768 --batch-size 128 --steps 15 --precisions bf16)
     PROFILE_LOOP=(--device cuda --recipe base --batch-size 64 --steps 100 --log-every 25 --skip-windows 1
                   --bare-steps 20)
+    GRAPHS_LOOP=(--device cuda --recipe mini --batch-size 128 --steps 400 --log-every 50 --skip-windows 2
+                 --bare-steps 40 --compile --set train.cuda_graphs=true)
 fi
 
 mapfile -t GPU_TESTS < <(grep -rlE --include='*.py' 'mark\.gpu' tests | sort)
@@ -244,6 +251,9 @@ if [ -n "$(why_not)" ]; then
 else
     step loop-profile 120 "$PY" benchmarks/loop_overhead.py "${PROFILE_LOOP[@]}" --quiet --profile "$WORK/profile"
     [ -n "${OUT:-}" ] && [ -d "$WORK/profile" ] && mkdir -p "$OUT" && cp "$WORK"/profile/* "$OUT"/
+    step loop-graphs 150 "$PY" benchmarks/loop_overhead.py "${GRAPHS_LOOP[@]}" --quiet --profile "$WORK/profile-graphs"
+    [ -n "${OUT:-}" ] && [ -d "$WORK/profile-graphs" ] && mkdir -p "$OUT/profile-graphs" && \
+        cp "$WORK"/profile-graphs/* "$OUT"/profile-graphs/
 fi
 
 # levers of issue 33's throughput goal, each its own row (bare-b256 is their baseline)
