@@ -3,8 +3,9 @@ recall@10 and query latency, on real sentence embeddings at each size.
 
 The vectors are search_latency.py's: --model's embeddings of IMDB review sentences (made once with `bertkit embed`
 and cached; an ONNX export folder embeds them fastest), 200 held-out sentences as queries. For each size it scores
-the queries exactly in float32 (the truth), then with the same code `bertkit search` runs: int8 (the float query
-against the dequantized codes in FAISS's scalar-quantizer flat index, calibrated on the indexed vectors) and
+the queries exactly in float32 (the truth), then with the same code `bertkit search` runs: int8 (the float query,
+turned by the index's DCT, against the dequantized codes in FAISS's scalar-quantizer flat index, calibrated on the
+indexed vectors; and the same before the turn: per-dimension minimum / maximum, as indexes built earlier hold) and
 binary (Hamming candidates from FAISS's binary flat index, `--rescore` × 10 of them, rescored by the float query),
 at --rescore 1, 4 (the default) and 16; and, as the ceiling of the Hamming candidates, the same candidates (× 4,
 × 32) rescored from the float vectors instead of the signs (what an on-disk float or int8 copy for rescoring would
@@ -40,7 +41,8 @@ def main() -> None:
 
     from bertkit.hardware import describe_device
     from bertkit.index import _faiss, exact_search
-    from bertkit.index_codec import binary_flat, calibrate, encode, hamming_candidates, int8_flat, rescore, row_bytes
+    from bertkit.index_codec import (binary_flat, calibrate, encode, hamming_candidates, int8_flat, rescore, rotate,
+                                     row_bytes)
 
     import torch
 
@@ -57,12 +59,17 @@ def main() -> None:
         _, truth = exact_search([shard], queries, 10)
         single = queries[:args.queries]
         float_ms = statistics.median(median_ms(lambda q=q: exact_search([shard], q[None], 10), 1) for q in single)
-        calibration = calibrate(shard)
-        codes = int8_flat([encode(shard, "int8", calibration)], calibration, dim, faiss)
-        _, found = codes.search(queries, 10)
-        int8_ms = statistics.median(median_ms(lambda q=q: codes.search(q[None], 10), 1) for q in single)
-        rows = {"float32": (4 * dim, 1.0, float_ms), "int8": (row_bytes("int8", dim), recall_at(found, truth),
-                                                                int8_ms)}
+        rows = {"float32": (4 * dim, 1.0, float_ms)}
+        # bertkit's int8 (turned by the DCT, ranges from quantiles), then the same codec before the turn: each
+        # dimension's minimum and maximum, no turn (how indexes built before it were written, and are still read)
+        before = {"low": shard.min(0).tolist(), "high": shard.max(0).tolist()}
+        for name, calibration in (("int8", calibrate(shard)), ("int8 before the turn (min/max, no DCT)", before)):
+            codes = int8_flat([encode(shard, "int8", calibration)], calibration, dim, faiss)
+
+            def int8_search(q, codes=codes, calibration=calibration):
+                return codes.search(np.ascontiguousarray(rotate(q, calibration)), 10)[1]  # the codes' basis
+            int8_ms = statistics.median(median_ms(lambda q=q: int8_search(q[None]), 1) for q in single)
+            rows[name] = (row_bytes("int8", dim), recall_at(int8_search(queries), truth), int8_ms)
         bits = encode(shard, "binary")
         start = time.perf_counter()
         flat = binary_flat([bits], dim, faiss)

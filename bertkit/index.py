@@ -36,7 +36,7 @@ import numpy as np
 
 from bertkit.errors import BertkitError
 from bertkit.index_codec import (DTYPE, PRECISIONS, RESCORE, SUFFIX, add_ivf, binary_flat, build_ivf, check_calibration,
-                                 gather_rows, hamming_candidates, int8_flat, row_bytes, row_width)
+                                 gather_rows, hamming_candidates, int8_flat, rotate, row_bytes, row_width)
 from bertkit.index_codec import rescore as _rescore
 from bertkit.run.files import confined, content_digest, fsync_dir, remove_stale, replace, write_atomic
 from bertkit.run.lock import hold
@@ -208,7 +208,8 @@ class VectorIndex:
         if self.precision == "binary":
             rows = hamming_candidates(index, queries, min(self.count, k * max(1, rescore)))
             return _rescore(self.vectors(), queries, rows, k, "binary", self.dim)
-        return self._checked(*index.search(queries, k), _INT8_UNIT)
+        turned = np.ascontiguousarray(rotate(queries, self.calibration))  # the codes' basis (same inner products)
+        return self._checked(*index.search(turned, k), _INT8_UNIT)
 
     def _checked(self, scores: np.ndarray, rows: np.ndarray, bound: float) -> tuple[np.ndarray, np.ndarray]:
         """FAISS's results, refused when a score is not a cosine of (near) unit vectors: a changed or corrupt file."""
