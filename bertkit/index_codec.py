@@ -9,9 +9,10 @@ int8     D bytes: each vector turned by an orthonormal DCT-II (cosines unchanged
          sentence encoder's few large-spread dimensions set coarse steps for themselves alone; the DCT spreads
          them over every coordinate, and the quantiles keep one rare value from widening a range. On 1M
          all-MiniLM-L6-v2 vectors recall@10 against exact float search rose from 0.986 (per-dimension minimum /
-         maximum, no turn) to 0.990 (benchmarks/index_compression.py). A float query, turned the same way, is scored against the dequantized
-         codes directly (FAISS's scalar-quantizer flat index over the codes as they are: `int8_flat`), so every
-         candidate is scored by the float query: what rescoring does for a quantized query, done for all of them.
+         maximum, no turn) to 0.990 (benchmarks/index_compression.py). A float query, turned the same way, is
+         scored against the dequantized codes directly (FAISS's scalar-quantizer flat index over the codes as they
+         are: `int8_flat`), so every candidate is scored by the float query: what rescoring does for a quantized
+         query, done for all of them.
          Indexes built before the turn (no "rotation" in their calibration) are read as they were written.
 binary   ⌈D / 8⌉ bytes: the sign of each dimension, packed (numpy.packbits order). Candidates come from the Hamming
          distance of the query's signs (FAISS's binary flat index: popcount over packed bits), `rescore` × k of them,
