@@ -7,9 +7,9 @@ the queries exactly in float32 (the truth), then with the same code `bertkit sea
 turned by the index's DCT, against the dequantized codes in FAISS's scalar-quantizer flat index, calibrated on the
 indexed vectors; and the same before the turn: per-dimension minimum / maximum, as indexes built earlier hold) and
 binary (Hamming candidates from FAISS's binary flat index, `--rescore` × 10 of them, rescored by the float query),
-at --rescore 1, 4 (the default) and 16; and, as the ceiling of the Hamming candidates, the same candidates (× 4,
-× 32) rescored from the float vectors instead of the signs (what an on-disk float or int8 copy for rescoring would
-give: bertkit does not store one).
+at --rescore 1, 4 (the default) and 16; and the same with `index build --refine`: the candidates (int8: 4 × 10 of
+them; binary: 4, 16, 32, 64 × 10) ranked by a finer copy kept on disk (float32, or int8 for binary) instead of
+the codes.
 
   python benchmarks/index_compression.py --model runs/minilm-onnx [--sizes 100000,1000000]
 """
@@ -63,13 +63,24 @@ def main() -> None:
         # bertkit's int8 (turned by the DCT, ranges from quantiles), then the same codec before the turn: each
         # dimension's minimum and maximum, no turn (how indexes built before it were written, and are still read)
         before = {"low": shard.min(0).tolist(), "high": shard.max(0).tolist()}
-        for name, calibration in (("int8", calibrate(shard)), ("int8 before the turn (min/max, no DCT)", before)):
-            codes = int8_flat([encode(shard, "int8", calibration)], calibration, dim, faiss)
+        calibration = calibrate(shard)
+        for name, cal in (("int8", calibration), ("int8 before the turn (min/max, no DCT)", before)):
+            codes = int8_flat([encode(shard, "int8", cal)], cal, dim, faiss)
 
-            def int8_search(q, codes=codes, calibration=calibration):
-                return codes.search(np.ascontiguousarray(rotate(q, calibration)), 10)[1]  # the codes' basis
+            def int8_search(q, codes=codes, cal=cal, count=10):
+                return codes.search(np.ascontiguousarray(rotate(q, cal)), count)[1]  # the codes' basis
             int8_ms = statistics.median(median_ms(lambda q=q: int8_search(q[None]), 1) for q in single)
             rows[name] = (row_bytes("int8", dim), recall_at(int8_search(queries), truth), int8_ms)
+        # --refine float32: the int8 codes' 4 x 10 candidates ranked by the float copy (a memory-mapped file in
+        # bertkit; here the same array)
+        codes = int8_flat([encode(shard, "int8", calibration)], calibration, dim, faiss)
+
+        def int8_refined(q):
+            candidates = codes.search(np.ascontiguousarray(rotate(q, calibration)), 40)[1]
+            return rescore([shard], q, candidates, 10, "float32", dim)[1]
+        ms = statistics.median(median_ms(lambda q=q: int8_refined(q[None]), 1) for q in single)
+        rows[f"int8 + float32 copy on disk (--refine), rescore 4 (+{4 * dim:,} B on disk)"] = (
+            row_bytes("int8", dim), recall_at(int8_refined(queries), truth), ms)
         bits = encode(shard, "binary")
         start = time.perf_counter()
         flat = binary_flat([bits], dim, faiss)
@@ -81,13 +92,16 @@ def main() -> None:
             recall = recall_at(search(queries), truth)
             ms = statistics.median(median_ms(lambda q=q: search(q[None]), 1) for q in single)
             rows[f"binary, rescore {factor}"] = (row_bytes("binary", dim), recall, ms)
-        for factor in (4, 32):  # the ceiling of the sign vectors' candidates: rescored from the float vectors
-            def from_floats(q, factor=factor):
-                return rescore([shard], q, hamming_candidates(flat, q, 10 * factor), 10, "float32", dim)[1]
-            recall = recall_at(from_floats(queries), truth)
-            ms = statistics.median(median_ms(lambda q=q: from_floats(q[None]), 1) for q in single)
-            rows[f"binary, rescore {factor} from float32 (+{4 * dim:,} B on disk)"] = (row_bytes("binary", dim),
-                                                                                        recall, ms)
+        refine_codes = encode(shard, "int8", calibration)
+        for refine, stored, factors in (("int8", refine_codes, (4, 16, 32, 64)), ("float32", shard, (4, 32))):
+            for factor in factors:  # --refine: the Hamming candidates ranked by the copy on disk
+                def refined(q, factor=factor, refine=refine, stored=stored):
+                    return rescore([stored], q, hamming_candidates(flat, q, 10 * factor), 10, refine, dim,
+                                   calibration)[1]
+                recall = recall_at(refined(queries), truth)
+                ms = statistics.median(median_ms(lambda q=q: refined(q[None]), 1) for q in single)
+                rows[f"binary + {refine} copy on disk (--refine), rescore {factor} "
+                     f"(+{row_bytes(refine, dim):,} B on disk)"] = (row_bytes("binary", dim), recall, ms)
         for name, (size_bytes, recall, ms) in rows.items():
             print(f"  {name:<44} {size_bytes:>5} bytes/vector ({4 * dim / size_bytes:>4.0f}x smaller), "
                   f"recall@10 {recall:.3f}, {ms:.2f} ms/query", flush=True)

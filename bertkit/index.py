@@ -6,6 +6,8 @@ INDEX/ (a directory)
   shard-00000.jsonl     one {"id", "text"} per row
   shard-00000.offsets   int64 byte offset of each jsonl line, plus the file's size (n + 1 values)
   ivf-00000.faiss       FAISS IndexIVFFlat (inner product) over every row, when the backend is faiss
+  (compressed indexes: shard-00000.i8 / .b1 in place of .f32, and with `--refine` a finer copy, .r32 or .r8,
+  read only for the candidates a search rescores; index_codec)
 
 Vectors are normalised, so the inner product is the cosine similarity on both paths. Building writes a temporary
 directory and renames it into place; appending writes new shard files (and a new FAISS file) under fresh names and
@@ -16,9 +18,9 @@ Every file's size is checked against index.json on opening: a truncated or corru
 answer.
 
 index.json is untrusted input (indexes are shared): every file name in it must be one of the names bertkit writes
-(shard-NNNNN.f32 / .jsonl / .offsets, ivf-NNNNN.faiss), a plain name inside the index directory, so no index can
-make bertkit read, overwrite or delete a file elsewhere. Nothing is unpickled: vectors are raw float32, documents
-JSON, and the FAISS file is read by FAISS's own (non-executable) format.
+(shard-NNNNN.f32 / .i8 / .b1 / .r32 / .r8 / .jsonl / .offsets, ivf-NNNNN.faiss), a plain name inside the index
+directory, so no index can make bertkit read, overwrite or delete a file elsewhere. Nothing is unpickled: vectors
+are raw arrays, documents JSON, and the FAISS file is read by FAISS's own (non-executable) format.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ import contextlib
 import json
 import math
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,15 +36,14 @@ from pathlib import Path
 import numpy as np
 
 from bertkit.errors import BertkitError
-from bertkit.index_codec import (DTYPE, PRECISIONS, RESCORE, SUFFIX, add_ivf, binary_flat, build_ivf, check_calibration,
+from bertkit.index_codec import (DTYPE, REFINE_SUFFIX, SUFFIX, add_ivf, binary_flat, build_ivf, default_rescore,
                                  gather_rows, hamming_candidates, int8_flat, rotate, row_bytes, row_width)
 from bertkit.index_codec import rescore as _rescore
-from bertkit.run.files import confined, content_digest, fsync_dir, remove_stale, replace, write_atomic
+from bertkit.index_files import (FORMAT, INDEX_FILE, VERSION, file_number, next_number,  # noqa: F401 (re-exported)
+                                 read_meta, remove_leftovers, shard_files, write_meta)
+from bertkit.run.files import content_digest, fsync_dir, replace
 from bertkit.run.lock import hold
 
-INDEX_FILE = "index.json"
-FORMAT = "bertkit-index"
-VERSION = 1
 BACKENDS = ("auto", "exact", "faiss")
 # `auto` switches to FAISS at this many vectors. Measured on 2 cores (benchmarks/search_latency.py, 256-d): exact
 # numpy search takes 6 ms per query at 100k vectors and 18 ms at 300k, with recall 1; IVF answers in 1.4 / 3.4 ms at
@@ -56,13 +56,6 @@ FAISS_MIN = 300_000
 # benchmarks/search_latency.py). 1 (BLAS for every batch) is kept: never slower in those runs.
 BLAS_THRESHOLD = 1
 _EXACT_CHUNK = 1 << 17  # rows of a shard scored (or added to FAISS) at once: 64 MB of scores at 128 queries
-_SHARD_KEYS = ("vectors", "docs", "offsets", "count", "docs_bytes")
-# The only file names an index holds (besides index.json and .lock): a name read from index.json must be one of them.
-_NAMES = {"vectors": re.compile(r"shard-(\d{5,9})\.(?:f32|i8|b1)"), "docs": re.compile(r"shard-(\d{5,9})\.jsonl"),
-          "offsets": re.compile(r"shard-(\d{5,9})\.offsets"), "faiss": re.compile(r"ivf-(\d{5,9})\.faiss")}
-# Leftovers of an interrupted append: temporaries of any of the writers below.
-_STALE = (f".{INDEX_FILE}.tmp-*", ".shard-*.tmp-*", ".ivf-*.tmp-*")
-
 
 def _faiss():
     try:
@@ -104,7 +97,8 @@ class VectorIndex:
         self.dim = int(self.meta["dim"])
         self.shards = self.meta["shards"]
         self.precision = self.meta.get("vectors", "float32")  # how the vectors are stored (index_codec)
-        self.calibration = self.meta.get("calibration")  # int8: the per-dimension ranges
+        self.calibration = self.meta.get("calibration")  # int8 (codes or refine copy): the turn and the ranges
+        self.refine = self.meta.get("refine")  # the finer copy on disk that rescores candidates (index build --refine)
         self.count = sum(s["count"] for s in self.shards)
         if self.count != self.meta["count"]:
             raise BertkitError(f"{self.path}: corrupt index ({INDEX_FILE} says {self.meta['count']} rows, its shards "
@@ -117,6 +111,7 @@ class VectorIndex:
         if self.backend == "faiss" and self.meta["faiss"].get("digest") is not None:
             self._check_content(self.path / self.meta["faiss"]["file"], self.meta["faiss"]["digest"])
         self._vectors: list[np.ndarray] = []
+        self._refined: list[np.ndarray] = []
         self._offsets: list[np.ndarray] = []
         self._faiss = None  # the IVF file's index, read on first use
         self._flat = None  # int8 / binary: FAISS's flat index over the stored codes, built on first use
@@ -136,6 +131,11 @@ class VectorIndex:
             raise BertkitError(f"{self.path}: {INDEX_FILE} names {shard['vectors']} for {self.precision} vectors "
                                "(corrupt index)")
         expected = {shard["vectors"]: n * row_bytes(self.precision, self.dim), shard["offsets"]: (n + 1) * 8}
+        if self.refine:
+            if not shard["refine"].endswith("." + REFINE_SUFFIX[self.refine]):
+                raise BertkitError(f"{self.path}: {INDEX_FILE} names {shard['refine']} for a {self.refine} copy "
+                                   "(corrupt index)")
+            expected[shard["refine"]] = n * row_bytes(self.refine, self.dim)
         for name, size in expected.items():
             file = self.path / name
             if not file.is_file():
@@ -148,7 +148,7 @@ class VectorIndex:
             raise BertkitError(f"{docs}: missing, truncated or corrupt (expected {shard['docs_bytes']:,} bytes)")
         # contents: a file overwritten at the same size (an index from before digests were kept has none)
         digests = shard.get("digests")
-        for key in ("vectors", "docs", "offsets"):
+        for key in shard_files(shard):
             if isinstance(digests, dict) and digests.get(key) is not None:
                 self._check_content(self.path / shard[key], digests[key])
 
@@ -163,15 +163,24 @@ class VectorIndex:
             self._vectors = [shard_vectors(self.path, s, self.dim, self.precision) for s in self.shards]
         return self._vectors
 
+    def refined(self) -> list[np.ndarray]:
+        """Each shard's refine copy, memory-mapped read-only ((n, D) float32 or int8): only the rows a search
+        rescores are read, so it costs disk, not memory."""
+        if not self._refined:
+            self._refined = [shard_vectors(self.path, s, self.dim, self.refine, key="refine") for s in self.shards]
+        return self._refined
+
     # --------------------------------------------------------------------------------------------------- search
 
     def search(self, queries: np.ndarray, k: int = 10, exact: bool | None = None, nprobe: int | None = None,
-               rescore: int = RESCORE) -> tuple[np.ndarray, np.ndarray]:
+               rescore: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k rows by cosine similarity for each query (Q, D) -> scores (Q, k'), rows (Q, k'), with
         k' = min(k, count). Queries are normalised here (the stored vectors already are). `exact` None: the
         index's backend; True forces numpy over every vector. int8 vectors are scored by the float query against
         their dequantized values; binary ones are found by Hamming distance, `rescore` × k candidates per query, and
-        ranked by the float query against their sign vectors (index_codec)."""
+        ranked by the float query against their sign vectors (index_codec). An index with a refine copy on disk
+        (`index build --refine`) takes `rescore` × k candidates from its codes either way and ranks them by the
+        float query against that copy. `rescore` None: the index's default (index_codec.default_rescore)."""
         queries = np.asarray(queries, dtype=np.float32)
         if queries.ndim != 2 or queries.shape[1] != self.dim:
             raise BertkitError(f"queries of shape {queries.shape} do not fit an index of dimension {self.dim}")
@@ -181,6 +190,7 @@ class VectorIndex:
             return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
         approximate = not exact and (exact is not None or self.backend == "faiss")
         if self.precision != "float32":
+            rescore = default_rescore(self.precision, self.refine) if rescore is None else rescore
             return self._search_codes(queries, k, approximate, nprobe, rescore)
         if exact or (exact is None and self.backend != "faiss"):
             try:
@@ -205,11 +215,17 @@ class VectorIndex:
                 self._flat = (binary_flat(self.vectors(), self.dim, _faiss()) if self.precision == "binary" else
                               int8_flat(self.vectors(), self.calibration, self.dim, _faiss()))
             index = self._flat
+        wanted = min(self.count, k * max(1, rescore)) if self.refine or self.precision == "binary" else k
         if self.precision == "binary":
-            rows = hamming_candidates(index, queries, min(self.count, k * max(1, rescore)))
-            return _rescore(self.vectors(), queries, rows, k, "binary", self.dim)
-        turned = np.ascontiguousarray(rotate(queries, self.calibration))  # the codes' basis (same inner products)
-        return self._checked(*index.search(turned, k), _INT8_UNIT)
+            rows = hamming_candidates(index, queries, wanted)
+        else:
+            turned = np.ascontiguousarray(rotate(queries, self.calibration))  # the codes' basis (same products)
+            scores, rows = self._checked(*index.search(turned, wanted), _INT8_UNIT)
+            if not self.refine:
+                return scores, rows
+        if self.refine:  # the candidates rescored from the finer copy on disk
+            return _rescore(self.refined(), queries, rows, k, self.refine, self.dim, self.calibration)
+        return _rescore(self.vectors(), queries, rows, k, "binary", self.dim)
 
     def _checked(self, scores: np.ndarray, rows: np.ndarray, bound: float) -> tuple[np.ndarray, np.ndarray]:
         """FAISS's results, refused when a score is not a cosine of (near) unit vectors: a changed or corrupt file."""
@@ -280,11 +296,12 @@ class VectorIndex:
                         raise BertkitError(f"{self.path / shard['docs']}:{number}: corrupt document") from None
 
 
-def shard_vectors(path: Path, shard: dict, dim: int, precision: str = "float32") -> np.ndarray:
-    """One shard's stored vectors, memory-mapped read-only: (n, D) float32 / int8 or (n, ⌈D/8⌉) packed bits."""
+def shard_vectors(path: Path, shard: dict, dim: int, precision: str = "float32", key: str = "vectors") -> np.ndarray:
+    """One shard's stored vectors (or, key "refine", its refine copy), memory-mapped read-only: (n, D) float32 /
+    int8 or (n, ⌈D/8⌉) packed bits."""
     if shard["count"] == 0:  # an empty file cannot be mapped
         return np.zeros((0, row_width(precision, dim)), DTYPE[precision])
-    file = Path(path) / shard["vectors"]
+    file = Path(path) / shard[key]
     with _reading(file):
         return np.memmap(file, dtype=DTYPE[precision], mode="r", shape=(shard["count"], row_width(precision, dim)))
 
@@ -353,109 +370,6 @@ def exact_search(shards: list[np.ndarray], queries: np.ndarray, k: int) -> tuple
 
 
 # ----------------------------------------------------------------------------------------------------- writing
-
-def read_meta(path: Path) -> dict:
-    """index.json, checked: a clear error for anything that is not a bertkit index, and for any file name in it that
-    is not one of bertkit's own names inside the index directory (a hostile or corrupt index)."""
-    file = Path(path) / INDEX_FILE
-    if not Path(path).is_dir():
-        raise BertkitError(f"{path}: no such index (a directory made by `bertkit index build`)")
-    if not file.is_file():
-        raise BertkitError(f"{path}: not a bertkit index (no {INDEX_FILE})")
-    try:
-        meta = json.loads(file.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BertkitError(f"{file}: corrupt ({exc})") from None
-    except OSError as exc:
-        raise BertkitError(f"{file}: cannot be read ({exc.strerror})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-        raise BertkitError(f"{file}: not a bertkit index")
-    if meta.get("version") != VERSION:
-        raise BertkitError(f"{file}: index format version {meta.get('version')} (this bertkit reads {VERSION})")
-    for key in ("dim", "count", "shards", "model", "backend"):
-        if key not in meta:
-            raise BertkitError(f"{file}: corrupt (no '{key}')")
-    shards_ok = isinstance(meta["shards"], list) and all(
-        isinstance(s, dict) and all(k in s for k in _SHARD_KEYS) and _counts(s["count"], s["docs_bytes"])
-        for s in meta["shards"])
-    faiss = meta.get("faiss")
-    faiss_ok = meta["backend"] != "faiss" or (isinstance(faiss, dict) and all(k in faiss for k in ("file", "nlist",
-                                                                                                  "nprobe"))
-                                              and _counts(faiss["nlist"], faiss["nprobe"], least=1))
-    model_ok = isinstance(meta["model"], dict) and isinstance(meta["model"].get("identity"), str) \
-        and isinstance(meta["model"].get("path", ""), str)
-    sizes_ok = _counts(meta["dim"], least=1) and _counts(meta["count"])
-    vectors = meta.get("vectors", "float32")
-    vectors_ok = vectors in PRECISIONS and \
-        (vectors != "int8" or (sizes_ok and check_calibration(meta.get("calibration"), meta["dim"])))
-    if not (shards_ok and faiss_ok and model_ok and sizes_ok and vectors_ok) or meta["backend"] not in ("exact",
-                                                                                                      "faiss"):
-        what = "shards" if not shards_ok else "faiss" if not faiss_ok else "model" if not model_ok else \
-            "dim' / 'count" if not sizes_ok else "vectors' / 'calibration" if not vectors_ok else "backend"
-        raise BertkitError(f"{file}: corrupt (malformed '{what}' entry)")
-    names = [(key, shard[key]) for shard in meta["shards"] for key in ("vectors", "docs", "offsets")]
-    names += [("faiss", meta["faiss"]["file"])] if meta["backend"] == "faiss" else []
-    for key, name in names:
-        _own_name(Path(path), key, name)
-    if len({name for _, name in names}) != len(names):
-        raise BertkitError(f"{file}: corrupt (a file is named twice)")
-    return meta
-
-
-def _counts(*values: object, least: int = 0) -> bool:
-    """Every value is an integer >= `least` (JSON true/false and floats are not)."""
-    return all(isinstance(v, int) and not isinstance(v, bool) and v >= least for v in values)
-
-
-def _own_name(root: Path, key: str, name: object) -> Path:
-    """`root / name` for a name index.json gives: a plain name inside `root` (run.files.confined), of the form
-    bertkit writes for this kind of file, and not a link leading out of the directory."""
-    file = confined(root, name, f"{INDEX_FILE} names a file")
-    if not _NAMES[key].fullmatch(name):
-        raise BertkitError(f"{root}: {INDEX_FILE} names {key} file {name!r}, not a name bertkit writes (refused: a "
-                           "hostile or corrupt index)")
-    if file.is_symlink() and file.resolve().parent != root.resolve():
-        raise BertkitError(f"{file}: a link to a file outside the index (refused)")
-    return file
-
-
-def file_number(name: str) -> int:
-    """The number in a shard or FAISS file name (shard-00003.f32 -> 3); names are checked by read_meta."""
-    for pattern in _NAMES.values():
-        match = pattern.fullmatch(name)
-        if match:
-            return int(match.group(1))
-    raise BertkitError(f"{name!r}: not an index file name")
-
-
-def next_number(meta: dict) -> int:
-    """A number above every file index.json names: the new files of an append never replace a committed one."""
-    names = [shard[key] for shard in meta["shards"] for key in ("vectors", "docs", "offsets")]
-    names += [meta["faiss"]["file"]] if meta.get("faiss") else []
-    return 1 + max((file_number(name) for name in names), default=-1)
-
-
-def remove_leftovers(path: Path, meta: dict) -> int:
-    """Delete what interrupted appends left in an index directory: temporaries, and shard / FAISS files index.json
-    does not name (written, but never committed). Only under `index_lock`; returns how many went."""
-    path = Path(path)
-    gone = sum(remove_stale(path, pattern) for pattern in _STALE)
-    named = {shard[key] for shard in meta["shards"] for key in ("vectors", "docs", "offsets")}
-    named |= {meta["faiss"]["file"]} if meta.get("faiss") else set()
-    for entry in path.iterdir():
-        if entry.name not in named and any(p.fullmatch(entry.name) for p in _NAMES.values()) and \
-                (entry.is_symlink() or entry.is_file()):
-            entry.unlink(missing_ok=True)
-            gone += 1
-    if gone:
-        fsync_dir(path)
-    return gone
-
-
-def write_meta(path: Path, meta: dict) -> None:
-    """Replace index.json in one rename (the commit point of a build or an append): temp, fsync, rename, fsync."""
-    write_atomic(Path(path) / INDEX_FILE, json.dumps(meta, indent=2) + "\n")
-
 
 class ShardWriter:
     """Rows of (vector, id, text) streamed into one new shard's three files (temporaries until `close`)."""

@@ -81,9 +81,9 @@ def test_binary_packs_signs_and_decodes_to_unit_sign_vectors():
     np.testing.assert_allclose(np.linalg.norm(signs, axis=1), 1, atol=1e-6)
 
 
-def _synthetic_index(path, vectors, precision, nlist=None):
+def _synthetic_index(path, vectors, precision, nlist=None, refine=None):
     """An index directory over `vectors` (ids 0..n-1) written the way `index build` writes one (with `nlist`: a
-    FAISS IVF index too)."""
+    FAISS IVF index too; with `refine`: a finer copy on disk for rescoring)."""
     path.mkdir()
     writer = ShardWriter(path, 0, vectors.shape[1])
     writer.add(vectors, [str(i) for i in range(len(vectors))], [f"text {i}" for i in range(len(vectors))])
@@ -92,9 +92,11 @@ def _synthetic_index(path, vectors, precision, nlist=None):
             "count": len(vectors), "shards": [shard], "backend": "exact", "backend_choice": "auto"}
     if precision != "float32":
         meta["vectors"] = precision
-        if precision == "int8":
+        if refine:
+            meta["refine"] = refine
+        if "int8" in (precision, refine):
             meta["calibration"] = calibrate(vectors)
-        meta["shards"] = [compress_shard(path, shard, vectors.shape[1], precision, meta.get("calibration"))]
+        meta["shards"] = [compress_shard(path, shard, vectors.shape[1], precision, meta.get("calibration"), refine)]
     if nlist:
         stored = [shard_vectors(path, s, vectors.shape[1], precision) for s in meta["shards"]]
         ivf = build_faiss(stored, vectors.shape[1], nlist, precision=precision, calibration=meta.get("calibration"))
@@ -130,6 +132,33 @@ def test_recall_at_10_against_exact_float_search_and_the_planted_neighbour(tmp_p
     if precision == "binary":  # more candidates rescored: recall does not fall
         _, wider = index.search(queries, 10, rescore=16)
         assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(wider, truth)]) >= recall
+
+
+@pytest.mark.parametrize("precision, refine, least_recall", [("int8", "float32", 0.999), ("binary", "int8", 0.97),
+                                                          ("binary", "float32", 0.97)])
+def test_a_refine_copy_on_disk_rescores_the_candidates_to_near_float_recall(tmp_path, precision, refine,
+                                                                            least_recall):
+    vectors, queries, _ = _planted()
+    _, truth = exact_search([vectors], queries, 10)
+    plain = _synthetic_index(tmp_path / "plain", vectors, precision)
+    index = _synthetic_index(tmp_path / "refined", vectors, precision, refine=refine)
+    shard = index.shards[0]
+    assert (tmp_path / "refined" / shard["refine"]).stat().st_size == len(vectors) * row_bytes(refine, 128)
+    assert not list((tmp_path / "refined").glob("*.f32"))  # a float32 copy is the float shard renamed
+    # the codes in memory are the plain index's, byte for byte: the copy only adds a file on disk
+    assert np.array_equal(np.asarray(index.vectors()[0]), np.asarray(plain.vectors()[0]))
+
+    def recall(rows):
+        return np.mean([len(set(a) & set(b)) / 10 for a, b in zip(rows, truth)])
+    scores, rows = index.search(queries, 10, rescore=8)
+    assert recall(rows) >= least_recall and recall(rows) >= recall(plain.search(queries, 10, rescore=8)[1])
+    if refine == "float32":  # the scores are the exact cosines of the rows returned
+        np.testing.assert_allclose(scores, np.einsum("qd,qkd->qk", queries, vectors[rows]), atol=1e-5)
+    ivf = _synthetic_index(tmp_path / "ivf", vectors, precision, nlist=16, refine=refine)
+    assert recall(ivf.search(queries, 10, nprobe=16, rescore=8)[1]) >= least_recall  # every list: the same
+    (tmp_path / "refined" / shard["refine"]).write_bytes(b"")  # a truncated copy is refused on opening
+    with pytest.raises(BertkitError, match="truncated or corrupt"):
+        VectorIndex(tmp_path / "refined")
 
 
 @pytest.mark.parametrize("precision", ["int8", "binary"])
@@ -177,6 +206,35 @@ def test_build_add_search_and_info_through_the_commands(tmp_path, base, precisio
     assert json.loads(cli_ok("search", idx, SENTENCES[3], "--rescore", "8", "--json").stdout)["hits"]
 
 
+def test_a_refine_copy_is_built_kept_by_add_shown_by_info_and_swept_when_left_over(tmp_path, base):
+    first, second = tmp_path / "a.txt", tmp_path / "b.txt"
+    first.write_text("\n".join(SENTENCES[:16]) + "\n")
+    second.write_text("\n".join(SENTENCES[16:]) + "\n")
+    idx = tmp_path / "idx"
+    built = cli_ok("index", "build", "--model", base, first, "-o", idx, "--vectors", "binary", "--refine", "int8",
+                   "--no-progress")
+    assert "(4 bytes each; an int8 copy of 32 bytes each on disk, for rescoring)" in " ".join(built.output.split())
+    (idx / "shard-00007.r8").write_bytes(b"left by an interrupted append")
+    added = cli_ok("index", "add", idx, second, "--no-progress")
+    assert "removed 1 file(s)" in added.output and not (idx / "shard-00007.r8").exists()
+    meta = read_meta(idx)
+    assert meta["refine"] == "int8" and check_calibration(meta["calibration"], 32)
+    assert [s["refine"].rsplit(".", 1)[1] for s in meta["shards"]] == ["r8", "r8"]  # the append keeps a copy
+    info = json.loads(cli_ok("index", "info", idx).stdout)
+    assert (info["vectors"], info["bytes_per_vector"], info["refine"], info["refine_bytes_per_vector"]) == \
+        ("binary", 4, "int8", 32)
+    assert "refine" not in json.loads(cli_ok("index", "info", _plain_index(tmp_path, base, first)).stdout)
+    for sentence in (SENTENCES[3], SENTENCES[20]):  # ranked by the int8 copy: a document is its own best match
+        hits = job.search(job.SearchJob(idx, (sentence,), k=10, rescore=8)).hits[0]
+        assert hits[0].text == sentence and hits[0].score > 0.95
+
+
+def _plain_index(tmp_path, base, corpus):
+    out = tmp_path / "plain"
+    cli_ok("index", "build", "--model", base, corpus, "-o", out, "--no-progress")
+    return out
+
+
 @pytest.mark.parametrize("precision", ["int8", "binary"])
 def test_a_faiss_index_over_codes_is_built_appended_to_and_searched_by_the_commands(tmp_path, base, precision):
     words = ["films", "actors", "music", "rain", "bread", "trains", "cats", "rivers", "maps", "tea"]
@@ -200,6 +258,12 @@ def test_bad_inputs(tmp_path, base):
     corpus.write_text("\n".join(SENTENCES) + "\n")
     assert "--vectors 'int4'" in cli_error("index", "build", "--model", base, corpus, "-o", tmp_path / "i",
                                            "--vectors", "int4")
+    for vectors, refine, allowed in (("float32", "float32", "none"), ("int8", "int8", "float32"),
+                                     ("binary", "int4", "int8|float32")):
+        line = cli_error("index", "build", "--model", base, corpus, "-o", tmp_path / "i", "--vectors", vectors,
+                         "--refine", refine)
+        assert f"--refine '{refine}': not for --vectors {vectors} (allowed: {allowed}" in line
+    assert not (tmp_path / "i").exists()
     idx = tmp_path / "k"
     cli_ok("index", "build", "--model", base, corpus, "-o", idx, "--vectors", "int8", "--no-progress")
     assert "--rescore: must be >= 1" in cli_error("search", idx, "films", "--rescore", "0")

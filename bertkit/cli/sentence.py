@@ -114,13 +114,19 @@ def index_build(model: Annotated[Path, typer.Option("--model", "-m", help="The e
                                                           "calibrated on the corpus; scored by the float query) | "
                                                           "binary (1 bit; Hamming candidates rescored by the float "
                                                           "query).")]
-                = "float32") -> None:
+                = "float32",
+                refine: Annotated[str | None, typer.Option(help="int8 or binary vectors: also keep each vector "
+                                                                "finer on disk, float32 (for int8 or binary) or "
+                                                                "int8 (for binary), read only for the --rescore x k "
+                                                                "candidates a search ranks by it: memory stays the "
+                                                                "codes', recall nears float search.")] = None
+                ) -> None:
     """Embed a corpus into a new index (written atomically)."""
     from bertkit.jobs import search as job
 
     job.build(job.IndexBuildJob(model, tuple(corpus), out, text_field or "text", id_field, backend, nlist, nprobe,
                                 batch_size, overwrite=overwrite, precision=precision, progress=progress,
-                                vectors=vectors))
+                                vectors=vectors, refine=refine))
 
 
 @index_app.command("add")
@@ -146,8 +152,10 @@ def index_info(index: Annotated[Path, typer.Argument(help="An index directory.")
     from bertkit.run.files import to_json
 
     result = job.info(job.IndexInfoJob(index))
-    # the report names FAISS settings only for a FAISS index (no "faiss": null for an exact one), as it always has
-    typer.echo(to_json({name: value for name, value in vars(result).items() if name != "faiss" or value is not None}))
+    # the report names FAISS settings only for a FAISS index (no "faiss": null for an exact one), as it always has,
+    # and a refine copy only for an index that keeps one
+    optional = ("faiss", "refine", "refine_bytes_per_vector")
+    typer.echo(to_json({name: value for name, value in vars(result).items() if name not in optional or value}))
 
 
 @app.command()
@@ -165,8 +173,11 @@ def search(index: Annotated[Path, typer.Argument(help="An index directory from `
                                                        "query instead of refusing it.")] = False,
            precision: PrecisionOption = "auto",
            json_out: Annotated[bool, typer.Option("--json", help="One JSON line per query.")] = False,
-           rescore: Annotated[int, typer.Option(help="Binary indexes: candidates per result, found by Hamming "
-                                                     "distance and rescored by the float query.")] = 4) -> None:
+           rescore: Annotated[int | None, typer.Option(help="Binary indexes, and any with a --refine copy: "
+                                                            "candidates per result, found by the codes and "
+                                                            "rescored by the float query (default 4; 64 for a "
+                                                            "binary index with a --refine copy).")] = None
+           ) -> None:
     """The k most similar documents of an index for each query (cosine similarity)."""
     from bertkit.jobs import search as job
     from bertkit.run.files import to_json

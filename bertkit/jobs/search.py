@@ -25,7 +25,7 @@ from bertkit.errors import BertkitError
 from bertkit.index import (BACKENDS, FORMAT, INDEX_FILE, VERSION, Hit, ShardWriter, VectorIndex, add_to_faiss,
                            build_faiss, index_lock, ivf_params, next_number, read_meta, remove_leftovers,
                            resolve_backend, shard_vectors, write_faiss, write_meta)
-from bertkit.index_codec import RESCORE, calibrate, check_precision, compress_shard, row_bytes
+from bertkit.index_codec import REFINES, calibrate, check_precision, compress_shard, row_bytes
 from bertkit.run.files import atomic_dir, content_digest, disk_errors, fsync_dir
 from bertkit.run.lock import locked
 from bertkit.run.outputs import INDEX, claim, refuse_nested
@@ -79,6 +79,7 @@ class IndexBuildJob:
     precision: str = "auto"
     progress: bool = True
     vectors: str = "float32"  # how the index stores them: float32 | int8 | binary (index_codec)
+    refine: str | None = None  # a finer copy on disk that rescores candidates: float32 | int8 (index_codec.REFINES)
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,9 @@ def _build(job: IndexBuildJob, console: Console) -> IndexBuildResult:
         if value is not None and backend == "exact":
             raise BertkitError(f"{key}: only for a FAISS index (--backend faiss or auto), not --backend exact")
     vectors = check_precision(job.vectors)
+    if job.refine is not None and job.refine not in REFINES.get(vectors, ()):
+        allowed = "|".join(REFINES.get(vectors, ())) or "none: they are the full vectors already"
+        raise BertkitError(f"--refine {job.refine!r}: not for --vectors {vectors} (allowed: {allowed})")
     files = find_files(corpus)
     encoder = SentenceEncoder(job.model, batch_size=job.batch_size, precision=job.precision)
     found = scan(files, text_field, id_field, keep_empty=False, check_ids=True)
@@ -137,15 +141,19 @@ def _build(job: IndexBuildJob, console: Console) -> IndexBuildResult:
                 "count": shard["count"], "shards": [shard], "backend": chosen, "backend_choice": backend}
         if vectors != "float32":  # calibrated on every indexed vector, then the float shard replaced by its codes
             meta["vectors"] = vectors
-            if vectors == "int8":
+            if job.refine:
+                meta["refine"] = job.refine
+            if "int8" in (vectors, job.refine):
                 meta["calibration"] = calibrate(shard_vectors(tmp, shard, encoder.dim))
-            meta["shards"] = [compress_shard(tmp, shard, encoder.dim, vectors, meta.get("calibration"))]
+            meta["shards"] = [compress_shard(tmp, shard, encoder.dim, vectors, meta.get("calibration"), job.refine)]
         if chosen == "faiss":
             meta["faiss"] = _new_faiss(tmp, meta, nlist, nprobe, 0, console)
         write_meta(tmp, meta)
     _report_skips(console, found, encoder)
+    refined = "" if not job.refine else (f"; {'an' if job.refine == 'int8' else 'a'} {job.refine} copy of "
+                                         f"{row_bytes(job.refine, encoder.dim):,} bytes each on disk, for rescoring")
     console.print(f"wrote {out}: {meta['count']:,} × {encoder.dim} {vectors} vectors "
-                  f"({row_bytes(vectors, encoder.dim):,} bytes each), {chosen} search")
+                  f"({row_bytes(vectors, encoder.dim):,} bytes each{refined}), {chosen} search")
     return IndexBuildResult(out=out, count=meta["count"], backend=chosen, empty=found.empty,
                             truncated=encoder.truncated)
 
@@ -233,8 +241,9 @@ def add(job: IndexAddJob, console: Console | None = None) -> IndexAddResult:
             try:
                 _fill(writer, encoder, files, text_field, id_field, found.rows, job.chunk_size, job.progress,
                       console)
-                shard = compress_shard(index.path, writer.close(), index.dim, index.precision, index.calibration)
-                new_files.append(shard["vectors"])  # the compressed file, if it is one (the calibration is kept)
+                shard = compress_shard(index.path, writer.close(), index.dim, index.precision, index.calibration,
+                                       index.refine)
+                new_files += [shard["vectors"]] + ([shard["refine"]] if index.refine else [])  # (calibration kept)
                 meta["shards"] = meta["shards"] + [shard]
                 meta["count"] = meta["count"] + shard["count"]
                 if meta["backend"] == "faiss":
@@ -288,7 +297,8 @@ class SearchJob:
     nprobe: int | None = None
     truncate: bool = False
     precision: str = "auto"
-    rescore: int = RESCORE  # binary vectors: candidates per result rescored by the float query
+    rescore: int | None = None  # binary vectors or a refine copy: candidates per result rescored by the float
+    # query (None: the index's default, index_codec.default_rescore: 4, or 64 for binary with a refine copy)
 
 
 @dataclass(frozen=True)
@@ -307,7 +317,7 @@ def search(job: SearchJob, console: Console | None = None) -> SearchResult:
         raise BertkitError(f"-k: must be >= 1, got {k}")
     if nprobe is not None and nprobe < 1:
         raise BertkitError(f"--nprobe: must be >= 1, got {nprobe}")
-    if job.rescore < 1:
+    if job.rescore is not None and job.rescore < 1:
         raise BertkitError(f"--rescore: must be >= 1, got {job.rescore}")
     queries = [q.strip() for q in job.queries]
     if not queries or any(not q for q in queries):
@@ -323,7 +333,7 @@ def search(job: SearchJob, console: Console | None = None) -> SearchResult:
             raise BertkitError(f"the query {query[:40]!r}… is longer than the model's {encoder.max_length} tokens: "
                                f"shorten it, or pass --truncate to search with its first {encoder.max_length}")
     vectors = encoder.embed_encoded(encoded, normalize=True)
-    if job.rescore != RESCORE and index.precision != "binary":
+    if job.rescore is not None and index.precision != "binary" and not index.refine:
         console.print(f"[yellow]warning: --rescore does nothing here: {index.precision} vectors are scored by the "
                       "float query already")
     scores, rows = index.search(vectors, k, exact=job.exact, nprobe=nprobe, rescore=job.rescore)
@@ -352,6 +362,8 @@ class IndexInfoResult:
     faiss: dict[str, Any] | None = None
     vectors: str = "float32"  # how they are stored: float32 | int8 | binary
     bytes_per_vector: int = 0  # of the stored vectors (a FAISS file, if any, holds its own copy)
+    refine: str | None = None  # the finer copy on disk that rescores candidates (index build --refine), if any
+    refine_bytes_per_vector: int = 0  # its bytes per vector: on disk, read only for candidates
 
 
 def info(job: IndexInfoJob) -> IndexInfoResult:
@@ -360,7 +372,8 @@ def info(job: IndexInfoJob) -> IndexInfoResult:
     return IndexInfoResult(path=Path(job.index), count=index.count, dim=index.dim, backend=index.backend,
                            shards=len(index.shards), model=index.model,
                            faiss=index.meta["faiss"] if index.backend == "faiss" else None, vectors=index.precision,
-                           bytes_per_vector=row_bytes(index.precision, index.dim))
+                           bytes_per_vector=row_bytes(index.precision, index.dim), refine=index.refine,
+                           refine_bytes_per_vector=row_bytes(index.refine, index.dim) if index.refine else 0)
 
 
 @dataclass(frozen=True)
