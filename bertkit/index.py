@@ -189,19 +189,25 @@ class VectorIndex:
         if k < 1:
             return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
         approximate = not exact and (exact is not None or self.backend == "faiss")
+        if exact and self.refine == "float32":  # --exact with the full vectors on disk: an exact float search
+            return self._exact(self.refined(), queries, k, "refine")
         if self.precision != "float32":
             rescore = default_rescore(self.precision, self.refine) if rescore is None else rescore
             return self._search_codes(queries, k, approximate, nprobe, rescore)
         if exact or (exact is None and self.backend != "faiss"):
-            try:
-                return exact_search(self.vectors(), queries, k)
-            except NotUnitLength as exc:
-                file = self.path / self.shards[exc.shard]["vectors"]
-                raise BertkitError(f"{file}: holds vectors that are not finite or not of unit length (changed or "
-                                   "corrupt); rebuild the index") from None
+            return self._exact(self.vectors(), queries, k, "vectors")
         index = self.faiss_index()
         index.nprobe = min(nprobe or self.meta["faiss"]["nprobe"], index.nlist)
         return self._checked(*index.search(queries, k), _UNIT)
+
+    def _exact(self, shards: list[np.ndarray], queries: np.ndarray, k: int, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """Exact float32 search over `shards` (the vectors, or a float32 refine copy: `key` names the file)."""
+        try:
+            return exact_search(shards, queries, k)
+        except NotUnitLength as exc:
+            file = self.path / self.shards[exc.shard][key]
+            raise BertkitError(f"{file}: holds vectors that are not finite or not of unit length (changed or "
+                               "corrupt); rebuild the index") from None
 
     def _search_codes(self, queries: np.ndarray, k: int, approximate: bool, nprobe: int | None,
                       rescore: int) -> tuple[np.ndarray, np.ndarray]:
@@ -223,16 +229,18 @@ class VectorIndex:
             scores, rows = self._checked(*index.search(turned, wanted), _INT8_UNIT)
             if not self.refine:
                 return scores, rows
-        if self.refine:  # the candidates rescored from the finer copy on disk
-            return _rescore(self.refined(), queries, rows, k, self.refine, self.dim, self.calibration)
+        if self.refine:  # the candidates rescored from the finer copy on disk (checked as FAISS's scores are)
+            return self._checked(*_rescore(self.refined(), queries, rows, k, self.refine, self.dim, self.calibration),
+                                 _UNIT if self.refine == "float32" else _INT8_UNIT)
         return _rescore(self.vectors(), queries, rows, k, "binary", self.dim)
 
     def _checked(self, scores: np.ndarray, rows: np.ndarray, bound: float) -> tuple[np.ndarray, np.ndarray]:
-        """FAISS's results, refused when a score is not a cosine of (near) unit vectors: a changed or corrupt file."""
+        """FAISS's (or a refine copy's) results, refused when a score is not a cosine of (near) unit vectors: a
+        changed or corrupt file."""
         found = scores[rows >= 0]  # FAISS pads with -1 rows when a probe finds fewer than k
         if not (np.isfinite(found).all() and (np.abs(found) <= bound).all()):
-            raise BertkitError(f"{self.path}: its FAISS index or shards hold vectors that are not finite or not of "
-                               "unit length (changed or corrupt); rebuild the index")
+            raise BertkitError(f"{self.path}: its FAISS index or shard files hold vectors that are not finite or not "
+                               "of unit length (changed or corrupt); rebuild the index")
         return scores, rows
 
     def faiss_index(self):

@@ -82,7 +82,9 @@ def dct_matrix(dim: int) -> np.ndarray:
     k, n = np.arange(dim)[:, None], np.arange(dim)[None, :]
     c = np.sqrt(2.0 / dim) * np.cos(np.pi * (2 * n + 1) * k / (2 * dim))
     c[0] /= np.sqrt(2.0)
-    return c.astype(np.float32)
+    c = c.astype(np.float32)
+    c.flags.writeable = False  # cached: no caller may change it
+    return c
 
 
 def rotate(vectors: np.ndarray, calibration: dict | None) -> np.ndarray:

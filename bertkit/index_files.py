@@ -15,6 +15,17 @@ from bertkit.run.files import confined, fsync_dir, remove_stale, write_atomic
 INDEX_FILE = "index.json"
 FORMAT = "bertkit-index"
 VERSION = 1
+# Version 2: int8 codes turned by the DCT, or a refine copy (index_codec). Only such indexes are written as 2, so a
+# bertkit from before refuses them instead of scoring unturned queries against turned codes (recall ~0.01) or
+# appending a shard without its copy; every other index stays 1, readable by every bertkit.
+VERSION_TURNED = 2
+READABLE = (VERSION, VERSION_TURNED)
+
+
+def version_of(meta: dict) -> int:
+    """The format version an index with this index.json content is written as (see VERSION_TURNED)."""
+    turned = (meta.get("calibration") or {}).get("rotation", "none") != "none"
+    return VERSION_TURNED if turned or meta.get("refine") else VERSION
 
 _SHARD_KEYS = ("vectors", "docs", "offsets", "count", "docs_bytes")
 # The only file names an index holds (besides index.json and .lock): a name read from index.json must be one of them.
@@ -41,8 +52,9 @@ def read_meta(path: Path) -> dict:
         raise BertkitError(f"{file}: cannot be read ({exc.strerror})") from None
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise BertkitError(f"{file}: not a bertkit index")
-    if meta.get("version") != VERSION:
-        raise BertkitError(f"{file}: index format version {meta.get('version')} (this bertkit reads {VERSION})")
+    if meta.get("version") not in READABLE:
+        raise BertkitError(f"{file}: index format version {meta.get('version')} (this bertkit reads "
+                           f"{', '.join(map(str, READABLE))}): written by a newer bertkit?")
     for key in ("dim", "count", "shards", "model", "backend"):
         if key not in meta:
             raise BertkitError(f"{file}: corrupt (no '{key}')")

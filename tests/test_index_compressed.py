@@ -156,6 +156,22 @@ def test_a_refine_copy_on_disk_rescores_the_candidates_to_near_float_recall(tmp_
         np.testing.assert_allclose(scores, np.einsum("qd,qkd->qk", queries, vectors[rows]), atol=1e-5)
     ivf = _synthetic_index(tmp_path / "ivf", vectors, precision, nlist=16, refine=refine)
     assert recall(ivf.search(queries, 10, nprobe=16, rescore=8)[1]) >= least_recall  # every list: the same
+    if refine == "float32":  # --exact with the full vectors on disk: exact float search over the copy
+        assert (index.search(queries, 10, exact=True)[1] == truth).all()
+    # a same-size change inside the copy (which a digest of a large file may not sample): refused, never ranked
+    meta = json.loads((tmp_path / "refined" / "index.json").read_text())
+    meta["shards"][0]["digests"].pop("refine")
+    (tmp_path / "refined" / "index.json").write_text(json.dumps(meta))
+    copy = np.memmap(tmp_path / "refined" / shard["refine"], dtype=np.float32 if refine == "float32" else np.int8,
+                     mode="r+", shape=(len(vectors), 128))
+    if refine == "float32":  # the first query's best row, no longer a unit vector: scored above 1
+        copy[rows[0, 0]] = 3 * vectors[rows[0, 0]]
+    else:  # each code at the end of its range that the (turned) query favours
+        copy[rows[0, 0]] = np.where(rotate(queries[:1], index.calibration)[0] > 0, 127, -128)
+    copy.flush()
+    del copy
+    with pytest.raises(BertkitError, match="not finite or not of unit length"):
+        VectorIndex(tmp_path / "refined").search(queries[:1], 10, rescore=8)
     (tmp_path / "refined" / shard["refine"]).write_bytes(b"")  # a truncated copy is refused on opening
     with pytest.raises(BertkitError, match="truncated or corrupt"):
         VectorIndex(tmp_path / "refined")

@@ -8,6 +8,7 @@ import os
 import pytest
 
 import bertkit.index as index_module
+from bertkit.errors import BertkitError
 from bertkit.index import VectorIndex
 from bertkit.jobs import search as job
 from conftest import bertkit_capped as _limited
@@ -203,3 +204,55 @@ def test_a_full_disk_during_index_add_is_one_line_and_keeps_the_index(tmp_path, 
     assert not [p for p in idx.iterdir() if ".tmp" in p.name]
     assert VectorIndex(idx).count == len(lines)
     assert job.search(job.SearchJob(idx, (lines[7],), k=1)).hits[0][0].text == lines[7]
+
+
+COMPRESSED = [("int8", None), ("binary", "int8"), ("int8", "float32")]
+
+
+def _options(vectors, refine):
+    return ["--vectors", vectors] + (["--refine", refine] if refine else [])
+
+
+@pytest.mark.parametrize("vectors, refine", COMPRESSED)
+def test_an_append_that_fails_after_its_commit_keeps_the_files_it_committed(tmp_path, base, monkeypatch, vectors,
+                                                                            refine):
+    """The failure handler asks whether index.json already names the new shard: by its documents file, which
+    compression never renames (by its float file it never found one, and deleted committed .i8 / .b1 files)."""
+    idx = _index(tmp_path, base, "idx", SENTENCES[:12], *_options(vectors, refine))
+    real = job.write_meta
+
+    def commit_then_fail(path, meta):  # the rename done, the directory's fsync after it failing
+        real(path, meta)
+        raise OSError(5, "Input/output error")
+    monkeypatch.setattr(job, "write_meta", commit_then_fail)
+    with pytest.raises(OSError):
+        job.add(job.IndexAddJob(idx, (str(_corpus(tmp_path, "more.txt", SENTENCES[12:])),), progress=False))
+    assert VectorIndex(idx).count == 24  # index.json names the new shard, and its files are all there
+
+
+@pytest.mark.parametrize("vectors, refine", COMPRESSED)
+def test_an_append_that_fails_while_compressing_leaves_no_file_behind(tmp_path, base, monkeypatch, vectors, refine):
+    import bertkit.index_codec as codec
+
+    idx = _index(tmp_path, base, "idx", SENTENCES[:12], *_options(vectors, refine))
+    before = _tree(idx)
+
+    def no_space(path):  # late in compress_shard: its codes (and a float32 copy, renamed) are written
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(codec, "content_digest", no_space)
+    with pytest.raises((OSError, BertkitError)):  # (a full disk: one line, through disk_errors)
+        job.add(job.IndexAddJob(idx, (str(_corpus(tmp_path, "more.txt", SENTENCES[12:])),), progress=False))
+    assert {k: v for k, v in _tree(idx).items() if k.name != ".lock"} == before  # the largest, .r32, too
+
+
+def test_a_turned_or_refined_index_is_format_2_which_older_bertkits_refuse(tmp_path, base):
+    versions = {}
+    for name, options in (("plain", []), ("binary", ["--vectors", "binary"]), ("int8", ["--vectors", "int8"]),
+                          ("refined", ["--vectors", "binary", "--refine", "float32"])):
+        versions[name] = json.loads((_index(tmp_path, base, name, SENTENCES[:12], *options) / "index.json")
+                                    .read_text())["version"]
+    # an older bertkit reads only 1: the int8 turn and the refine copy would be misread or half-appended there
+    assert versions == {"plain": 1, "binary": 1, "int8": 2, "refined": 2}
+    meta = json.loads((tmp_path / "int8" / "index.json").read_text())
+    (tmp_path / "int8" / "index.json").write_text(json.dumps({**meta, "version": 3}))
+    assert "index format version 3 (this bertkit reads 1, 2)" in cli_error("index", "info", tmp_path / "int8")

@@ -110,8 +110,9 @@ def index_build(model: Annotated[Path, typer.Option("--model", "-m", help="The e
                 precision: PrecisionOption = "auto",
                 progress: ProgressOption = True,
                 vectors: Annotated[str, typer.Option(help="How the index stores the vectors: float32 (4 bytes a "
-                                                          "dimension) | int8 (1 byte, per-dimension ranges "
-                                                          "calibrated on the corpus; scored by the float query) | "
+                                                          "dimension) | int8 (1 byte: DCT-turned coordinates, "
+                                                          "ranges calibrated on the corpus; scored by the float "
+                                                          "query) | "
                                                           "binary (1 bit; Hamming candidates rescored by the float "
                                                           "query).")]
                 = "float32",

@@ -25,7 +25,8 @@ from bertkit.errors import BertkitError
 from bertkit.index import (BACKENDS, FORMAT, INDEX_FILE, VERSION, Hit, ShardWriter, VectorIndex, add_to_faiss,
                            build_faiss, index_lock, ivf_params, next_number, read_meta, remove_leftovers,
                            resolve_backend, shard_vectors, write_faiss, write_meta)
-from bertkit.index_codec import REFINES, calibrate, check_precision, compress_shard, row_bytes
+from bertkit.index_codec import REFINE_SUFFIX, REFINES, SUFFIX, calibrate, check_precision, compress_shard, row_bytes
+from bertkit.index_files import version_of
 from bertkit.run.files import atomic_dir, content_digest, disk_errors, fsync_dir
 from bertkit.run.lock import locked
 from bertkit.run.outputs import INDEX, claim, refuse_nested
@@ -139,13 +140,14 @@ def _build(job: IndexBuildJob, console: Console) -> IndexBuildResult:
         shard = writer.close()
         meta = {"format": FORMAT, "version": VERSION, "model": _model_entry(encoder), "dim": encoder.dim,
                 "count": shard["count"], "shards": [shard], "backend": chosen, "backend_choice": backend}
-        if vectors != "float32":  # calibrated on every indexed vector, then the float shard replaced by its codes
+        if vectors != "float32":  # calibrated on the indexed vectors, then the float shard replaced by its codes
             meta["vectors"] = vectors
             if job.refine:
                 meta["refine"] = job.refine
             if "int8" in (vectors, job.refine):
                 meta["calibration"] = calibrate(shard_vectors(tmp, shard, encoder.dim))
             meta["shards"] = [compress_shard(tmp, shard, encoder.dim, vectors, meta.get("calibration"), job.refine)]
+            meta["version"] = version_of(meta)  # 2 where older bertkits must not read it
         if chosen == "faiss":
             meta["faiss"] = _new_faiss(tmp, meta, nlist, nprobe, 0, console)
         write_meta(tmp, meta)
@@ -237,13 +239,16 @@ def add(job: IndexAddJob, console: Console | None = None) -> IndexAddResult:
         with disk_errors(path):  # a full disk: one line; the previous index stays as it was
             writer = ShardWriter(index.path, number, index.dim)
             old_faiss = meta.get("faiss", {}).get("file")
-            new_files = list(writer.names.values())
+            # every name this append may write under its number, compressed and refine copies included: a failure
+            # before the commit removes whichever exist (the largest, a float32 copy, must not wait for the next add)
+            stem = writer.names["docs"].rsplit(".", 1)[0]
+            new_files = list(writer.names.values()) + [f"{stem}.{suffix}" for suffix in (*SUFFIX.values(),
+                                                                                        *REFINE_SUFFIX.values())]
             try:
                 _fill(writer, encoder, files, text_field, id_field, found.rows, job.chunk_size, job.progress,
                       console)
                 shard = compress_shard(index.path, writer.close(), index.dim, index.precision, index.calibration,
                                        index.refine)
-                new_files += [shard["vectors"]] + ([shard["refine"]] if index.refine else [])  # (calibration kept)
                 meta["shards"] = meta["shards"] + [shard]
                 meta["count"] = meta["count"] + shard["count"]
                 if meta["backend"] == "faiss":
@@ -259,7 +264,7 @@ def add(job: IndexAddJob, console: Console | None = None) -> IndexAddResult:
                     new_files.append(meta["faiss"]["file"])
                 write_meta(index.path, meta)  # the commit
             except BaseException:
-                if not _committed(index.path, writer.names["vectors"]):  # else only the final fsync failed
+                if not _committed(index.path, writer.names["docs"]):  # else only the final fsync failed
                     writer.discard()
                     for name in new_files:
                         (index.path / name).unlink(missing_ok=True)
@@ -275,10 +280,11 @@ def add(job: IndexAddJob, console: Console | None = None) -> IndexAddResult:
                           empty=found.empty, truncated=encoder.truncated)
 
 
-def _committed(path: Path, vectors: str) -> bool:
-    """Whether index.json on disk already names the new shard (write_meta renamed it, then failed)."""
+def _committed(path: Path, docs: str) -> bool:
+    """Whether index.json on disk already names the new shard (write_meta renamed it, then failed), by its
+    documents file: the one name compression never changes (its vectors may be .i8 / .b1 by then)."""
     try:
-        return any(s["vectors"] == vectors for s in read_meta(path)["shards"])
+        return any(s["docs"] == docs for s in read_meta(path)["shards"])
     except BertkitError:
         return False
 
