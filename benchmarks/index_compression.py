@@ -64,19 +64,21 @@ def main() -> None:
         # dimension's minimum and maximum, no turn (how indexes built before it were written, and are still read)
         before = {"low": shard.min(0).tolist(), "high": shard.max(0).tolist()}
         calibration = calibrate(shard)
-        for name, cal in (("int8", calibration), ("int8 before the turn (min/max, no DCT)", before)):
-            codes = int8_flat([encode(shard, "int8", cal)], cal, dim, faiss)
+        int8_codes = encode(shard, "int8", calibration)  # encoded once: the int8 rows and the int8 refine copy
+        flats = {}
+        for name, cal, stored in (("int8", calibration, int8_codes),
+                                  ("int8 before the turn (min/max, no DCT)", before, encode(shard, "int8", before))):
+            flats[name] = codes = int8_flat([stored], cal, dim, faiss)
 
-            def int8_search(q, codes=codes, cal=cal, count=10):
-                return codes.search(np.ascontiguousarray(rotate(q, cal)), count)[1]  # the codes' basis
+            def int8_search(q, codes=codes, cal=cal):
+                return codes.search(np.ascontiguousarray(rotate(q, cal)), 10)[1]  # the codes' basis
             int8_ms = statistics.median(median_ms(lambda q=q: int8_search(q[None]), 1) for q in single)
             rows[name] = (row_bytes("int8", dim), recall_at(int8_search(queries), truth), int8_ms)
         # --refine float32: the int8 codes' 4 x 10 candidates ranked by the float copy (a memory-mapped file in
         # bertkit; here the same array)
-        codes = int8_flat([encode(shard, "int8", calibration)], calibration, dim, faiss)
 
         def int8_refined(q):
-            candidates = codes.search(np.ascontiguousarray(rotate(q, calibration)), 40)[1]
+            candidates = flats["int8"].search(np.ascontiguousarray(rotate(q, calibration)), 40)[1]
             return rescore([shard], q, candidates, 10, "float32", dim)[1]
         ms = statistics.median(median_ms(lambda q=q: int8_refined(q[None]), 1) for q in single)
         rows[f"int8 + float32 copy on disk (--refine), rescore 4 (+{4 * dim:,} B on disk)"] = (
@@ -92,8 +94,7 @@ def main() -> None:
             recall = recall_at(search(queries), truth)
             ms = statistics.median(median_ms(lambda q=q: search(q[None]), 1) for q in single)
             rows[f"binary, rescore {factor}"] = (row_bytes("binary", dim), recall, ms)
-        refine_codes = encode(shard, "int8", calibration)
-        for refine, stored, factors in (("int8", refine_codes, (4, 16, 32, 64)), ("float32", shard, (4, 32))):
+        for refine, stored, factors in (("int8", int8_codes, (4, 16, 32, 64)), ("float32", shard, (4, 32))):
             for factor in factors:  # --refine: the Hamming candidates ranked by the copy on disk
                 def refined(q, factor=factor, refine=refine, stored=stored):
                     return rescore([stored], q, hamming_candidates(flat, q, 10 * factor), 10, refine, dim,

@@ -20,13 +20,6 @@ VERSION = 1
 # appending a shard without its copy; every other index stays 1, readable by every bertkit.
 VERSION_TURNED = 2
 READABLE = (VERSION, VERSION_TURNED)
-
-
-def version_of(meta: dict) -> int:
-    """The format version an index with this index.json content is written as (see VERSION_TURNED)."""
-    turned = (meta.get("calibration") or {}).get("rotation", "none") != "none"
-    return VERSION_TURNED if turned or meta.get("refine") else VERSION
-
 _SHARD_KEYS = ("vectors", "docs", "offsets", "count", "docs_bytes")
 # The only file names an index holds (besides index.json and .lock): a name read from index.json must be one of them.
 _NAMES = {"vectors": re.compile(r"shard-(\d{5,9})\.(?:f32|i8|b1)"), "refine": re.compile(r"shard-(\d{5,9})\.r(?:32|8)"),
@@ -34,6 +27,12 @@ _NAMES = {"vectors": re.compile(r"shard-(\d{5,9})\.(?:f32|i8|b1)"), "refine": re
           "offsets": re.compile(r"shard-(\d{5,9})\.offsets"), "faiss": re.compile(r"ivf-(\d{5,9})\.faiss")}
 # Leftovers of an interrupted append: temporaries of any of the writers below.
 _STALE = (f".{INDEX_FILE}.tmp-*", ".shard-*.tmp-*", ".ivf-*.tmp-*")
+
+
+def version_of(meta: dict) -> int:
+    """The format version an index with this index.json content is written as (see VERSION_TURNED)."""
+    turned = (meta.get("calibration") or {}).get("rotation", "none") != "none"
+    return VERSION_TURNED if turned or meta.get("refine") else VERSION
 
 
 def read_meta(path: Path) -> dict:

@@ -243,7 +243,8 @@ def add(job: IndexAddJob, console: Console | None = None) -> IndexAddResult:
             # before the commit removes whichever exist (the largest, a float32 copy, must not wait for the next add)
             stem = writer.names["docs"].rsplit(".", 1)[0]
             new_files = list(writer.names.values()) + [f"{stem}.{suffix}" for suffix in (*SUFFIX.values(),
-                                                                                        *REFINE_SUFFIX.values())]
+                                                                                        *REFINE_SUFFIX.values())
+                                                       if f"{stem}.{suffix}" != writer.names["vectors"]]
             try:
                 _fill(writer, encoder, files, text_field, id_field, found.rows, job.chunk_size, job.progress,
                       console)
