@@ -45,7 +45,11 @@ ROWS = [
     ("lever: bertkit embed --compile vs sentence-transformers (each call compiles)", "lever-embed"),
     ("lever: batch 512 x 128 (64k tokens/step; compiled, bucketed) vs BertForMaskedLM", "lever-b512"),
     ("lever: compile mode max-autotune-no-cudagraphs, batch 512, positions, vs BertForMaskedLM", "lever-autotune"),
-    ("lever: vocabulary 30522 vs 30528 (a multiple of 64), eager, batch 128", "lever-vocab"),
+    ("lever: vocabulary 30522 (BERT's) vs 30528 (a multiple of 64), compiled, batch 512, vs BertForMaskedLM",
+     "lever-vocab"),
+    ("lever: dropout 0.1 (BERT's) vs 0 (bertkit's budget recipes), compiled, batch 512, vs BertForMaskedLM; "
+     "kernel time by kind", "lever-dropout"),
+    ("lever: batch 1024 x 128 (128k tokens/step), dropout 0, compiled, positions, vs BertForMaskedLM", "lever-b1024"),
     ("bertkit pretrain, train.batch_size = auto, compile on, time budget", "pretrain-auto"),
     ("bertkit pretrain, mini shape, batch 128, compile on, train.cuda_graphs = true", "pretrain-graphs"),
     ("where a step's time goes: bare step vs the loop's (loop_overhead.py --profile)", "loop-profile"),
@@ -59,8 +63,9 @@ THROUGHPUT = re.compile(
     r"(?:.*?compile cost (?P<cost>-?[\d.]+) s)?", re.MULTILINE)
 LEVER = re.compile(  # any pretrain_throughput.py line, levers and --no-peer included
     r"^(?P<case>\d+x\d+) \([\d.]+M\)(?: vocab (?P<vocab>\d+))? (?P<precision>\w+) batch (?P<batch>\d+x\d+) \w+: "
-    r"(?P<who>bertkit\D*?) (?P<ours>[\d,]+) tok/s, (?:transformers (?P<hf>[\d,]+) tok/s, ratio (?P<ratio>[\d.]+)|"
-    r"transformers not run[^;]*); .*?MFU (?P<mfu>\d+)%", re.MULTILINE)
+    r"(?P<who>bertkit[^;]*?) (?P<ours>[\d,]+) tok/s, (?:transformers (?P<hf>[\d,]+) tok/s, ratio (?P<ratio>[\d.]+)|"
+    r"transformers (?:not run|out of device memory)[^;]*); .*?MFU (?P<mfu>\d+)%[^\n]*"
+    r"(?:\n  profile: (?P<profile>[^\n]*))?", re.MULTILINE)
 PROFILED = re.compile(r"^(bare step|bertkit pretrain's loop): \d+ steps, wall ([\d.]+) ms/step, device kernels "
                       r"([\d.]+) ms/step \((\d+)% busy", re.MULTILINE)
 FIT = re.compile(r"train\.max_time (\S+): ([\d,]+) steps fit the budget")
@@ -227,6 +232,10 @@ def lever_row(log: str) -> str | None:
         text = f"{m['case']}{vocab} batch {m['batch']} {who}: {_number(m['ours']):,.0f} tok/s, MFU {m['mfu']}%"
         if m["ratio"]:
             text += f", {m['ratio']}x BertForMaskedLM ({_number(m['hf']):,.0f})"
+        elif "out of device memory" in m.group(0):
+            text += ", BertForMaskedLM out of device memory at this batch"
+        if m["profile"]:
+            text += f" (profile: {m['profile']})"
         found.append(text)
     return "; ".join(found) or None
 

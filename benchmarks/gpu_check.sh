@@ -29,15 +29,20 @@
 #   lever-b512     compiled bf16 (bucket) at batch 512 x 128 (64k tokens per step), vs BertForMaskedLM
 #   lever-autotune compiled with mode max-autotune-no-cudagraphs (Triton GEMMs autotuned, epilogues fused), batch
 #                  512, positions, vs BertForMaskedLM
-#   lever-vocab    eager bf16 batch 128 at vocabularies 30522 (BERT's) and 30528 (the next multiple of 64)
+#   lever-vocab    compiled bf16 batch 512, positions, at vocabularies 30522 (BERT's) and 30528 (the next multiple
+#                  of 64), each vs BertForMaskedLM at the same vocabulary (one process)
+#   lever-dropout  compiled bf16 batch 512, positions, dropout 0.1 (BERT's) then 0 (bertkit's budget recipes), both
+#                  models alike, each vs BertForMaskedLM, each profiled: kernel time by kind (matrix products,
+#                  attention, fused elementwise, optimiser, loss, other); the tables under $OUT/profile-b512
+#   lever-b1024    compiled bf16 batch 1024 x 128 (128k tokens per step), positions, dropout 0, vs BertForMaskedLM
 #   lever-embed    embed_throughput.py as `embed`, bertkit embed --compile (each call pays its compile)
 #   pretrain-auto  the pretrain step with train.batch_size=auto (rows by measured memory), compile on, 90 s
 #   pretrain-graphs  bertkit pretrain at the mini shape (4 x 256), batch 128, compile on, train.cuda_graphs=true, 60 s
 #   loop-profile   loop_overhead.py as `loop` (shorter), then --profile: where a bare step's and a loop step's
 #                  time goes (device kernel time vs wall per step; top operators); profile.txt and two traces
 #                  under $OUT
-#   loop-graphs    the same at the mini shape, batch 128, compiled, train.cuda_graphs=true: why the loop with
-#                  graphs ran at the compiled bare step's speed, not at the graphed one's (3.4x); under
+#   loop-graphs    (last) the same at the mini shape, batch 128, compiled, train.cuda_graphs=true: why the loop
+#                  with graphs ran at the compiled bare step's speed, not at the graphed one's (3.4x); under
 #                  $OUT/profile-graphs
 #
 # It runs on the machine's own torch (2.10 or later): nothing is pip-installed from a registry, PYTHONPATH points at
@@ -175,7 +180,7 @@ if [ "$SMOKE" = 1 ]; then
     B256=(--device cpu --cases 2x64 --batch-size 8 --steps 3 --precisions bf16)
     MINI=(--device cpu --cases 2x64 --batch-size 4 --steps 3 --precisions bf16)
     B512=(--device cpu --cases 2x64 --batch-size 8 --steps 3 --precisions bf16)
-    VOCAB_CASE=(--device cpu --cases 2x64 --batch-size 4 --steps 3 --precisions bf16)
+    B1024=(--device cpu --cases 2x64 --batch-size 16 --steps 3 --precisions bf16)
     PROFILE_LOOP=(--device cpu --recipe tiny --batch-size 8 --steps 10 --log-every 5 --bare-steps 4 --vocab-size 1000)
     GRAPHS_LOOP=(--device cpu --recipe tiny --batch-size 8 --steps 10 --log-every 5 --bare-steps 4 --vocab-size 1000
                  --set train.cuda_graphs=true)  # compile off on a CPU: the line says graphs are off, and why
@@ -195,7 +200,7 @@ else
     B256=(--device cuda --cases 12x768 --batch-size 256 --steps 15 --precisions bf16)
     MINI=(--device cuda --cases 4x256 --batch-size 128 --steps 30 --precisions bf16)
     B512=(--device cuda --cases 12x768 --batch-size 512 --steps 10 --precisions bf16)
-    VOCAB_CASE=(--device cuda --cases 12x768 --batch-size 128 --steps 15 --precisions bf16)
+    B1024=(--device cuda --cases 12x768 --batch-size 1024 --steps 6 --precisions bf16)
     PROFILE_LOOP=(--device cuda --recipe base --batch-size 64 --steps 100 --log-every 25 --skip-windows 1
                   --bare-steps 20)
     GRAPHS_LOOP=(--device cuda --recipe mini --batch-size 128 --steps 400 --log-every 50 --skip-windows 2
@@ -251,13 +256,15 @@ if [ -n "$(why_not)" ]; then
 else
     step loop-profile 120 "$PY" benchmarks/loop_overhead.py "${PROFILE_LOOP[@]}" --quiet --profile "$WORK/profile"
     [ -n "${OUT:-}" ] && [ -d "$WORK/profile" ] && mkdir -p "$OUT" && cp "$WORK"/profile/* "$OUT"/
-    step loop-graphs 150 "$PY" benchmarks/loop_overhead.py "${GRAPHS_LOOP[@]}" --quiet --profile "$WORK/profile-graphs"
-    [ -n "${OUT:-}" ] && [ -d "$WORK/profile-graphs" ] && mkdir -p "$OUT/profile-graphs" && \
-        cp "$WORK"/profile-graphs/* "$OUT"/profile-graphs/
 fi
 
-# levers of issue 33's throughput goal, each its own row (bare-b256 is their baseline)
+# levers of issue 33's throughput goal, each its own row; the newest first (bare-b256 is the oldest ones' baseline)
 PT="benchmarks/pretrain_throughput.py"
+step lever-dropout 170 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" --select positions --dropout 0.1,0 \
+    --profile "$WORK/profile-b512"
+[ -n "${OUT:-}" ] && [ -d "$WORK/profile-b512" ] && mkdir -p "$OUT/profile-b512" && \
+    cp "$WORK"/profile-b512/* "$OUT"/profile-b512/
+step lever-b1024 110 "$PY" "$PT" "${B1024[@]}" "${COMPILE[@]}" --select positions --dropout 0
 TWO='"$0" '"$PT"' "$@" --select positions --no-peer && "$0" '"$PT"' "$@" --select bucket --no-peer'
 step lever-select 120 bash -c "$TWO" "$PY" "${B256[@]}" "${COMPILE[@]}"
 step lever-qkv 80 "$PY" "$PT" "${B256[@]}" "${COMPILE[@]}" --select positions --fuse-qkv --no-peer
@@ -275,8 +282,15 @@ fi
 step lever-b512 110 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" --select bucket
 # Triton GEMM templates autotuned against cuBLAS, with the bias/GELU epilogues fused into them (minutes to compile)
 step lever-autotune 240 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" --select positions --compile-mode "$AUTOTUNE"
-TWO='"$0" '"$PT"' "$@" --vocab 30522 && "$0" '"$PT"' "$@" --vocab 30528'
-step lever-vocab 70 bash -c "$TWO" "$PY" "${VOCAB_CASE[@]}" --no-peer
+step lever-vocab 150 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" --select positions --vocab 30522,30528
+# CUDA graphs in the loop, profiled: last, as the least likely to change a default
+if [ -n "$(why_not)" ]; then
+    skip loop-graphs "$(why_not)"
+else
+    step loop-graphs 150 "$PY" benchmarks/loop_overhead.py "${GRAPHS_LOOP[@]}" --quiet --profile "$WORK/profile-graphs"
+    [ -n "${OUT:-}" ] && [ -d "$WORK/profile-graphs" ] && mkdir -p "$OUT/profile-graphs" && \
+        cp "$WORK"/profile-graphs/* "$OUT"/profile-graphs/
+fi
 # ---- the summary: one table on stdout, and under $OUT (gpu_check.md, gpu_check.json, gpu_check.log)
 REPORT=(--work "$WORK" --budget "$BUDGET")
 [ "$SMOKE" = 1 ] && REPORT+=(--smoke)

@@ -19,13 +19,20 @@ Levers (issue 33), each off by default so that a row says what it turned on:
       targets (a handful of static shapes: no dynamic-shape code, and CUDA graphs can record each)
   --compile-mode MODE              torch.compile's mode (reduce-overhead: CUDA graphs; max-autotune-no-cudagraphs)
   --fuse-qkv                       one q/k/v matrix product in training (bertkit.nn.attention.FUSE_QKV; off by default)
-  --vocab N                        the vocabulary (16000 = 250 x 64; BERT's 30522 is not a multiple of 64)
+  --vocab N[,N]                    the vocabulary (16000 = 250 x 64; BERT's 30522 is not a multiple of 64)
+  --dropout P[,P]                  hidden and attention dropout, both models (BERT's 0.1; bertkit's budget recipes
+                                   pretrain with 0, as Cramming does: a fraction of an epoch does not overfit)
   --no-peer                        bertkit alone (a lever row compares with the baseline row of the same call)
+A comma list of vocabularies or dropouts runs one case per value, in one process.
+`--profile DIR` then profiles a few of bertkit's steps per case: device kernel time by kind (matrix products,
+attention, fused elementwise, optimiser, loss, other) against the wall time, one line each; the full operator
+tables go to DIR. Where transformers' model runs out of device memory at a batch, its line says so and bertkit's
+figures stand.
 
     python benchmarks/pretrain_throughput.py [--steps 20] [--batch-size 32] [--cases 4x256,4x512]
                                              [--precisions fp32,bf16] [--device cpu|cuda] [--compile]
                                              [--compile-mode MODE] [--select bool|positions|bucket] [--fuse-qkv]
-                                             [--vocab 16000] [--no-peer]
+                                             [--vocab 16000] [--dropout 0.1] [--no-peer] [--profile DIR]
     LD_PRELOAD=libtcmalloc_minimal.so.4 python benchmarks/pretrain_throughput.py   # steadier CPU timings
 """
 
@@ -38,6 +45,7 @@ import os
 import resource
 import statistics
 import time
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -56,12 +64,14 @@ VOCAB, SEQ = 16000, 128
 BUCKET = 128  # --select bucket: masked-token counts rounded up to a multiple of this
 
 
-def _models(layers: int, width: int, device: str, vocab: int = VOCAB):
+def _models(layers: int, width: int, device: str, vocab: int = VOCAB, dropout: float = 0.1):
     heads = width // 64
     ours = Model(ModelConfig(vocab_size=vocab, d_model=width, n_layers=layers, n_heads=heads, d_ff=4 * width,
-                             max_len=512), HeadsConfig(names=("mlm",))).to(device).train()
+                             max_len=512, dropout=dropout, attention_dropout=dropout),
+                 HeadsConfig(names=("mlm",))).to(device).train()
     hf = BertForMaskedLM(BertConfig(vocab_size=vocab, hidden_size=width, num_hidden_layers=layers,
                                     num_attention_heads=heads, intermediate_size=4 * width,
+                                    hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
                                     attn_implementation="sdpa")).to(device).train()
     return ours, hf
 
@@ -121,6 +131,7 @@ class Levers:
     fuse_qkv: bool = attention.FUSE_QKV  # bertkit's default
     vocab: int = VOCAB
     peer: bool = True
+    dropout: float = 0.1  # BERT's, hidden and attention alike
 
     def label(self) -> str:
         """bertkit's name in the result line: what it ran with."""
@@ -128,16 +139,18 @@ class Levers:
                                                            + (f", {self.compile_mode})" if self.compile_mode else ")")]
         parts += [f"select {self.select}"] if self.select != "bool" else []
         parts += ["fused qkv"] if self.fuse_qkv else []
+        parts += [f"dropout {self.dropout:g}"] if self.dropout != 0.1 else []
         return "bertkit" + (" " + ", ".join(parts) if parts else "")
 
 
 def run_case(layers: int, width: int, precision: str, steps: int, batch_size: int, device: str,
-             levers: Levers = Levers(), warm: int = 2) -> str:
+             levers: Levers = Levers(), warm: int = 2, profile_dir: Path | None = None) -> str:
     """One shape at one precision: bertkit's step (with `levers`) and HF's (unless `levers.peer` is off),
-    alternated for `warm` untimed and `steps` timed steps; the result line."""
+    alternated for `warm` untimed and `steps` timed steps; the result line (and with `profile_dir`, a profile of
+    bertkit's step after it)."""
     torch.manual_seed(0)
     default_qkv, attention.FUSE_QKV = attention.FUSE_QKV, levers.fuse_qkv
-    ours, hf = _models(layers, width, device, levers.vocab)
+    ours, hf = _models(layers, width, device, levers.vocab, levers.dropout)
     if levers.compile_backend is not None:
         ours.compile(backend=levers.compile_backend, mode=levers.compile_mode)
     opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True) for name, m in (("ours", ours), ("hf", hf))}
@@ -156,20 +169,30 @@ def run_case(layers: int, width: int, precision: str, steps: int, batch_size: in
         else:
             positions_step(ours, opts["ours"], inputs, selections[index], dynamic=levers.select == "positions")
 
+    hf_oom = False  # transformers' model did not fit at this batch: bertkit's figures stand alone
     for index, (inputs, labels) in enumerate(batches):
-        for name in ("ours", "hf") if levers.peer else ("ours",):
+        for name in ("ours", "hf") if levers.peer and not hf_oom else ("ours",):
             sync()
             start = time.perf_counter()
             with autocast:
                 if name == "ours":
                     ours_step(index, inputs, labels)
                 else:
-                    _hf_step(hf, opts["hf"], inputs, labels)
+                    try:
+                        _hf_step(hf, opts["hf"], inputs, labels)
+                    except torch.OutOfMemoryError:
+                        hf_oom, hf, opts["hf"] = True, None, None  # free its weights and states for ours
+                        torch.cuda.empty_cache()
+                        continue
             sync()
             if index >= warm:  # the first steps warm up allocators and kernels (and compile)
                 times[name].append(time.perf_counter() - start)
             elif name == "ours":
                 first.append(time.perf_counter() - start)
+    profile_text = "" if profile_dir is None else \
+        _profile(profile_dir, levers, f"{layers}x{width} v{levers.vocab} b{batch_size} {precision}",
+                 lambda i: ours_step(warm + i % steps, *batches[warm + i % steps]), autocast, sync,
+                 torch.device(device))
     attention.FUSE_QKV = default_qkv
     tokens = batch_size * SEQ
     ours_tps = tokens / statistics.median(times["ours"])
@@ -181,7 +204,9 @@ def run_case(layers: int, width: int, precision: str, steps: int, batch_size: in
     achieved = ours_tps * per_token
     cost = "" if levers.compile_backend is None else \
         f"; compile cost {sum(first) - warm * tokens / ours_tps:.1f} s (first {warm} steps)"
-    if levers.peer:
+    if hf_oom:
+        peer = "transformers out of device memory at this batch"
+    elif levers.peer:
         hf_tps = tokens / statistics.median(times["hf"])
         peer = f"transformers {hf_tps:,.0f} tok/s, ratio {ours_tps / hf_tps:.2f}"
     else:
@@ -191,7 +216,30 @@ def run_case(layers: int, width: int, precision: str, steps: int, batch_size: in
             f"{levers.label()} {ours_tps:,.0f} tok/s, {peer}; "
             f"bertkit {per_token / 1e6:.1f} MFLOP/token = {achieved / 1e12:.3g} TFLOP/s, "
             f"MFU {achieved / peak.flops:.0%} of {peak.flops / 1e12:.3g} TFLOP/s ({peak.source.split(' on ')[0]})"
-            f"{cost}")
+            f"{cost}{profile_text}")
+
+
+PROFILE_STEPS = 4
+
+
+def _profile(out: Path, levers: Levers, case: str, step, autocast, sync, device: torch.device) -> str:
+    """PROFILE_STEPS more of bertkit's steps under torch.profiler: the kernel time by kind, as a line to append
+    to the result; the operator tables into OUT/CASE-LEVERS.txt."""
+    from step_profile import activities, kinds_line, profile, summary
+
+    out.mkdir(parents=True, exist_ok=True)
+    with profile(activities=activities(device)) as prof:
+        sync()
+        start = time.perf_counter()
+        with autocast:
+            for i in range(PROFILE_STEPS):
+                step(i)
+        sync()
+        wall = time.perf_counter() - start
+    title = f"{case} {levers.label()}"
+    name = "-".join("".join(c for c in word if c.isalnum() or c == ".") for word in title.split())
+    (out / f"{name}.txt").write_text(summary(prof, PROFILE_STEPS, wall, title) + "\n", encoding="utf-8")
+    return "\n  profile: " + kinds_line(prof, PROFILE_STEPS, wall)
 
 
 def main() -> None:
@@ -212,7 +260,13 @@ def main() -> None:
                         help="how the MLM head finds the masked tokens (see the module docstring)")
     parser.add_argument("--fuse-qkv", action="store_true",
                         help="one q/k/v matrix product in training (bertkit's default is three)")
-    parser.add_argument("--vocab", type=int, default=VOCAB, help="the vocabulary size (default 16000)")
+    parser.add_argument("--vocab", default=str(VOCAB),
+                        help="the vocabulary size, or a comma list: one case each (default 16000)")
+    parser.add_argument("--dropout", default="0.1",
+                        help="hidden and attention dropout of both models, or a comma list: one case each "
+                             "(default 0.1, BERT's)")
+    parser.add_argument("--profile", type=Path, default=None,
+                        help="then profile a few of bertkit's steps per case: kernel time by kind, tables to DIR")
     parser.add_argument("--no-peer", action="store_true", help="do not run transformers' model")
     parser.add_argument("--warm", type=int, default=None, help="untimed first steps (default 2; 3 with --compile)")
     args = parser.parse_args()
@@ -226,13 +280,16 @@ def main() -> None:
     print(f"precision {','.join(precisions)} ({why}); bertkit "
           + (f"compiled ({args.compile_backend})" if args.compile else "eager"), flush=True)
     warm = args.warm if args.warm is not None else (3 if args.compile else 2)
-    levers = Levers(args.compile_backend if args.compile else None, args.compile_mode if args.compile else None,
-                    args.select, args.fuse_qkv or attention.FUSE_QKV, args.vocab, not args.no_peer)
     for case in args.cases.split(","):
         layers, width = (int(x) for x in case.split("x"))
         for precision in precisions:
-            print(run_case(layers, width, precision, args.steps, args.batch_size, args.device, levers, warm),
-                  flush=True)
+            for vocab in (int(v) for v in args.vocab.split(",")):
+                for dropout in (float(p) for p in args.dropout.split(",")):
+                    levers = Levers(args.compile_backend if args.compile else None,
+                                    args.compile_mode if args.compile else None, args.select,
+                                    args.fuse_qkv or attention.FUSE_QKV, vocab, not args.no_peer, dropout)
+                    print(run_case(layers, width, precision, args.steps, args.batch_size, args.device, levers,
+                                   warm, args.profile), flush=True)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {peak:,.0f} MB")
 

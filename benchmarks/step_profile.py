@@ -44,6 +44,40 @@ def summary(prof: profile, steps: int, wall_s: float, title: str, top: int = 20)
     return "\n".join(parts)
 
 
+# A kernel's kind, by the first of these whose words its (lower-cased) name contains. Attention before matrix
+# products: the flash kernels are CUTLASS templates too.
+KINDS = (
+    ("attention", ("flash", "fmha", "attention")),
+    ("matmul", ("gemm", "nvjet", "xmma", "cutlass", "cublas", "matmul", "s16816")),
+    ("fused", ("triton",)),  # inductor's generated kernels: the norms, activations, dropout, casts it fused
+    ("optimiser", ("adam", "multi_tensor")),
+    ("loss", ("softmax", "nll_loss", "cross_entropy")),
+)
+
+
+def kind_of(name: str) -> str:
+    """The kind (KINDS) of a kernel named `name`, else "other" (eager elementwise ops, copies, casts, fills)."""
+    lowered = name.lower()
+    return next((kind for kind, words in KINDS if any(w in lowered for w in words)), "other")
+
+
+def kinds_line(prof: profile, steps: int, wall_s: float) -> str:
+    """One line: wall and device kernel ms per step, and the kernel time by kind (ms per step, share of kernels)."""
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    wall_ms = wall_s * 1e3 / steps
+    if not kernels:
+        return f"wall {wall_ms:.2f} ms/step; no device kernels (a CPU profile: see the tables)"
+    totals: dict[str, float] = {}
+    for event in kernels:
+        kind = kind_of(event.name)
+        totals[kind] = totals.get(kind, 0.0) + event.time_range.elapsed_us() / 1e3 / steps
+    busy = sum(totals.values())
+    parts = ", ".join(f"{kind} {ms:.1f} ({ms / busy:.0%})" for kind, ms in
+                      sorted(totals.items(), key=lambda item: -item[1]))
+    return (f"wall {wall_ms:.2f} ms/step, kernels {busy:.2f} ms/step ({busy / wall_ms:.0%} busy), "
+            f"{len(kernels) / steps:.0f} kernels/step; by kind, ms/step: {parts}")
+
+
 def activities(device: torch.device) -> list[ProfilerActivity]:
     """The host, and the device's kernels where it is a GPU."""
     return [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])

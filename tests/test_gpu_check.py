@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from bertkit.errors import BertkitError
 from bertkit.paths import find_dataset
@@ -54,3 +55,49 @@ def test_break_even_is_the_compile_cost_over_the_time_each_compiled_step_saves()
     assert "5,182 steps (203 s" in break_even(match, 418_573)
     assert break_even(match, 600_000) == ""  # compiled slower than eager: it never pays
     assert break_even(match, None) == ""
+
+
+def test_kernels_are_sorted_into_kinds_by_name():
+    from step_profile import kind_of
+
+    assert kind_of("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, false, "
+                   "false, cutlass::bfloat16_t>>") == "attention"  # a CUTLASS template, but attention
+    assert kind_of("nvjet_tst_256x128_64x4_2x1_v_bz_coopA_TNN") == "matmul"
+    assert kind_of("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64") == "matmul"
+    assert kind_of("triton_per_fused_add_native_layer_norm_native_dropout_3") == "fused"
+    assert kind_of("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdam>") == "optimiser"
+    assert kind_of("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>") == "loss"
+    assert kind_of("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>") == "other"
+
+
+def test_a_lever_row_reads_dropout_cases_profiles_and_a_peer_out_of_memory():
+    from gpu_check import lever_row
+
+    log = ("12x768 (110.1M) bf16 batch 512x128 cuda: bertkit compiled (inductor), select positions, dropout 0 "
+           "731,000 tok/s, transformers 500,000 tok/s, ratio 1.46; bertkit 570.2 MFLOP/token = 417 TFLOP/s, MFU 42% "
+           "of 989 TFLOP/s (datasheet: NVIDIA H200 bf16); compile cost 30.1 s (first 3 steps)\n"
+           "  profile: wall 90.00 ms/step, kernels 88.00 ms/step (98% busy), 900 kernels/step; by kind, ms/step: "
+           "matmul 60.0 (68%)\n"
+           "12x768 (110.1M) bf16 batch 1024x128 cuda: bertkit compiled (inductor), select positions, dropout 0 "
+           "740,000 tok/s, transformers out of device memory at this batch; bertkit 570.2 MFLOP/token = 422 "
+           "TFLOP/s, MFU 43% of 989 TFLOP/s (datasheet: NVIDIA H200 bf16)\n")
+    row = lever_row(log)
+    assert row.startswith("12x768 batch 512x128 compiled (inductor), select positions, dropout 0: 731,000 tok/s, "
+                          "MFU 42%, 1.46x BertForMaskedLM (500,000) (profile: wall 90.00 ms/step, kernels 88.00")
+    assert row.endswith("12x768 batch 1024x128 compiled (inductor), select positions, dropout 0: 740,000 tok/s, "
+                        "MFU 43%, BertForMaskedLM out of device memory at this batch")
+
+
+def test_the_peer_running_out_of_device_memory_leaves_bertkits_figures_standing(monkeypatch, tmp_path):
+    import pretrain_throughput as pt
+
+    def oom(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(pt, "_hf_step", oom)
+    line = pt.run_case(1, 64, "fp32", 2, 2, "cpu", pt.Levers(vocab=200, dropout=0.0), warm=1,
+                       profile_dir=tmp_path)
+    assert "transformers out of device memory at this batch" in line and "dropout 0 " in line
+    assert " tok/s" in line and "ratio" not in line
+    assert "\n  profile: wall " in line  # a CPU profile: no kernels, the tables in tmp_path
+    assert [p.name for p in tmp_path.iterdir()] == ["1x64-v200-b2-fp32-bertkit-dropout-0.txt"]
