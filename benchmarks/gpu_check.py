@@ -32,6 +32,8 @@ ROWS = [
     ("bare MLM step, eager, fp32, vs BertForMaskedLM", "bare-eager"),
     ("bare MLM step, compiled, bf16", "bare-compiled"),
     ("bare MLM step, compiled, fp32", "bare-compiled"),
+    ("issue 33's goal: BERT-base (vocab 30522), bf16, compiled, batch 512, dropout 0, vs BertForMaskedLM "
+     "(goal: MFU >= 40%, >= 1.6x)", "goal"),
     ("bertkit pretrain, time budget", "pretrain"),
     ("training loop vs bare step (loop_overhead.py)", "loop"),
     ("embed vs sentence-transformers", "embed"),
@@ -40,7 +42,8 @@ ROWS = [
     ("bare MLM step at the mini shape (4x256), bf16, eager and compiled", "bare-mini"),
     ("lever: masked tokens counted on the host (positions), then bucketed to 128 (compiled, batch 256)",
      "lever-select"),
-    ("lever: one q/k/v matrix product instead of three (compiled, positions, batch 256)", "lever-qkv"),
+    ("lever: three q/k/v matrix products instead of one (bertkit's GPU default; compiled, positions, batch 256)",
+     "lever-qkv"),
     ("lever: CUDA graphs (compile mode reduce-overhead, bucketed), base batch 256 and mini", "lever-graphs"),
     ("lever: bertkit embed --compile vs sentence-transformers (each call compiles)", "lever-embed"),
     ("lever: batch 512 x 128 (64k tokens/step; compiled, bucketed) vs BertForMaskedLM", "lever-b512"),
@@ -340,6 +343,23 @@ def machine() -> str:
     return text
 
 
+STACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)', re.MULTILINE)
+
+
+def stuck_at(log: str) -> str | None:
+    """Where a step's main thread was when its limit's SIGABRT made faulthandler write the stacks: the innermost
+    frame of the "Current thread" (or, failing that, the last thread written) and the innermost of bertkit's or
+    the benchmarks' own, as 'file:line in function'."""
+    if "Fatal Python error: Aborted" not in log:
+        return None
+    block = log.split("Current thread", 1)[1] if "Current thread" in log else log.rsplit("Thread 0x", 1)[-1]
+    frames = [f"{m['file']}:{m['line']} in {m['func']}" for m in STACK_FRAME.finditer(block)]
+    ours = next((f for f in frames if "/bertkit/" in f or "/benchmarks/" in f), None)  # the innermost of ours
+    if not frames:
+        return None
+    return frames[0] if ours in (None, frames[0]) else f"{frames[0]}, called from {ours}"
+
+
 def build_rows(work: Path) -> list[dict]:
     """Every row of ROWS with its status and result, from the steps' status, logs, JSON files and run folders."""
     steps = read_status(work)
@@ -365,7 +385,7 @@ def build_rows(work: Path) -> list[dict]:
             result = tests_row(log)
         elif name == "lever-embed":
             result = embed_row(work, "embed-compiled.json")
-        elif name.startswith("lever-"):
+        elif name.startswith("lever-") or name == "goal":
             result = lever_row(log)
         elif name in ("loop-profile", "loop-graphs"):
             result = profile_row(log)
@@ -388,7 +408,10 @@ def build_rows(work: Path) -> list[dict]:
             result = demo_row(work, log)
             if result is not None and status != "OK":
                 result = f"(partial) {result}"
-        if result is None:
+        where = stuck_at(log) if result is None else None
+        if where is not None:
+            result = f"{where} when its time ran out (every thread's stack: its log)"
+        elif result is None:
             tail = [line for line in log.splitlines() if line.strip()][-1:] or ["(empty log)"]
             status = status if status != "OK" else "FAILED (no result in its output)"
             result = tail[0][:200]

@@ -18,7 +18,8 @@ Levers (issue 33), each off by default so that a row says what it turned on:
       on the host (what `bertkit pretrain` does), or those positions padded to a multiple of 128 with ignored
       targets (a handful of static shapes: no dynamic-shape code, and CUDA graphs can record each)
   --compile-mode MODE              torch.compile's mode (reduce-overhead: CUDA graphs; max-autotune-no-cudagraphs)
-  --fuse-qkv                       one q/k/v matrix product in training (bertkit.nn.attention.FUSE_QKV; off by default)
+  --fuse-qkv / --no-fuse-qkv       one q/k/v matrix product in training, or three (bertkit.nn.attention.FUSE_QKV;
+                                   by default one on a GPU, three on a CPU, as bertkit trains)
   --vocab N[,N]                    the vocabulary (16000 = 250 x 64; BERT's 30522 is not a multiple of 64)
   --dropout P[,P]                  hidden and attention dropout, both models (BERT's 0.1; bertkit's budget recipes
                                    pretrain with 0, as Cramming does: a fraction of an epoch does not overfit)
@@ -128,7 +129,7 @@ class Levers:
     compile_backend: str | None = None  # None: eager
     compile_mode: str | None = None
     select: str = "bool"  # bool | positions | bucket
-    fuse_qkv: bool = attention.FUSE_QKV  # bertkit's default
+    fuse_qkv: bool = False  # main() resolves bertkit's default (one product on a GPU) for the device
     vocab: int = VOCAB
     peer: bool = True
     dropout: float = 0.1  # BERT's, hidden and attention alike
@@ -258,8 +259,11 @@ def main() -> None:
                         help="torch.compile mode with --compile (reduce-overhead: CUDA graphs)")
     parser.add_argument("--select", choices=("bool", "positions", "bucket"), default="bool",
                         help="how the MLM head finds the masked tokens (see the module docstring)")
-    parser.add_argument("--fuse-qkv", action="store_true",
-                        help="one q/k/v matrix product in training (bertkit's default is three)")
+    qkv = parser.add_mutually_exclusive_group()
+    qkv.add_argument("--fuse-qkv", action="store_true", default=None,
+                     help="one q/k/v matrix product in training (bertkit's default on a GPU)")
+    qkv.add_argument("--no-fuse-qkv", dest="fuse_qkv", action="store_false",
+                     help="three q/k/v matrix products in training (bertkit's default on a CPU)")
     parser.add_argument("--vocab", default=str(VOCAB),
                         help="the vocabulary size, or a comma list: one case each (default 16000)")
     parser.add_argument("--dropout", default="0.1",
@@ -280,6 +284,8 @@ def main() -> None:
     print(f"precision {','.join(precisions)} ({why}); bertkit "
           + (f"compiled ({args.compile_backend})" if args.compile else "eager"), flush=True)
     warm = args.warm if args.warm is not None else (3 if args.compile else 2)
+    fuse_qkv = args.fuse_qkv if args.fuse_qkv is not None else \
+        (device.type == "cuda" if attention.FUSE_QKV is None else attention.FUSE_QKV)
     for case in args.cases.split(","):
         layers, width = (int(x) for x in case.split("x"))
         for precision in precisions:
@@ -287,7 +293,7 @@ def main() -> None:
                 for dropout in (float(p) for p in args.dropout.split(",")):
                     levers = Levers(args.compile_backend if args.compile else None,
                                     args.compile_mode if args.compile else None, args.select,
-                                    args.fuse_qkv or attention.FUSE_QKV, vocab, not args.no_peer, dropout)
+                                    fuse_qkv, vocab, not args.no_peer, dropout)
                     print(run_case(layers, width, precision, args.steps, args.batch_size, args.device, levers,
                                    warm, args.profile), flush=True)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -290,3 +290,19 @@ def cli_process(*args, env=None, check=True):
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
     return result
+
+
+def qkv_runs(monkeypatch, attention, x: torch.Tensor, settings) -> list[tuple[torch.Tensor, list[torch.Tensor]]]:
+    """For each FUSE_QKV setting: the attention's output on x and the gradients of its q, k, v weights and q bias
+    after backward of the squared sum (comparing one stacked q/k/v product with three)."""
+    import bertkit.nn.attention as attention_module
+
+    results = []
+    for setting in settings:
+        monkeypatch.setattr(attention_module, "FUSE_QKV", setting)
+        attention.zero_grad(set_to_none=True)
+        out, _ = attention(x)
+        out.square().sum().backward()
+        results.append((out.detach(), [p.grad.clone() for p in (attention.q.weight, attention.k.weight,
+                                                                 attention.v.weight, attention.q.bias)]))
+    return results

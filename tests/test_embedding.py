@@ -115,3 +115,22 @@ def test_bf16_embeddings_agree_with_fp32_on_real_weights(minilm_run):
     assert cosine.min() >= 0.999, cosine
     assert not np.array_equal(a, b)  # bf16 really ran
 
+
+
+def test_a_compiled_encoder_runs_one_batch_at_a_time_and_embeds_as_eager(run, monkeypatch):
+    """A compiled model (`embed --compile`) runs one batch at a time: two threads in a compiled module at once
+    deadlocked bf16 `embed --compile` on a 2-core CPU (one thread tracing, the other leaving autocast). Its
+    embeddings equal eager's, which runs concurrent batches."""
+    import bertkit.inference as inference
+
+    pools, real_pool = [], inference.ThreadPoolExecutor
+    monkeypatch.setattr(inference, "ThreadPoolExecutor", lambda *a, **k: pools.append(a) or real_pool(*a, **k))
+    monkeypatch.setattr(inference, "inference_workers", lambda device: 2)
+    texts = TEXTS * 8
+    eager = SentenceEncoder(run, batch_size=4, precision="fp32").encode(texts)
+    assert pools == [(2,)]  # eager: two batches in flight
+    encoder = SentenceEncoder(run, batch_size=4, precision="fp32")
+    encoder.model.compile(dynamic=True, backend="eager")  # as compile=True does, without inductor's codegen
+    compiled = encoder.encode(texts)
+    assert pools == [(2,)]  # no pool for the compiled model
+    np.testing.assert_allclose(compiled, eager, rtol=1e-5, atol=1e-6)

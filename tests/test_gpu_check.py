@@ -101,3 +101,23 @@ def test_the_peer_running_out_of_device_memory_leaves_bertkits_figures_standing(
     assert " tok/s" in line and "ratio" not in line
     assert "\n  profile: wall " in line  # a CPU profile: no kernels, the tables in tmp_path
     assert [p.name for p in tmp_path.iterdir()] == ["1x64-v200-b2-fp32-bertkit-dropout-0.txt"]
+
+
+def test_a_step_that_ran_out_of_time_says_where_its_main_thread_was(tmp_path):
+    from gpu_check import build_rows, stuck_at
+
+    log = ("10,000 STS-B sentences, batch 128\nFatal Python error: Aborted\n\n"
+           "Thread 0x00007f (most recent call first):\n  File \"/x/torch/_dynamo/utils.py\", line 4231 in run_node\n\n"
+           "Current thread 0x00007e (most recent call first):\n"
+           "  File \"/usr/lib/python3.12/threading.py\", line 327 in wait\n"
+           "  File \"/c/bertkit/inference.py\", line 71 in run_sorted\n")
+    assert stuck_at(log) == ("/usr/lib/python3.12/threading.py:327 in wait, called from "
+                             "/c/bertkit/inference.py:71 in run_sorted")
+    assert stuck_at("Traceback (most recent call last):\n  File \"a.py\", line 1 in <module>\n") is None
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "lever-embed.log").write_text(log)
+    (tmp_path / "status.tsv").write_text("lever-embed\tTIMEOUT after 90 s\t90\tpython3 embed_throughput.py\n")
+    row = next(r for r in build_rows(tmp_path) if r["status"] != "not run")
+    assert row["status"] == "TIMEOUT after 90 s"
+    assert row["result"] == ("/usr/lib/python3.12/threading.py:327 in wait, called from /c/bertkit/inference.py:71 "
+                             "in run_sorted when its time ran out (every thread's stack: its log)")

@@ -168,7 +168,8 @@ class Attention(nn.Module):
         of 0..Tk-1). `cache` (one KVCache entry, updated in place): self-attention appends this call's keys and
         values to it; cross-attention computes them from `kv` once and reuses them. Returns (B, Tq, D) and, when
         asked (or on the eager path), the weights (B, H, Tq, Tk)."""
-        if FUSE_QKV and kv is None and torch.is_grad_enabled():  # training: one (D, (H + 2 Hkv) dh) product
+        fuse = x.is_cuda if FUSE_QKV is None else FUSE_QKV
+        if fuse and kv is None and torch.is_grad_enabled():  # training: one (D, (H + 2 Hkv) dh) product
             q, k, v = self._fused_qkv(x)  # (B, H, Tq, dh), (B, Hkv, Tq, dh) x 2
         else:
             q = self._heads(self.q(x), self.n_heads)  # (B, H, Tq, dh)
@@ -254,13 +255,14 @@ class Attention(nn.Module):
 
 
 # Where gradients are taken (training), self-attention can compute q, k and v in one matrix product over the stacked
-# weights: a wider GEMM for a GPU's tensor cores. Measured once, BERT-base, bf16, compiled, batch 512 x 128 on an
-# H200: 1.02x the step (within the spread of repeated runs); neutral on a 2-core CPU. Off by default until repeated
-# GPU runs show a gain (it also moves a run's weights by float noise, and one exact-agreement test then met a
-# near-tie: tests/jobs/test_sentence.py, its Spearman 1e-5 apart, its Pearson 2e-8). Never without
+# weights: a wider GEMM for a GPU's tensor cores (its weight gradient, 65k tokens deep at batch 512, no longer three
+# narrow split-K products). BERT-base, bf16, compiled, batch 512 x 128 on an H200, three runs: 1.02x, 1.035x and
+# 1.06x the step. So it is on where the input is on a GPU (None, the default); on a CPU it measured neutral, and
+# CPU runs keep their exact numbers (it moves a run's weights by float noise: one exact-agreement test on a CPU met
+# a near-tie with it on, tests/jobs/test_sentence.py, its Spearman 1e-5 apart, its Pearson 2e-8). Never without
 # gradients (evaluation, inference, decoding): stacking per call cost a one-token decoding step 1.57x on a CPU.
-# A switch so that a benchmark can time both in one run (`--fuse-qkv`).
-FUSE_QKV = False
+# True / False force it either way (a benchmark times both in one run: `--fuse-qkv`, `--no-fuse-qkv`).
+FUSE_QKV: bool | None = None
 
 # On a CPU, PyTorch's flash-attention kernel differentiates bf16 far slower than fp32, while its bf16 forward is the
 # faster one: forward + backward at 64 x 4 heads x 128 x 64 took 100.6 ms in bf16 against 56.8 ms in fp32, 1.8-3x

@@ -6,7 +6,7 @@ from torch import nn
 
 import bertkit.nn.attention as attention_module
 from bertkit.nn.attention import Attention, build_mask, sdpa, set_attention_impl
-from conftest import tiny
+from conftest import qkv_runs, tiny
 
 ATOL = 1e-5
 
@@ -184,15 +184,25 @@ def test_one_stacked_qkv_product_equals_three(monkeypatch, n_kv_heads, positions
     torch.manual_seed(0)
     attention = Attention(tiny(n_kv_heads=n_kv_heads, positions=positions)).train()
     x = torch.randn(2, 9, 32)
-    results = []
-    for fused in (False, True):
-        monkeypatch.setattr(attention_module, "FUSE_QKV", fused)
-        attention.zero_grad(set_to_none=True)
-        out, _ = attention(x)
-        out.square().sum().backward()
-        results.append((out.detach(), [p.grad.clone() for p in (attention.q.weight, attention.k.weight,
-                                                                 attention.v.weight, attention.q.bias)]))
-    (plain, plain_grads), (fused_out, fused_grads) = results
+    (plain, plain_grads), (fused_out, fused_grads) = qkv_runs(monkeypatch, attention, x, (False, True))
     torch.testing.assert_close(fused_out, plain, rtol=1e-5, atol=1e-6)
     for a, b in zip(fused_grads, plain_grads):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_by_default_q_k_v_are_one_product_on_a_gpu_only_and_only_where_gradients_are_taken(monkeypatch):
+    """FUSE_QKV None (the default): one stacked product where the input is on a GPU and gradients are taken;
+    three products on a CPU (its runs keep their exact numbers) and wherever no gradient is taken."""
+    assert attention_module.FUSE_QKV is None
+    attention = Attention(tiny()).train()
+    calls = []
+    original = Attention._fused_qkv
+    monkeypatch.setattr(Attention, "_fused_qkv", lambda self, x: calls.append(x.device.type) or original(self, x))
+    attention(torch.randn(2, 5, 32))
+    assert calls == []  # a CPU input: three products
+    monkeypatch.setattr(attention_module, "FUSE_QKV", True)
+    with torch.no_grad():
+        attention(torch.randn(2, 5, 32))
+    assert calls == []  # forced on, but no gradient is taken
+    attention(torch.randn(2, 5, 32))
+    assert calls == ["cpu"]

@@ -6,7 +6,7 @@ import torch
 
 from bertkit.nn.attention import set_attention_impl
 from bertkit.nn.model import Model
-from conftest import POSITIONS, tiny
+from conftest import POSITIONS, qkv_runs, tiny
 
 pytestmark = pytest.mark.gpu
 
@@ -122,3 +122,26 @@ def test_a_pretraining_with_cuda_graphs_learns_like_one_without(tmp_path):
                           if "loss" in r]
     assert len(losses["true"]) == len(losses["false"]) == 6
     assert losses["true"] == pytest.approx(losses["false"], rel=0.05)
+
+
+def test_training_on_a_gpu_takes_q_k_v_in_one_product_by_default_and_it_equals_three(monkeypatch):
+    """bertkit.nn.attention.FUSE_QKV None: one stacked q/k/v product where gradients are taken on a GPU; its
+    outputs and gradients equal three products' (the switch forced off) in fp32."""
+    from bertkit.nn.attention import Attention
+
+    torch.manual_seed(0)
+    attention = Attention(tiny(n_kv_heads=2)).cuda().train()
+    x = torch.randn(2, 9, 32, device="cuda")
+    calls, original = [], Attention._fused_qkv
+    monkeypatch.setattr(Attention, "_fused_qkv", lambda self, x: calls.append(1) or original(self, x))
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")  # fp32 products, not TF32 (a training run may have set it)
+    try:
+        results = qkv_runs(monkeypatch, attention, x, (None, False))
+    finally:
+        torch.set_float32_matmul_precision(precision)
+    assert calls == [1]  # the default on a GPU, not the forced-off pass
+    (fused, fused_grads), (plain, plain_grads) = results
+    torch.testing.assert_close(fused, plain, rtol=1e-4, atol=1e-5)
+    for a, b in zip(fused_grads, plain_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
