@@ -61,7 +61,7 @@ ROWS = [
 ]
 THROUGHPUT = re.compile(
     r"^(?P<case>\d+x\d+) \((?P<params>[\d.]+)M\) (?P<precision>\w+) batch (?P<batch>\d+x\d+) (?P<device>\w+): "
-    r"(?P<who>bertkit(?: compiled \([\w-]+\))?) (?P<ours>[\d,]+) tok/s, transformers (?P<hf>[\d,]+) tok/s, "
+    r"(?P<who>bertkit[^;]*?) (?P<ours>[\d,]+) tok/s, transformers (?P<hf>[\d,]+) tok/s, "
     r"ratio (?P<ratio>[\d.]+); .*?MFU (?P<mfu>\d+)% of (?P<peak>[\d.e+]+) TFLOP/s"
     r"(?:.*?compile cost (?P<cost>-?[\d.]+) s)?", re.MULTILINE)
 LEVER = re.compile(  # any pretrain_throughput.py line, levers and --no-peer included
@@ -344,20 +344,34 @@ def machine() -> str:
 
 
 STACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)', re.MULTILINE)
+CHECKOUT = Path(__file__).resolve().parents[1]
+
+
+def _ours(path: str) -> bool:
+    """Whether a stack frame's file is bertkit's or the benchmarks' own (not an installed package)."""
+    resolved = Path(path).resolve()
+    return "site-packages" not in resolved.parts and any(
+        resolved.is_relative_to(CHECKOUT / part) for part in ("bertkit", "benchmarks"))
 
 
 def stuck_at(log: str) -> str | None:
-    """Where a step's main thread was when its limit's SIGABRT made faulthandler write the stacks: the innermost
-    frame of the "Current thread" (or, failing that, the last thread written) and the innermost of bertkit's or
-    the benchmarks' own, as 'file:line in function'."""
-    if "Fatal Python error: Aborted" not in log:
-        return None
-    block = log.split("Current thread", 1)[1] if "Current thread" in log else log.rsplit("Thread 0x", 1)[-1]
-    frames = [f"{m['file']}:{m['line']} in {m['func']}" for m in STACK_FRAME.finditer(block)]
-    ours = next((f for f in frames if "/bertkit/" in f or "/benchmarks/" in f), None)  # the innermost of ours
-    if not frames:
-        return None
-    return frames[0] if ours in (None, frames[0]) else f"{frames[0]}, called from {ours}"
+    """Where a step's process was when its limit's SIGABRT made faulthandler write the stacks: of the dumps in the
+    log (worker processes write theirs too), the one whose current thread runs the step's own script; its
+    innermost frame and the innermost of bertkit's or the benchmarks' own, as 'file:line in function'."""
+    best = None
+    for dump in log.split("Fatal Python error: Aborted")[1:]:
+        if "Current thread" not in dump:
+            continue
+        block = re.split(r"\n\s*\n|\nThread 0x", dump.split("Current thread", 1)[1], maxsplit=1)[0]
+        frames = [(m["file"], f"{m['file']}:{m['line']} in {m['func']}") for m in STACK_FRAME.finditer(block)]
+        if not frames:
+            continue
+        ours = next((text for file, text in frames if _ours(file)), None)
+        where = frames[0][1] if ours in (None, frames[0][1]) else f"{frames[0][1]}, called from {ours}"
+        if frames[-1][1].endswith("in <module>") and _ours(frames[-1][0]):
+            return where  # the step's own process: its script is the outermost frame
+        best = best or where
+    return best
 
 
 def build_rows(work: Path) -> list[dict]:
@@ -408,7 +422,7 @@ def build_rows(work: Path) -> list[dict]:
             result = demo_row(work, log)
             if result is not None and status != "OK":
                 result = f"(partial) {result}"
-        where = stuck_at(log) if result is None else None
+        where = stuck_at(log) if result is None and status.startswith("TIMEOUT") else None
         if where is not None:
             result = f"{where} when its time ran out (every thread's stack: its log)"
         elif result is None:

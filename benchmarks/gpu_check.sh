@@ -109,7 +109,9 @@ step() {
     local start=$SECONDS rc
     # SIGABRT at the limit: Python's faulthandler (PYTHONFAULTHANDLER) writes every thread's stack into the log
     # before the process ends, so a step that runs out of time says where it was (a hang, or a slow compile)
-    PYTHONFAULTHANDLER=1 timeout --signal=ABRT --kill-after=10 "$limit" "$@" > "$WORK/logs/$name.log" 2>&1
+    # (no core files: an aborted CUDA process's could take gigabytes, and the exit status with them)
+    (ulimit -c 0; PYTHONFAULTHANDLER=1 timeout --signal=ABRT --kill-after=10 "$limit" "$@") \
+        > "$WORK/logs/$name.log" 2>&1
     rc=$?
     local took=$((SECONDS - start)) state=OK
     if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then state="TIMEOUT after ${limit} s"

@@ -24,7 +24,8 @@ Levers (issue 33), each off by default so that a row says what it turned on:
   --dropout P[,P]                  hidden and attention dropout, both models (BERT's 0.1; bertkit's budget recipes
                                    pretrain with 0, as Cramming does: a fraction of an epoch does not overfit)
   --no-peer                        bertkit alone (a lever row compares with the baseline row of the same call)
-A comma list of vocabularies or dropouts runs one case per value, in one process.
+A comma list of vocabularies or dropouts runs one case per value, in one process (the later cases reuse the
+compile caches of the earlier ones: their compile cost reads lower).
 `--profile DIR` then profiles a few of bertkit's steps per case: device kernel time by kind (matrix products,
 attention, fused elementwise, optimiser, loss, other) against the wall time, one line each; the full operator
 tables go to DIR. Where transformers' model runs out of device memory at a batch, its line says so and bertkit's
@@ -129,7 +130,7 @@ class Levers:
     compile_backend: str | None = None  # None: eager
     compile_mode: str | None = None
     select: str = "bool"  # bool | positions | bucket
-    fuse_qkv: bool = False  # main() resolves bertkit's default (one product on a GPU) for the device
+    fuse_qkv: bool | None = None  # None: bertkit's default on the device (one product on a GPU, three on a CPU)
     vocab: int = VOCAB
     peer: bool = True
     dropout: float = 0.1  # BERT's, hidden and attention alike
@@ -148,9 +149,21 @@ def run_case(layers: int, width: int, precision: str, steps: int, batch_size: in
              levers: Levers = Levers(), warm: int = 2, profile_dir: Path | None = None) -> str:
     """One shape at one precision: bertkit's step (with `levers`) and HF's (unless `levers.peer` is off),
     alternated for `warm` untimed and `steps` timed steps; the result line (and with `profile_dir`, a profile of
-    bertkit's step after it)."""
-    torch.manual_seed(0)
+    bertkit's step after it). `levers.fuse_qkv` None: what bertkit does on `device` (one product on a GPU)."""
+    if levers.fuse_qkv is None:
+        default = attention.FUSE_QKV if attention.FUSE_QKV is not None else device.startswith("cuda")
+        levers = dataclasses.replace(levers, fuse_qkv=default)
     default_qkv, attention.FUSE_QKV = attention.FUSE_QKV, levers.fuse_qkv
+    try:
+        return _timed_case(layers, width, precision, steps, batch_size, device, levers, warm, profile_dir)
+    finally:
+        attention.FUSE_QKV = default_qkv
+
+
+def _timed_case(layers: int, width: int, precision: str, steps: int, batch_size: int, device: str,
+                levers: Levers, warm: int, profile_dir: Path | None) -> str:
+    """`run_case` with q/k/v set as `levers.fuse_qkv` says."""
+    torch.manual_seed(0)
     ours, hf = _models(layers, width, device, levers.vocab, levers.dropout)
     if levers.compile_backend is not None:
         ours.compile(backend=levers.compile_backend, mode=levers.compile_mode)
@@ -182,9 +195,11 @@ def run_case(layers: int, width: int, precision: str, steps: int, batch_size: in
                     try:
                         _hf_step(hf, opts["hf"], inputs, labels)
                     except torch.OutOfMemoryError:
-                        hf_oom, hf, opts["hf"] = True, None, None  # free its weights and states for ours
-                        torch.cuda.empty_cache()
-                        continue
+                        hf_oom = True
+            if hf_oom and hf is not None:  # its weights, states and failed step freed (the error is gone) for ours
+                hf, opts["hf"] = None, None
+                torch.cuda.empty_cache()
+                continue
             sync()
             if index >= warm:  # the first steps warm up allocators and kernels (and compile)
                 times[name].append(time.perf_counter() - start)
@@ -194,7 +209,6 @@ def run_case(layers: int, width: int, precision: str, steps: int, batch_size: in
         _profile(profile_dir, levers, f"{layers}x{width} v{levers.vocab} b{batch_size} {precision}",
                  lambda i: ours_step(warm + i % steps, *batches[warm + i % steps]), autocast, sync,
                  torch.device(device))
-    attention.FUSE_QKV = default_qkv
     tokens = batch_size * SEQ
     ours_tps = tokens / statistics.median(times["ours"])
     params = sum(p.numel() for p in ours.parameters()) / 1e6
@@ -284,8 +298,6 @@ def main() -> None:
     print(f"precision {','.join(precisions)} ({why}); bertkit "
           + (f"compiled ({args.compile_backend})" if args.compile else "eager"), flush=True)
     warm = args.warm if args.warm is not None else (3 if args.compile else 2)
-    fuse_qkv = args.fuse_qkv if args.fuse_qkv is not None else \
-        (device.type == "cuda" if attention.FUSE_QKV is None else attention.FUSE_QKV)
     for case in args.cases.split(","):
         layers, width = (int(x) for x in case.split("x"))
         for precision in precisions:
@@ -293,7 +305,7 @@ def main() -> None:
                 for dropout in (float(p) for p in args.dropout.split(",")):
                     levers = Levers(args.compile_backend if args.compile else None,
                                     args.compile_mode if args.compile else None, args.select,
-                                    fuse_qkv, vocab, not args.no_peer, dropout)
+                                    args.fuse_qkv, vocab, not args.no_peer, dropout)
                     print(run_case(layers, width, precision, args.steps, args.batch_size, args.device, levers,
                                    warm, args.profile), flush=True)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

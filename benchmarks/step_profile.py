@@ -48,7 +48,7 @@ def summary(prof: profile, steps: int, wall_s: float, title: str, top: int = 20)
 # products: the flash kernels are CUTLASS templates too.
 KINDS = (
     ("attention", ("flash", "fmha", "attention")),
-    ("matmul", ("gemm", "nvjet", "xmma", "cutlass", "cublas", "matmul", "s16816")),
+    ("matmul", ("gemm", "nvjet", "xmma", "cutlass", "cublas", "matmul", "s16816", "triton_tem")),  # + autotuned
     ("fused", ("triton",)),  # inductor's generated kernels: the norms, activations, dropout, casts it fused
     ("optimiser", ("adam", "multi_tensor")),
     ("loss", ("softmax", "nll_loss", "cross_entropy")),

@@ -44,8 +44,8 @@ def run_sorted(model: Model, examples: list[Encoded], pad_id: int, batch_size: i
     Examples run shortest first, so a batch pads only to about its own length; `forward` returns (B, ...) and the
     rows are put back in the input order (a per-token output keeps only the example's own tokens). On a CPU,
     `inference_workers` batches run concurrently (one at a time through a compiled model). `on_batch(n)` is called
-    after each batch of n examples (progress bars). `precision` (resolved: fp32 / bf16 / fp16) runs `forward` under autocast; rows come back
-    float32 either way.
+    after each batch of n examples (progress bars). `precision` (resolved: fp32 / bf16 / fp16) runs `forward` under
+    autocast; rows come back float32 either way.
     """
     was_training = model.training
     model.eval()
@@ -58,9 +58,10 @@ def run_sorted(model: Model, examples: list[Encoded], pad_id: int, batch_size: i
             return forward(torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device),
                            torch.from_numpy(types).to(device)).float().cpu().numpy()
 
-    # A compiled model (Module.compile) runs one batch at a time: two threads in it at once can deadlock in
-    # dynamo (bf16 `embed --compile` on a 2-core CPU hung for good, one thread tracing, the other leaving autocast)
-    compiled = getattr(model, "_compiled_call_impl", None) is not None
+    # A compiled model (Module.compile, or torch.compile's wrapper) runs one batch at a time: two threads in it at
+    # once can deadlock in dynamo (bf16 `embed --compile` on a 2-core CPU hung for good, one thread tracing, the
+    # other leaving autocast)
+    compiled = getattr(model, "_compiled_call_impl", None) is not None or hasattr(model, "_orig_mod")
     workers = 1 if compiled else min(inference_workers(device), len(batches))
     threads = torch.get_num_threads()
     pool = None

@@ -116,7 +116,6 @@ def test_bf16_embeddings_agree_with_fp32_on_real_weights(minilm_run):
     assert not np.array_equal(a, b)  # bf16 really ran
 
 
-
 def test_a_compiled_encoder_runs_one_batch_at_a_time_and_embeds_as_eager(run, monkeypatch):
     """A compiled model (`embed --compile`) runs one batch at a time: two threads in a compiled module at once
     deadlocked bf16 `embed --compile` on a 2-core CPU (one thread tracing, the other leaving autocast). Its
@@ -134,3 +133,7 @@ def test_a_compiled_encoder_runs_one_batch_at_a_time_and_embeds_as_eager(run, mo
     compiled = encoder.encode(texts)
     assert pools == [(2,)]  # no pool for the compiled model
     np.testing.assert_allclose(compiled, eager, rtol=1e-5, atol=1e-6)
+    encoder = SentenceEncoder(run, batch_size=4, precision="fp32")
+    encoder.model = torch.compile(encoder.model, dynamic=True, backend="eager")  # the wrapper form
+    np.testing.assert_allclose(encoder.encode(texts), eager, rtol=1e-5, atol=1e-6)
+    assert pools == [(2,)]

@@ -64,6 +64,7 @@ def test_kernels_are_sorted_into_kinds_by_name():
                    "false, cutlass::bfloat16_t>>") == "attention"  # a CUTLASS template, but attention
     assert kind_of("nvjet_tst_256x128_64x4_2x1_v_bz_coopA_TNN") == "matmul"
     assert kind_of("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64") == "matmul"
+    assert kind_of("triton_tem_fused_addmm_gelu_4") == "matmul"  # max-autotune's GEMM templates
     assert kind_of("triton_per_fused_add_native_layer_norm_native_dropout_3") == "fused"
     assert kind_of("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdam>") == "optimiser"
     assert kind_of("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>") == "loss"
@@ -103,21 +104,47 @@ def test_the_peer_running_out_of_device_memory_leaves_bertkits_figures_standing(
     assert [p.name for p in tmp_path.iterdir()] == ["1x64-v200-b2-fp32-bertkit-dropout-0.txt"]
 
 
-def test_a_step_that_ran_out_of_time_says_where_its_main_thread_was(tmp_path):
+def test_a_step_that_ran_out_of_time_says_where_its_process_was(tmp_path):
     from gpu_check import build_rows, stuck_at
 
-    log = ("10,000 STS-B sentences, batch 128\nFatal Python error: Aborted\n\n"
-           "Thread 0x00007f (most recent call first):\n  File \"/x/torch/_dynamo/utils.py\", line 4231 in run_node\n\n"
-           "Current thread 0x00007e (most recent call first):\n"
-           "  File \"/usr/lib/python3.12/threading.py\", line 327 in wait\n"
-           "  File \"/c/bertkit/inference.py\", line 71 in run_sorted\n")
-    assert stuck_at(log) == ("/usr/lib/python3.12/threading.py:327 in wait, called from "
-                             "/c/bertkit/inference.py:71 in run_sorted")
+    inference, script = ROOT / "bertkit" / "inference.py", ROOT / "benchmarks" / "embed_throughput.py"
+    worker = ("Fatal Python error: Aborted\n\nCurrent thread 0x00007d (most recent call first):\n"
+              "  File \"/usr/lib/python3.12/multiprocessing/queues.py\", line 103 in get\n"
+              "  File \"/usr/lib/python3.12/multiprocessing/process.py\", line 108 in run\n\n")
+    main = ("Fatal Python error: Aborted\n\nThread 0x00007f (most recent call first):\n"
+            f"  File \"{ROOT / 'bertkit' / 'text' / 'prefetch.py'}\", line 5 in run\n\n"
+            "Current thread 0x00007e (most recent call first):\n"
+            "  File \"/usr/lib/python3.12/threading.py\", line 327 in wait\n"
+            "  File \"/x/site-packages/torch/_dynamo/eval_frame.py\", line 9 in _fn\n"
+            f"  File \"{inference}\", line 71 in run_sorted\n"
+            f"  File \"{script}\", line 191 in <module>\n\n"
+            "Thread 0x00007c (most recent call first):\n  File \"/x/y.py\", line 1 in z\n")
+    log = "10,000 STS-B sentences, batch 128\n" + worker + main  # a worker's stacks came first
+    assert stuck_at(log) == f"/usr/lib/python3.12/threading.py:327 in wait, called from {inference}:71 in run_sorted"
     assert stuck_at("Traceback (most recent call last):\n  File \"a.py\", line 1 in <module>\n") is None
+    assert stuck_at(worker) == "/usr/lib/python3.12/multiprocessing/queues.py:103 in get"  # no dump of the step's
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "lever-embed.log").write_text(log)
-    (tmp_path / "status.tsv").write_text("lever-embed\tTIMEOUT after 90 s\t90\tpython3 embed_throughput.py\n")
-    row = next(r for r in build_rows(tmp_path) if r["status"] != "not run")
-    assert row["status"] == "TIMEOUT after 90 s"
-    assert row["result"] == ("/usr/lib/python3.12/threading.py:327 in wait, called from /c/bertkit/inference.py:71 "
-                             "in run_sorted when its time ran out (every thread's stack: its log)")
+    (tmp_path / "logs" / "lever-vocab.log").write_text(main)  # an abort of its own: a crash, not the limit
+    (tmp_path / "status.tsv").write_text("lever-embed\tTIMEOUT after 90 s\t90\tpython3 embed_throughput.py\n"
+                                         "lever-vocab\tFAILED (exit 134)\t9\tpython3 pretrain_throughput.py\n")
+    rows = {r["row"].split(":")[1].split(",")[0].strip(): r for r in build_rows(tmp_path) if r["status"] != "not run"}
+    embed = next(r for r in rows.values() if r["status"].startswith("TIMEOUT"))
+    assert embed["result"] == (f"/usr/lib/python3.12/threading.py:327 in wait, called from {inference}:71 in "
+                               "run_sorted when its time ran out (every thread's stack: its log)")
+    crash = next(r for r in rows.values() if r["status"] == "FAILED (exit 134)")
+    assert "time ran out" not in crash["result"]
+
+
+def test_fused_qkv_lines_fill_the_bare_step_rows():
+    from gpu_check import throughput_rows
+
+    eager = ("12x768 (98.3M) bf16 batch 128x128 cuda: bertkit fused qkv 400,000 tok/s, transformers 380,000 tok/s, "
+             "ratio 1.05; bertkit 535.3 MFLOP/token = 214 TFLOP/s, MFU 22% of 989 TFLOP/s (datasheet: NVIDIA H200 "
+             "bf16)\n")
+    compiled = eager.replace("bertkit fused qkv 400,000", "bertkit compiled (inductor), fused qkv 500,000").replace(
+        "bf16)\n", "bf16); compile cost 30.0 s (first 3 steps)\n")
+    assert throughput_rows(eager, "")["bf16"].startswith("12x768 batch 128x128 cuda: bertkit 400,000 tok/s vs "
+                                                         "BertForMaskedLM 380,000 (1.05x)")
+    assert throughput_rows(compiled, eager)["bf16"].startswith("12x768 batch 128x128 cuda: compiled 500,000 tok/s "
+                                                               "= 1.25x eager, 1.32x BertForMaskedLM (380,000)")
