@@ -7,15 +7,22 @@ few steps and at least ~0.5% of the budget each, closed only where the loop has 
 queued work is inside the chunk that launched it) and trusts none of it until the time per step has stopped
 falling: a chunk within 10% of the one before. Until then the run keeps the step cap it started with and only the
 budget's hard stop can end it; once steady, the number of steps is fitted to the rest of the budget from the
-latest chunks' time per step, and re-fitted after every chunk while the estimate moves by more than 0.5% (a run
-that speeds up later, e.g. once a compiler stops recompiling, is extended to its budget). If the step time never settles, a quarter of the
-budget spent fits it anyway from the latest chunk (never from the first).
+latest chunks' time per step (their median: one chunk slowed by a stall, the machine's other work or a garbage
+collection, is not the run's speed), and re-fitted after every chunk while the estimate moves by more than 0.5% (a
+run that speeds up later, e.g. once a compiler stops recompiling, is extended to its budget). A run that reaches its
+fitted end with more than END_SLACK of the budget left over after its final evaluation is re-fitted there, not
+ended: a slow chunk had shrunk the plan faster than the next chunk could restore it (a 4 s test run under a busy
+machine ended at 45% of its budget). If the step time never settles, a quarter of the budget spent fits it anyway
+from the latest chunk (never from the first).
 
-Time outside training steps is planned too: evaluations (as measured; before the first, the objective's estimate),
+Time outside training steps is planned too: evaluations (the median of the latest ones since the steady state
+began; before those, the warm-up ones; before any, the objective's estimate),
 checkpoints and logging (as measured since the steady state began), and the final evaluation inside the budget.
 """
 
 from __future__ import annotations
+
+import statistics
 
 from bertkit.config import TrainConfig
 from bertkit.train.state import TrainState
@@ -27,7 +34,8 @@ STEADY_RATIO = 0.9  # a chunk's time per step at >= 90% of the chunk before: the
 FORCE_FIT_SHARE = 0.25  # fit from the latest chunk once this share of the budget is spent, steady or not
 REFIT_TOLERANCE = 0.005  # re-fit when the fitted total moves by more than this share
 KEPT_CHUNKS = 8
-RECENT_CHUNKS = 3  # the step time is the mean of this many latest chunks
+RECENT_CHUNKS = 3  # the step time is the median of this many latest chunks
+END_SLACK = 0.05  # a fitted end with more of the budget left than this share (final evaluation counted) re-fits
 
 
 class BudgetPlanner:
@@ -41,7 +49,10 @@ class BudgetPlanner:
     def observe(self, state: TrainState, synced: bool) -> str | None:
         """Account step `state.step`; `synced`: the loop waited for the device in it (a chunk may close only
         there). Returns the line to print when the plan is first fitted, else None."""
-        if not self.cfg.max_seconds or not synced or state.step >= state.total_steps:
+        if not self.cfg.max_seconds or not synced:
+            return None
+        if state.step >= state.total_steps:
+            self._not_yet(state)
             return None
         start = state.chunk
         if self.origin is None:
@@ -75,19 +86,44 @@ class BudgetPlanner:
         return (f"train.max_time {self.cfg.max_time}: {state.total_steps:,} steps fit the budget ({timing}; re-fitted "
                 "as it runs)")
 
+    def _not_yet(self, state: TrainState) -> None:
+        """At the fitted end: re-fit where more than END_SLACK of the budget would be left after the final
+        evaluation (the step cap still ends the run)."""
+        if not state.calibrated or state.total_steps >= self.cfg.max_steps:
+            return
+        left = self.cfg.max_seconds - state.elapsed - self._eval_cost(state, self._per_step(state))
+        if left > END_SLACK * self.cfg.max_seconds:
+            self.fit(state, first=True)
+
+    @staticmethod
+    def _per_step(state: TrainState) -> float:
+        """Steady seconds per training step: the median of the latest chunks (the mean since the steady state
+        began where no chunk has closed yet)."""
+        recent = state.chunk_times[-RECENT_CHUNKS:]  # the latest steady chunks: a change of speed is followed
+        if recent:
+            return statistics.median(recent)
+        step0, _, seconds0 = state.calibrated_at[:3]
+        return (state.step_seconds - seconds0) / max(1, state.step - step0)
+
+    def _eval_cost(self, state: TrainState, per_step: float) -> float:
+        """Seconds an evaluation takes: the median of the latest ones since the steady state began, else of the
+        warm-up ones, else the objective's estimate in steps."""
+        evals = state.evaluations - state.calibrated_at[3]
+        times = list(state.eval_times)
+        if evals and times:
+            return statistics.median(times[-min(evals, len(times)):])
+        if evals:  # a checkpoint written before eval_times was kept: the mean since the steady state began
+            return (state.eval_seconds - state.calibrated_at[4]) / evals
+        if state.evaluations:  # only warm-up evaluations so far: the best measure there is
+            return statistics.median(times) if times else state.eval_seconds / state.evaluations
+        return self.eval_cost_steps * per_step
+
     def fit(self, state: TrainState, first: bool) -> float:
         """Set `state.total_steps` so the rest of the budget is filled; returns the steady seconds per step."""
-        step0, elapsed0, seconds0, evals0, eval_seconds0 = state.calibrated_at
+        step0, elapsed0, seconds0, _, eval_seconds0 = state.calibrated_at
         steps = max(1, state.step - step0)
-        recent = state.chunk_times[-RECENT_CHUNKS:]  # the latest steady chunks: a change of speed is followed
-        per_step = sum(recent) / len(recent) if recent else (state.step_seconds - seconds0) / steps
-        evals = state.evaluations - evals0
-        if evals:
-            eval_cost = (state.eval_seconds - eval_seconds0) / evals
-        elif state.evaluations:  # only warm-up evaluations so far: the best measure there is
-            eval_cost = state.eval_seconds / state.evaluations
-        else:
-            eval_cost = self.eval_cost_steps * per_step
+        per_step = self._per_step(state)
+        eval_cost = self._eval_cost(state, per_step)
         other = ((state.elapsed - elapsed0) - (state.step_seconds - seconds0)
                  - (state.eval_seconds - eval_seconds0)) / steps  # checkpoints, logging: per step
         remaining = self.cfg.max_seconds - state.elapsed - eval_cost  # the final evaluation inside the budget

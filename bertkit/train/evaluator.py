@@ -14,7 +14,7 @@ from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
 from bertkit.run.checkpoints import save_best
 from bertkit.train.sharding import full_weights
-from bertkit.train.state import TrainState
+from bertkit.train.state import KEPT_EVALS, TrainState
 from bertkit.train.window import MetricsWriter
 
 
@@ -43,7 +43,9 @@ class Evaluator:
         started = time.perf_counter()
         evaluation = self.objective.evaluate(plain(self.accelerator, ddp_model))
         state.evaluations += 1
-        state.eval_seconds += time.perf_counter() - started
+        took = time.perf_counter() - started
+        state.eval_seconds += took
+        state.eval_times = (list(state.eval_times) + [took])[-KEPT_EVALS:]
         self.metrics.log({"kind": "eval", "step": state.step, **evaluation})
         main = self.accelerator.is_main_process
         if main and evaluation:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+KEPT_EVALS = 5  # evaluation times kept for the budget planner (it plans with their median)
+
 # (step, elapsed, step_seconds, evaluations, eval_seconds): a point of a run that timing windows start from
 TimingPoint = tuple[int, float, float, int, float]
 
@@ -20,6 +22,7 @@ class TrainState:
     step_seconds: float = 0.0  # time inside training steps (no evaluations, checkpoints or logging), summed
     evaluations: int = 0
     eval_seconds: float = 0.0  # time inside evaluations, summed
+    eval_times: list = field(default_factory=list)  # the latest evaluations' seconds each (the planner's median)
     elapsed: float = 0.0  # training seconds, summed over resumes
     chunk: TimingPoint = (0, 0.0, 0.0, 0, 0.0)  # where the budget planner's current timing chunk began
     chunk_times: list = field(default_factory=list)  # seconds per step of the planner's last timing chunks
