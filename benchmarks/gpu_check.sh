@@ -120,6 +120,8 @@ step() {
     record "$name" "$state" "$took" "$*"
 }
 skip() { wanted "$1" && record "$1" SKIPPED 0 "$2"; return 0; }
+# keep SRC [DEST]: a step's files under $WORK/SRC copied to $OUT/DEST (default: $OUT itself), where $OUT is set
+keep() { [ -n "${OUT:-}" ] && [ -d "$WORK/$1" ] && mkdir -p "$OUT/${2:-}" && cp "$WORK/$1"/* "$OUT/${2:-}"; return 0; }
 has() { "$PY" -c "import $1" > /dev/null 2>&1; }
 
 # ---- the machine
@@ -266,15 +268,14 @@ if [ -n "$(why_not)" ]; then
     skip loop-profile "$(why_not)"
 else
     step loop-profile 120 "$PY" benchmarks/loop_overhead.py "${PROFILE_LOOP[@]}" --quiet --profile "$WORK/profile"
-    [ -n "${OUT:-}" ] && [ -d "$WORK/profile" ] && mkdir -p "$OUT" && cp "$WORK"/profile/* "$OUT"/
+    keep profile
 fi
 
 # levers of issue 33's throughput goal, each its own row; the newest first (bare-b256 is the oldest ones' baseline)
 PT="benchmarks/pretrain_throughput.py"
 step lever-dropout 170 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" --select positions --dropout 0.1,0 \
     --profile "$WORK/profile-b512"
-[ -n "${OUT:-}" ] && [ -d "$WORK/profile-b512" ] && mkdir -p "$OUT/profile-b512" && \
-    cp "$WORK"/profile-b512/* "$OUT"/profile-b512/
+keep profile-b512 profile-b512
 step lever-b1024 110 "$PY" "$PT" "${B1024[@]}" "${COMPILE[@]}" --select positions --dropout 0
 TWO='"$0" '"$PT"' "$@" --select positions --no-peer && "$0" '"$PT"' "$@" --select bucket --no-peer'
 step lever-select 120 bash -c "$TWO" "$PY" "${B256[@]}" "${COMPILE[@]}"
@@ -299,8 +300,7 @@ if [ -n "$(why_not)" ]; then
     skip loop-graphs "$(why_not)"
 else
     step loop-graphs 150 "$PY" benchmarks/loop_overhead.py "${GRAPHS_LOOP[@]}" --quiet --profile "$WORK/profile-graphs"
-    [ -n "${OUT:-}" ] && [ -d "$WORK/profile-graphs" ] && mkdir -p "$OUT/profile-graphs" && \
-        cp "$WORK"/profile-graphs/* "$OUT"/profile-graphs/
+    keep profile-graphs profile-graphs
 fi
 # ---- the summary: one table on stdout, and under $OUT (gpu_check.md, gpu_check.json, gpu_check.log)
 REPORT=(--work "$WORK" --budget "$BUDGET")

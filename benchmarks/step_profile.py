@@ -26,9 +26,14 @@ def _device_us(event) -> float:
     return float(getattr(event, "self_device_time_total", getattr(event, "self_cuda_time_total", 0.0)))
 
 
+def _kernels(prof: profile) -> list:
+    """The profile's device kernels (none in a CPU profile)."""
+    return [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
 def summary(prof: profile, steps: int, wall_s: float, title: str, top: int = 20) -> str:
     """Kernel time vs wall time per step, then the top operators by device time and by host time."""
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = _kernels(prof)
     busy_ms = sum(e.time_range.elapsed_us() for e in kernels) / 1e3 / steps
     wall_ms = wall_s * 1e3 / steps
     head = (f"{title}: {steps} steps, wall {wall_ms:.2f} ms/step, device kernels {busy_ms:.2f} ms/step "
@@ -63,7 +68,7 @@ def kind_of(name: str) -> str:
 
 def kinds_line(prof: profile, steps: int, wall_s: float) -> str:
     """One line: wall and device kernel ms per step, and the kernel time by kind (ms per step, share of kernels)."""
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    kernels = _kernels(prof)
     wall_ms = wall_s * 1e3 / steps
     if not kernels:
         return f"wall {wall_ms:.2f} ms/step; no device kernels (a CPU profile: see the tables)"

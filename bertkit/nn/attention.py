@@ -257,10 +257,11 @@ class Attention(nn.Module):
 # Where gradients are taken (training), self-attention can compute q, k and v in one matrix product over the stacked
 # weights: one wider GEMM for a GPU's tensor cores instead of three (forward, input and weight gradients alike).
 # BERT-base, bf16, compiled, batch 512 x 128 on an H200, three runs: 1.02x, 1.035x and 1.034x the step (the last
-# against another call's row, the peer's own drift taken out). So it is on where the input is on a GPU (None, the default); on a CPU it measured neutral, and
-# CPU runs keep their exact numbers (it moves a run's weights by float noise: one exact-agreement test on a CPU met
-# a near-tie with it on, tests/jobs/test_sentence.py, its Spearman 1e-5 apart, its Pearson 2e-8). Never without
-# gradients (evaluation, inference, decoding): stacking per call cost a one-token decoding step 1.57x on a CPU.
+# against another call's row, the peer's own drift taken out). So it is on where the input is on a GPU (None, the
+# default); on a CPU it measured neutral, and CPU runs keep their exact numbers (it moves a run's weights by float
+# noise: one exact-agreement test on a CPU met a near-tie with it on, tests/jobs/test_sentence.py, its Spearman 1e-5
+# apart, its Pearson 2e-8). Never without gradients (evaluation, inference, decoding): stacking per call cost a
+# one-token decoding step 1.57x on a CPU.
 # True / False force it either way (a benchmark times both in one run: `--fuse-qkv`, `--no-fuse-qkv`).
 FUSE_QKV: bool | None = None
 

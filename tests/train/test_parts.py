@@ -11,7 +11,7 @@ from bertkit.errors import BertkitError
 from bertkit.train import budget, checkpointing
 from bertkit.train.budget import BudgetPlanner
 from bertkit.train.prefetch import Prefetcher
-from bertkit.train.state import TrainState
+from bertkit.train.state import KEPT_EVALS, TrainState
 from bertkit.train.window import DeviceWindow
 
 
@@ -41,7 +41,7 @@ def _simulate(cfg: TrainConfig, step_times, eval_seconds=0.0, planner=None) -> t
             took = eval_seconds(state.step) if callable(eval_seconds) else eval_seconds
             state.evaluations += 1
             state.eval_seconds += took
-            state.eval_times = (state.eval_times + [took])[-5:]
+            state.eval_times = (state.eval_times + [took])[-KEPT_EVALS:]
             state.elapsed += took
         if last:
             break
