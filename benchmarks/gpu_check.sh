@@ -222,7 +222,8 @@ mapfile -t GPU_TESTS < <(grep -rlE --include='*.py' 'mark\.gpu' tests | sort)
 if [ "${#GPU_TESTS[@]}" = 0 ]; then
     skip cuda-tests "no test file carries the gpu marker"
 else
-    step cuda-tests 150 "$PY" -m pytest -p no:cacheprovider -m gpu "${GPU_TESTS[@]}"  # -q -ra: pyproject's
+    # one process: a GPU image has no pytest-xdist, so pyproject's addopts (-n 2) are replaced
+    step cuda-tests 150 "$PY" -m pytest -p no:cacheprovider -o "addopts=-q -ra" -m gpu "${GPU_TESTS[@]}"
 fi
 step bare-eager 75 "$PY" benchmarks/pretrain_throughput.py "${SHAPE[@]}"
 step bare-compiled 130 "$PY" benchmarks/pretrain_throughput.py "${SHAPE[@]}" "${COMPILE[@]}"

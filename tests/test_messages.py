@@ -24,6 +24,7 @@ OTHER_TOOLS = {
     "--nnodes",  # torchrun --nnodes N (README › Scaling out)
     "--extra-index-url",  # pip install … --extra-index-url (the README's CPU wheel of torch)
     "--collect-only",  # python -m pytest --collect-only -q (docs/reliability.md: how many tests there are)
+    "--dist",  # pytest-xdist's -n 2 --dist worksteal (docs/reliability.md: the suite's two processes)
 }
 # The README's reproduce lines run benchmarks/*.py, whose argparse options count there (and only there: on a line
 # that names benchmarks/, or within the two lines after one, where a long command wraps).

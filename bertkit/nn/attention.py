@@ -30,12 +30,6 @@ from bertkit.nn.positions import RelativePositions, Rotary
 
 AttentionImpl = Literal["sdpa", "eager"]
 
-try:  # PyTorch's variable-length flash attention (CUDA, fp16 / bf16)
-    from torch.nn.attention.varlen import varlen_attn
-except ImportError:  # older PyTorch: packed batches use the block-diagonal reference
-    varlen_attn = None
-
-
 def takes_keyword(function, name: str) -> bool:
     """Whether `function`'s signature names the parameter `name` (False when it cannot be read; a bare **kwargs
     does not count: a wrapper's **kwargs says nothing about what it passes on to)."""
@@ -45,9 +39,31 @@ def takes_keyword(function, name: str) -> bool:
         return False
 
 
-# varlen_attn of torch 2.10 / 2.11 has no `enable_gqa` (torch 2.13's has): without it, GQA / MQA repeats the k/v
-# heads before the call. Checked once, at import: reading the signature per call would cost every layer every step.
-VARLEN_GQA = varlen_attn is not None and takes_keyword(varlen_attn, "enable_gqa")
+def _varlen():
+    """PyTorch's variable-length flash attention (CUDA, fp16 / bf16), or None where this PyTorch lacks it (packed
+    batches then use the block-diagonal reference). Imported on first use, not with this module: its module imports
+    torch._dynamo, ~0.8 s at the start of every process, most of which (CPU runs, `info`, `predict`) never call it.
+    Also sets VARLEN_GQA: varlen_attn of torch 2.10 / 2.11 has no `enable_gqa` (torch 2.13's has), and without it
+    GQA / MQA repeats the k/v heads before the call; the signature is read once, not per call (every layer, every
+    step). Both stay module attributes (`attention.varlen_attn`, `attention.VARLEN_GQA`), which tests replace."""
+    names = globals()
+    if "varlen_attn" not in names:
+        try:
+            from torch.nn.attention.varlen import varlen_attn as kernel
+        except ImportError:  # older PyTorch
+            kernel = None
+        names["varlen_attn"] = kernel
+    if "VARLEN_GQA" not in names:
+        names["VARLEN_GQA"] = names["varlen_attn"] is not None and takes_keyword(names["varlen_attn"], "enable_gqa")
+    return names["varlen_attn"]
+
+
+def __getattr__(name: str):
+    """`attention.varlen_attn` and `attention.VARLEN_GQA`, resolved on first read (see `_varlen`)."""
+    if name in ("varlen_attn", "VARLEN_GQA"):
+        _varlen()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -74,7 +90,7 @@ def varlen_ready(device: torch.device, d_head: int) -> bool:
     """Whether PyTorch's variable-length flash kernel runs on `device` for heads of `d_head`: this PyTorch has it,
     a CUDA GPU of compute capability 8.0 or later (flash attention's floor), a head size that is a multiple of 8 up
     to 256."""
-    return (varlen_attn is not None and device.type == "cuda" and torch.cuda.get_device_capability(device) >= (8, 0)
+    return (device.type == "cuda" and _varlen() is not None and torch.cuda.get_device_capability(device) >= (8, 0)
             and d_head % 8 == 0 and d_head <= 256)
 
 
@@ -223,7 +239,7 @@ class Attention(nn.Module):
                 group = self.n_heads // self.n_kv_heads
                 k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (1, H, N, dh)
             grouped = {"enable_gqa": True} if gqa and VARLEN_GQA else {}  # MHA: no keyword, which 2.10 / 2.11 lack
-            out = varlen_attn(*(t[0].transpose(0, 1).contiguous() for t in (q, k, v)), packed.cu_seqlens,
+            out = _varlen()(*(t[0].transpose(0, 1).contiguous() for t in (q, k, v)), packed.cu_seqlens,
                               packed.cu_seqlens, packed.max_len, packed.max_len, **grouped)  # (N, H, dh)
             return out.transpose(0, 1)[None]
         return sdpa(q, k, v, packed.block_mask(), dropout, False, gqa=gqa)

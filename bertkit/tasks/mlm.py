@@ -3,6 +3,8 @@ entry the registry lists."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -108,8 +110,10 @@ class MLMObjective:
         paired = "masked_per_row" in micro
         if "mlm_positions" in micro:  # prepared on the host (`prepare`)
             selected, targets = micro["mlm_positions"], micro["mlm_targets"]  # (N,) each
-            torch._dynamo.maybe_mark_dynamic(selected, 0)  # under torch.compile: one graph for every count
-            torch._dynamo.maybe_mark_dynamic(targets, 0)
+            if "torch._dynamo" in sys.modules:  # imported by torch.compile; never imported: nothing compiled, and
+                # reaching for it would import it (~0.8 s, every process)
+                torch._dynamo.maybe_mark_dynamic(selected, 0)  # under torch.compile: one graph for every count
+                torch._dynamo.maybe_mark_dynamic(targets, 0)
         else:
             selected = micro["labels"] != IGNORE_INDEX  # (B, L)
             targets = micro["labels"][selected]  # (N,)

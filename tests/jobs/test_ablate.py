@@ -189,6 +189,7 @@ def test_seeds_can_be_variants_to_measure_noise(tmp_path, corpus):
                                            "seed=3", "--seed", 1, "-o", out)
 
 
+@pytest.mark.alone
 def test_time_budget_and_a_crashing_variant(tmp_path, corpus, monkeypatch):
     """A time budget fits each variant's schedule to it; a variant that crashes is a `failed` row with its
     traceback kept, and the others still run."""

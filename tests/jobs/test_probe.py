@@ -120,6 +120,7 @@ def _conll_2003():
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_minilm_layers_encode_pos_and_entities(tmp_path, minilm_run):
     """all-MiniLM-L6-v2 on real CoNLL-2003: POS is linearly readable from every layer (> 80%), and entities are
     read better from the middle layers than from the embeddings (the pattern Tenney et al. 2019 report for BERT)."""

@@ -157,3 +157,35 @@ def test_the_signature_check():
     assert not attention.takes_keyword(object(), "enable_gqa")  # no readable signature: the safe answer
     if attention.varlen_attn is not None:
         assert attention.VARLEN_GQA == attention.takes_keyword(attention.varlen_attn, "enable_gqa")
+
+
+def test_a_process_that_runs_on_a_cpu_never_imports_dynamo():
+    """PyTorch's varlen module imports torch._dynamo, ~0.8 s at the start of every process: bertkit imports it on
+    first use on a GPU, so the CLI's imports and a CPU forward through the unpadded path leave it out (`embed`,
+    `predict`, `search` start that much sooner); `attention.varlen_attn` and `VARLEN_GQA` still read as before."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = """
+import sys, torch
+import bertkit.cli, bertkit.inference, bertkit.tasks.registry
+from bertkit.nn.model import Model
+from bertkit.nn.transformer import set_unpad
+from conftest import tiny
+model = Model(tiny())
+set_unpad(model, "always")  # through `_packed`, which asks whether the kernel can run
+ids = torch.randint(5, 101, (2, 6))
+mask = torch.ones_like(ids)
+mask[0, 3:] = 0
+model.backbone(ids, mask)
+print("dynamo" if "torch._dynamo" in sys.modules else "no dynamo")
+from bertkit.nn import attention
+print(attention.varlen_attn is None or callable(attention.varlen_attn), type(attention.VARLEN_GQA).__name__)
+"""
+    tests = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tests, timeout=120,
+                          env={**os.environ, "PYTHONPATH": f"{tests.parent}:{tests}"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["no", "dynamo", "True", "bool"]

@@ -108,6 +108,7 @@ def test_too_many_bad_steps_reload_or_stop(tmp_path, packed, sample_tokenizer, m
         _run(tmp_path, packed, sample_tokenizer, "stop", max_bad_steps=2, save_every=2, on_bad_steps="stop")
 
 
+@pytest.mark.alone
 def test_a_time_budget_fits_the_schedule(tmp_path, packed, sample_tokenizer):
     result, records, _ = _run(tmp_path, packed, sample_tokenizer, max_steps=100_000, max_time="4s", log_every=5,
                               eval_every=20)
@@ -197,6 +198,7 @@ def test_compiled_training_matches_eager_and_resumes_exactly(tmp_path, packed, s
     _, eager, _ = _run(tmp_path, packed, sample_tokenizer, "eager", compile="off", save_every=3)
     from torch._dynamo.utils import counters
 
+    torch._dynamo.reset()  # nothing cached from a compiled test before this one: the graphs are counted here
     counters.clear()
     _, compiled, _ = _run(tmp_path, packed, sample_tokenizer, "compiled", compile="on", save_every=3)
     assert counters["stats"]["unique_graphs"] > 0  # dynamo really compiled the steps
@@ -243,6 +245,7 @@ def test_one_process_may_run_jobs_at_different_precisions():
     assert run_precision(make_accelerator("fp32")) == "fp32"
 
 
+@pytest.mark.alone
 def test_a_slow_first_step_does_not_shrink_the_budgeted_run(tmp_path, packed, sample_tokenizer, monkeypatch):
     """A first step stalled for 2 s (as a compilation or a GPU's warm-up stalls it; BERTKIT_SLOW) of a 6 s budget:
     the plan is fitted from the steady steps after it, and the run trains to its budget (the planner it replaced
@@ -375,15 +378,18 @@ def test_compiled_masked_lm_takes_one_graph_for_every_masked_count(packed, sampl
 
 
 @pytest.mark.slow
+@pytest.mark.alone
 def test_a_compiled_run_on_a_budget_trains_to_its_budget(tmp_path, packed, sample_tokenizer, monkeypatch):
     """train.compile = on under a time budget, compiled from scratch (no inductor cache): the compilation (seconds,
     on a CPU) is warm-up, not the step time the plan is fitted to; the run trains many steps and fills its budget."""
     import torch._inductor.config
 
-    monkeypatch.setattr(torch._inductor.config, "force_disable_caches", True)  # read from the env at import only
     torch._dynamo.reset()
-    result, _, _ = _run(tmp_path, packed, sample_tokenizer, max_steps=100_000, max_time="45s", log_every=5,
-                        eval_every=100, compile="on")
+    # config.patch, not monkeypatch: monkeypatch's undo deleted the setting from inductor's config module, and the
+    # next compilation in the process failed ("force_disable_caches does not exist")
+    with torch._inductor.config.patch(force_disable_caches=True):  # read from the env at import only
+        result, _, _ = _run(tmp_path, packed, sample_tokenizer, max_steps=100_000, max_time="45s", log_every=5,
+                            eval_every=100, compile="on")
     state = result["state"]
     assert state["calibrated"] and state["calibrated_at"][1] > 2  # the compile-time steps were left out
     assert state["step"] > 100 and state["elapsed"] >= 0.85 * 45
