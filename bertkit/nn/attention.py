@@ -30,6 +30,7 @@ from bertkit.nn.positions import RelativePositions, Rotary
 
 AttentionImpl = Literal["sdpa", "eager"]
 
+
 def takes_keyword(function, name: str) -> bool:
     """Whether `function`'s signature names the parameter `name` (False when it cannot be read; a bare **kwargs
     does not count: a wrapper's **kwargs says nothing about what it passes on to)."""

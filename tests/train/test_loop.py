@@ -379,7 +379,7 @@ def test_compiled_masked_lm_takes_one_graph_for_every_masked_count(packed, sampl
 
 @pytest.mark.slow
 @pytest.mark.alone
-def test_a_compiled_run_on_a_budget_trains_to_its_budget(tmp_path, packed, sample_tokenizer, monkeypatch):
+def test_a_compiled_run_on_a_budget_trains_to_its_budget(tmp_path, packed, sample_tokenizer):
     """train.compile = on under a time budget, compiled from scratch (no inductor cache): the compilation (seconds,
     on a CPU) is warm-up, not the step time the plan is fitted to; the run trains many steps and fills its budget."""
     import torch._inductor.config
