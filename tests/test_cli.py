@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from bertkit.cli import app
 from bertkit.config import Config
+from bertkit.jobs.demo import DEMO_MARKER
 from bertkit.nn.model import Model
 from bertkit.run.directory import is_run_dir, save_run
 from conftest import heads, tiny
@@ -75,7 +76,7 @@ def test_demo_runs_end_to_end(tmp_path):
     predictions, SBERT training, an index and searches; rerunnable: it replaces an earlier demo's directory."""
     out = tmp_path / "demo"
     out.mkdir()  # an earlier demo's directory (its marker, a file of its own): the demo replaces it
-    (out / ".bertkit-demo").write_text("written by `bertkit demo`\n")
+    (out / DEMO_MARKER).write_text("written by `bertkit demo`\n")
     (out / "left-over.txt").write_text("from the earlier demo")
     result = runner.invoke(app, ["demo", "--out", str(out), "--max-time", "8s"], env={"COLUMNS": "160"})
     assert result.exit_code == 0, result.output
@@ -84,7 +85,7 @@ def test_demo_runs_end_to_end(tmp_path):
         assert name in result.output
     assert "NO" not in result.output
     assert "This movie was [MASK]." in result.output and "validation masked-token accuracy" in result.output
-    assert (out / "pretrain" / "model.safetensors").is_file() and (out / ".bertkit-demo").is_file()
+    assert (out / "pretrain" / "model.safetensors").is_file() and (out / DEMO_MARKER).is_file()
     assert "finetune a sentiment classifier" in result.output and "predict with the classifier" in result.output
     assert (out / "classifier" / "labels.json").is_file()
     text = " ".join(result.output.split())  # rich wraps long lines
