@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import signal
 from typing import Annotated, Literal
@@ -28,6 +29,16 @@ ProgressOption = Annotated[bool, typer.Option(help="Show a progress bar.")]
 PrecisionOption = Annotated[Literal["auto", "fp32", "bf16"], typer.Option(
     help="Inference precision. auto: bf16 where the device computes it natively (a GPU with bf16; a CPU with "
          "AVX512-BF16 or AMX whose bf16 matrix products measure faster), else fp32.")]
+
+
+def with_max_time(config, max_time: str | None):
+    """The config with `--max-time` applied: a duration replaces the recipe's budget, `none` drops it (no clock,
+    although the recipe has one), not given keeps it."""
+    from bertkit.recipes import with_values
+
+    if max_time is not None and max_time.strip().lower() in ("none", "null"):
+        return dataclasses.replace(config, train=dataclasses.replace(config.train, max_time=None))
+    return with_values(config, {"train.max_time": max_time})
 
 
 def user_errors(fn):

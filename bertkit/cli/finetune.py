@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from bertkit.cli.common import PrecisionOption, ProgressOption, SetOption, app, user_errors
+from bertkit.cli.common import PrecisionOption, ProgressOption, SetOption, app, user_errors, with_max_time
 
 finetune_app = typer.Typer(help="Finetune a pretrained or imported encoder: text classification, NER, or sentence "
                                 "embeddings (SBERT); or train an encoder-decoder on parallel text (seq2seq).",
@@ -32,7 +32,8 @@ SkipBadRowsOption = Annotated[bool, typer.Option(
                              "or an empty text, instead of stopping.")]
 EpochsOption = Annotated[float | None, typer.Option(help="train.epochs: passes over the training set.")]
 MaxStepsOption = Annotated[int | None, typer.Option(help="train.max_steps (when --epochs is not set).")]
-MaxTimeOption = Annotated[str | None, typer.Option(help="train.max_time: a wall-clock budget such as 10m.")]
+MaxTimeOption = Annotated[str | None, typer.Option(help="train.max_time: a wall-clock budget such as 10m; none: no "
+                                                            "clock, although the recipe has one.")]
 InitOption = Annotated[str | None, typer.Option(help="task.init: pretrained (default) or random — the same "
                                                      "architecture and tokenizer from random weights.")]
 
@@ -51,8 +52,8 @@ def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: boo
 
     values = {"task.kind": kind, "task.train_file": train, "task.validation_file": validation, "task.init": init,
               "task.max_train_examples": max_train_examples, "train.epochs": epochs, "train.max_steps": max_steps,
-              "train.max_time": max_time, **values}
-    config = with_values(load_recipe(recipe, set_ or [], FINETUNE_READS[kind]), values)
+              **values}
+    config = with_max_time(with_values(load_recipe(recipe, set_ or [], FINETUNE_READS[kind]), values), max_time)
     if values.get("train.max_steps") is not None and values.get("train.epochs") is None:
         # --max-steps given on the command line wins over the recipe's epochs
         config = _clear_epochs(config)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from bertkit.cli.common import SetOption, TextFieldOption, app, user_errors
+from bertkit.cli.common import SetOption, TextFieldOption, app, user_errors, with_max_time
 
 tokenizer_app = typer.Typer(help="Train BPE tokenizers.", no_args_is_help=True)
 app.add_typer(tokenizer_app, name="tokenizer")
@@ -59,7 +59,8 @@ def pretrain(recipe: Annotated[str | None, typer.Option(
              = False,
              max_steps: Annotated[int | None, typer.Option(help="train.max_steps")] = None,
              max_time: Annotated[str | None, typer.Option(help="train.max_time: a wall-clock budget such as 30m; "
-                                                               "the schedule is fitted to it.")] = None,
+                                                               "the schedule is fitted to it. none: no clock, "
+                                                               "although the recipe has one.")] = None,
              text_field: TextFieldOption = None, skip_bad_lines: SkipBadOption = False,
              streaming: Annotated[bool, typer.Option(
                  "--streaming", help="data.streaming: read the corpus through datasets' streaming API and pack it "
@@ -80,8 +81,9 @@ def pretrain(recipe: Annotated[str | None, typer.Option(
     config = load_recipe(recipe or ("decoder-mini" if objective == "clm" else "mini"), set_ or [], PRETRAIN_READS)
     config = with_values(config, {"train.objective": objective, "data.corpus": tuple(corpus) if corpus else None,
                                   "train.max_steps": max_steps,
-                                  "train.max_time": max_time, "data.text_field": text_field,
+                                  "data.text_field": text_field,
                                   "data.skip_bad_lines": skip_bad_lines or None, "data.streaming": streaming or None})
+    config = with_max_time(config, max_time)
     if resume:  # the run's own limits unless this command changes them
         from bertkit.run.directory import keep_run_limits
 

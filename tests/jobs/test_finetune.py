@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from bertkit.cli import app
 from bertkit.hardware import resolve_precision
 from bertkit.tasks.classify import ClassifyObjective
-from conftest import cli_error, cli_invoke, cli_ok, merged
+from bertkit.run.directory import load_config
+from conftest import cli_error, cli_invoke, cli_ok, merged, repeated_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
@@ -163,6 +164,26 @@ def test_pretrained_weights_are_used_and_random_init_is_not(tmp_path, base):
     assert (load_file(tmp_path / "pre" / "model.safetensors")[key] - base_weights[key]).abs().max() < 1e-6
     assert (load_file(tmp_path / "rand" / "model.safetensors")[key] - base_weights[key]).abs().max() > 1e-3
 
+
+def test_max_time_none_drops_a_recipes_clock(tmp_path, base):
+    """`--max-time none` trains without a wall-clock budget although the recipe has one (it was "'none' is not a
+    duration" while `glue --budget none` took it), in finetune and in pretrain, and in a resumed run."""
+    train = _reviews(tmp_path / "train.csv", 30)
+    common = ["finetune", "classify", "--model", base, "--train", train, "--text-column", "review",
+              "--label-column", "stars", "--no-progress", "--set", "train.max_time=20m"]
+    _ok(*common, "--max-steps", "1", "--out", tmp_path / "clocked", "--max-time", "10m")
+    assert load_config(tmp_path / "clocked").train.max_time == "10m"
+    _ok(*common, "--max-steps", "1", "--max-time", "none", "--out", tmp_path / "free")
+    assert load_config(tmp_path / "free").train.max_time is None
+    _ok(*common, "--max-steps", "2", "--max-time", "none", "--out", tmp_path / "clocked", "--resume")
+    assert load_config(tmp_path / "clocked").train.max_time is None
+    pretrain = ["pretrain", "--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set",
+                "batch_size=4", "--set", "min_frequency=1", "--set", "max_time=5m", "--corpus",
+                repeated_corpus(tmp_path / "c.txt", 6), "--no-progress", "--max-steps", "1"]
+    _ok(*pretrain, "--max-time", "None", "--out", tmp_path / "pre")  # (as --set's "none" is, any case)
+    assert load_config(tmp_path / "pre").train.max_time is None
+    assert "train.max_time: 'never' is not a duration" in _error(*pretrain, "--max-time", "never",
+                                                                 "--out", tmp_path / "bad")
 
 def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
     train = _reviews(tmp_path / "train.csv", 30)
