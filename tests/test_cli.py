@@ -103,6 +103,21 @@ def test_demo_runs_end_to_end(tmp_path):
     assert refused.exit_code == 2 and (tmp_path / "mine" / "file.txt").read_text() == "keep"
 
 
+def test_a_bad_demo_budget_is_refused_before_an_earlier_demo_is_replaced(tmp_path):
+    """The demo replaces its earlier output: a --max-time it cannot use (a typo, or `none`, which pretrain and
+    finetune take) used to be found only after that, the earlier demo gone."""
+    earlier = tmp_path / "demo"
+    earlier.mkdir()
+    (earlier / DEMO_MARKER).write_text("written by `bertkit demo`\n")
+    (earlier / "pretrain.txt").write_text("an earlier run")
+    for value, message in (("never", "error: --max-time: 'never' is not a duration (e.g. 90s, 30m, 2h)"),
+                           ("none", "error: --max-time: the demo's stages end by their budgets; give a duration "
+                                    "such as 30s (default: 2m pretraining, 1m finetuning, 1m SBERT)")):
+        result = runner.invoke(app, ["demo", "--out", str(earlier), "--max-time", value])
+        assert result.exit_code == 2 and result.output.strip() == message
+        assert (earlier / "pretrain.txt").read_text() == "an earlier run"
+
+
 def test_recipes_lists_them():
     result = runner.invoke(app, ["recipes"])
     assert result.exit_code == 0 and "tiny" in result.output and "decoder-mini" in result.output

@@ -33,7 +33,7 @@ PrecisionOption = Annotated[Literal["auto", "fp32", "bf16"], typer.Option(
 
 def with_max_time(config, max_time: str | None):
     """The config with `--max-time` applied: a duration replaces the recipe's budget, `none` drops it (no clock,
-    although the recipe has one), not given keeps it."""
+    even where the recipe sets one: the run ends at its max_steps or epochs), not given keeps it."""
     from bertkit.recipes import with_values
 
     if max_time is not None and max_time.strip().lower() in ("none", "null"):

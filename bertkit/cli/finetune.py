@@ -33,7 +33,8 @@ SkipBadRowsOption = Annotated[bool, typer.Option(
 EpochsOption = Annotated[float | None, typer.Option(help="train.epochs: passes over the training set.")]
 MaxStepsOption = Annotated[int | None, typer.Option(help="train.max_steps (when --epochs is not set).")]
 MaxTimeOption = Annotated[str | None, typer.Option(help="train.max_time: a wall-clock budget such as 10m; none: no "
-                                                            "clock, although the recipe has one.")]
+                                                            "clock, even where the recipe sets one (the run ends "
+                                                            "at --max-steps or its epochs).")]
 InitOption = Annotated[str | None, typer.Option(help="task.init: pretrained (default) or random — the same "
                                                      "architecture and tokenizer from random weights.")]
 

@@ -59,8 +59,9 @@ def pretrain(recipe: Annotated[str | None, typer.Option(
              = False,
              max_steps: Annotated[int | None, typer.Option(help="train.max_steps")] = None,
              max_time: Annotated[str | None, typer.Option(help="train.max_time: a wall-clock budget such as 30m; "
-                                                               "the schedule is fitted to it. none: no clock, "
-                                                               "although the recipe has one.")] = None,
+                                                               "the schedule is fitted to it; none: no clock, "
+                                                               "even where the recipe sets one (the run ends at "
+                                                               "--max-steps or the recipe's max_steps).")] = None,
              text_field: TextFieldOption = None, skip_bad_lines: SkipBadOption = False,
              streaming: Annotated[bool, typer.Option(
                  "--streaming", help="data.streaming: read the corpus through datasets' streaming API and pack it "

@@ -21,6 +21,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from bertkit.config import parse_duration
 from bertkit.errors import BertkitError
 from bertkit.inference import TaskModel
 from bertkit.jobs import evaluate as evaluate_job
@@ -138,6 +139,11 @@ def run(job: DemoJob, console: Console | None = None) -> DemoResult:
     data is absent)."""
     console = console or Console()
     out, max_time = Path(job.out), job.max_time
+    if max_time is not None:  # checked before an earlier demo is replaced: a typo must not cost the user its runs
+        if max_time.strip().lower() in ("none", "null"):
+            raise BertkitError("--max-time: the demo's stages end by their budgets; give a duration such as 30s "
+                               "(default: 2m pretraining, 1m finetuning, 1m SBERT)")
+        parse_duration(max_time, "--max-time")
     if out.exists() and any(out.iterdir()):
         if not (out / DEMO_MARKER).is_file():
             raise BertkitError(f"{out}: exists and is not a previous demo run (choose another --out)")

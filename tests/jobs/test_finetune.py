@@ -10,9 +10,11 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from bertkit.cli import app
+from bertkit.cli.common import with_max_time
 from bertkit.hardware import resolve_precision
+from bertkit.recipes import load_recipe
+from bertkit.run.directory import keep_run_limits, load_config
 from bertkit.tasks.classify import ClassifyObjective
-from bertkit.run.directory import load_config
 from conftest import cli_error, cli_invoke, cli_ok, merged, repeated_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -170,13 +172,17 @@ def test_max_time_none_drops_a_recipes_clock(tmp_path, base):
     duration" while `glue --budget none` took it), in finetune and in pretrain, and in a resumed run."""
     train = _reviews(tmp_path / "train.csv", 30)
     common = ["finetune", "classify", "--model", base, "--train", train, "--text-column", "review",
-              "--label-column", "stars", "--no-progress", "--set", "train.max_time=20m"]
-    _ok(*common, "--max-steps", "1", "--out", tmp_path / "clocked", "--max-time", "10m")
+              "--label-column", "stars", "--no-progress", "--max-steps", "1"]
+    _ok(*common, "--max-time", "10m", "--out", tmp_path / "clocked")
     assert load_config(tmp_path / "clocked").train.max_time == "10m"
-    _ok(*common, "--max-steps", "1", "--max-time", "none", "--out", tmp_path / "free")
+    _ok(*common, "--set", "train.max_time=20m", "--max-time", "none", "--out", tmp_path / "free")
     assert load_config(tmp_path / "free").train.max_time is None
-    _ok(*common, "--max-steps", "2", "--max-time", "none", "--out", tmp_path / "clocked", "--resume")
-    assert load_config(tmp_path / "clocked").train.max_time is None
+    # a resume keeps the run's own budget unless the command drops it: the raw "none" counts as given
+    recipe = with_max_time(load_recipe("finetune-classify"), "none")
+    kept = keep_run_limits(recipe, tmp_path / "clocked", {"max_time": None, "max_steps": None}, [])
+    dropped = keep_run_limits(recipe, tmp_path / "clocked", {"max_time": "none", "max_steps": None}, [])
+    assert (kept.train.max_time, dropped.train.max_time) == ("10m", None)
+    assert dropped.train.max_steps == 1  # the run's own step limit stays
     pretrain = ["pretrain", "--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set",
                 "batch_size=4", "--set", "min_frequency=1", "--set", "max_time=5m", "--corpus",
                 repeated_corpus(tmp_path / "c.txt", 6), "--no-progress", "--max-steps", "1"]
@@ -184,6 +190,7 @@ def test_max_time_none_drops_a_recipes_clock(tmp_path, base):
     assert load_config(tmp_path / "pre").train.max_time is None
     assert "train.max_time: 'never' is not a duration" in _error(*pretrain, "--max-time", "never",
                                                                  "--out", tmp_path / "bad")
+
 
 def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
     train = _reviews(tmp_path / "train.csv", 30)
