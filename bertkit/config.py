@@ -325,6 +325,11 @@ class TrainConfig:
         return self.contrastive_weight > 0 and self.contrastive_views == "halves"
 
 
+def means_none(text: str) -> bool:
+    """A command-line word that clears an optional value: `none` or `null`, any case (--set, --max-time)."""
+    return text.strip().lower() in ("none", "null")
+
+
 def parse_duration(text: str, key: str) -> float:
     """'90s', '30m', '1.5h', '45' (seconds) -> seconds."""
     units = {"s": 1, "m": 60, "h": 3600}

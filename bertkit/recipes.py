@@ -10,7 +10,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from bertkit.config import MOVED, Config, section_type, suggest
+from bertkit.config import MOVED, Config, means_none, section_type, suggest
 from bertkit.errors import ConfigError
 
 def recipe_dirs() -> list[Path]:
@@ -177,7 +177,7 @@ def _is_optional(section_cls: type, name: str) -> bool:
 
 
 def _parse_value(raw: str, optional: bool) -> Any:
-    if optional and raw.lower() in ("none", "null"):
+    if optional and means_none(raw):
         return None
     try:
         return tomllib.loads(f"v = {raw}")["v"]

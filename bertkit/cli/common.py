@@ -34,9 +34,10 @@ PrecisionOption = Annotated[Literal["auto", "fp32", "bf16"], typer.Option(
 def with_max_time(config, max_time: str | None):
     """The config with `--max-time` applied: a duration replaces the recipe's budget, `none` drops it (no clock,
     even where the recipe sets one: the run ends at its max_steps or epochs), not given keeps it."""
+    from bertkit.config import means_none
     from bertkit.recipes import with_values
 
-    if max_time is not None and max_time.strip().lower() in ("none", "null"):
+    if max_time is not None and means_none(max_time):
         return dataclasses.replace(config, train=dataclasses.replace(config.train, max_time=None))
     return with_values(config, {"train.max_time": max_time})
 

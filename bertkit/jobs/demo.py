@@ -21,7 +21,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from bertkit.config import parse_duration
+from bertkit.config import means_none, parse_duration
 from bertkit.errors import BertkitError
 from bertkit.inference import TaskModel
 from bertkit.jobs import evaluate as evaluate_job
@@ -140,7 +140,7 @@ def run(job: DemoJob, console: Console | None = None) -> DemoResult:
     console = console or Console()
     out, max_time = Path(job.out), job.max_time
     if max_time is not None:  # checked before an earlier demo is replaced: a typo must not cost the user its runs
-        if max_time.strip().lower() in ("none", "null"):
+        if means_none(max_time):
             raise BertkitError("--max-time: the demo's stages end by their budgets; give a duration such as 30s "
                                "(default: 2m pretraining, 1m finetuning, 1m SBERT)")
         parse_duration(max_time, "--max-time")
