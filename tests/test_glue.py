@@ -173,6 +173,10 @@ def test_steps_cap_each_cell_whatever_the_clock(tmp_path, base):
     report = json.loads((out / "glue.json").read_text())
     assert report["protocol"]["steps"] == 2 and report["protocol"]["budget"] is None
     assert "ending at 5 epochs or 2 steps, whichever comes first" in (out / "glue.md").read_text()
+    # `null` drops the clock as `none` does (as in --max-time and --set): the same protocol, so nothing to train again
+    cli_ok("glue", "-m", str(base), "--tasks", "wnli", "-o", str(out), "--seeds", "1", "--budget", "Null",
+           "--steps", "2", "--no-progress", "--set", "train.eval_every=2", "--set", "train.save_every=2",
+           "--set", "task.max_train_examples=48")
     # the cap is part of the protocol: another one in the same folder is refused
     assert "another protocol" in cli_error("glue", "-m", str(base), "--tasks", "wnli", "-o", str(out), "--seeds",
                                            "1", "--budget", "none", "--steps", "3", "--no-progress")

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from bertkit.cli.common import ProgressOption, SetOption, app, user_errors
+from bertkit.config import means_none
 
 
 @app.command()
@@ -98,9 +99,9 @@ def glue(model: Annotated[list[Path], typer.Option(
          = "cola,sst2,stsb,mrpc,rte,wnli",
          seeds: Annotated[int, typer.Option(help="Finetuning seeds per task (0..N-1); a larger N later trains only "
                                                  "the new seeds.")] = 3,
-         budget: Annotated[str, typer.Option(help="Wall-clock budget of each (task, seed) cell, e.g. 5m, or none; a "
-                                                  "cell ends at 5 epochs, --steps or its budget, whichever comes "
-                                                  "first.")] = "5m",
+         budget: Annotated[str, typer.Option(help="Wall-clock budget of each (task, seed) cell, e.g. 5m, or none "
+                                                  "(no clock); a cell ends at 5 epochs, --steps or its budget, "
+                                                  "whichever comes first.")] = "5m",
          steps: Annotated[Optional[int], typer.Option(min=1, help="Optimiser steps per cell at most: unlike a "
                                                              "budget, what a cell trains does not depend on how "
                                                              "busy the machine is.")] = None,
@@ -118,5 +119,5 @@ def glue(model: Annotated[list[Path], typer.Option(
     from bertkit.jobs import glue as job
 
     job.run(job.GlueJob(models=tuple(model), out=out, tasks=tuple(t for t in tasks.split(",") if t.strip()),
-                        seeds=seeds, budget=None if budget.strip().lower() == "none" else budget, init=init,
+                        seeds=seeds, budget=None if means_none(budget) else budget, init=init,
                         overrides=tuple(set_ or ()), progress=progress, steps=steps))
