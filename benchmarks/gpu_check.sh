@@ -122,7 +122,12 @@ step() {
 skip() { wanted "$1" && record "$1" SKIPPED 0 "$2"; return 0; }
 # keep SRC [DEST]: a step's files under $WORK/SRC copied to $OUT/DEST (default: $OUT itself), where $OUT is set
 keep() { [ -n "${OUT:-}" ] && [ -d "$WORK/$1" ] && mkdir -p "$OUT/${2:-}" && cp "$WORK/$1"/* "$OUT/${2:-}"; return 0; }
-has() { "$PY" -c "import $1" > /dev/null 2>&1; }
+# has MODULE: importable by $PY; each answer kept (an import of sentence_transformers takes seconds), HAS=() forgets
+declare -A HAS=()
+has() {
+    [ -n "${HAS[$1]:-}" ] || { "$PY" -c "import $1" > /dev/null 2>&1 && HAS[$1]=0 || HAS[$1]=1; }
+    return "${HAS[$1]}"
+}
 
 # ---- the machine
 if [ "$SMOKE" = 1 ]; then
@@ -149,6 +154,7 @@ if wanted deps; then
         step deps 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$WORK/site" \
             "$WHEELS"/*.whl
         export PYTHONPATH="$PYTHONPATH:$WORK/site"
+        HAS=()  # what the wheels brought is importable now
     else
         record deps SKIPPED 0 "missing:$missing; no wheels folder (WHEELS, .gpu/wheels, shared/wheels): build one \
 with benchmarks/gpu_carry.sh"

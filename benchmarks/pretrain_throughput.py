@@ -53,7 +53,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
-from transformers import BertConfig, BertForMaskedLM  # noqa: E402
 
 from bertkit.config import HeadsConfig, ModelConfig  # noqa: E402
 from bertkit.hardware import describe_device, peak_flops, resolve_precision  # noqa: E402
@@ -66,11 +65,17 @@ VOCAB, SEQ = 16000, 128
 BUCKET = 128  # --select bucket: masked-token counts rounded up to a multiple of this
 
 
-def _models(layers: int, width: int, device: str, vocab: int = VOCAB, dropout: float = 0.1):
+def _models(layers: int, width: int, device: str, vocab: int = VOCAB, dropout: float = 0.1, peer: bool = True):
+    """bertkit's MLM model and (with `peer`) transformers' BertForMaskedLM of the same shape; without the peer
+    transformers is not even imported (~3 s a process on 2 CPU cores) and its weights take no device memory."""
     heads = width // 64
     ours = Model(ModelConfig(vocab_size=vocab, d_model=width, n_layers=layers, n_heads=heads, d_ff=4 * width,
                              max_len=512, dropout=dropout, attention_dropout=dropout),
                  HeadsConfig(names=("mlm",))).to(device).train()
+    if not peer:
+        return ours, None
+    from transformers import BertConfig, BertForMaskedLM
+
     hf = BertForMaskedLM(BertConfig(vocab_size=vocab, hidden_size=width, num_hidden_layers=layers,
                                     num_attention_heads=heads, intermediate_size=4 * width,
                                     hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
@@ -164,10 +169,11 @@ def _timed_case(layers: int, width: int, precision: str, steps: int, batch_size:
                 levers: Levers, warm: int, profile_dir: Path | None) -> str:
     """`run_case` with q/k/v set as `levers.fuse_qkv` says."""
     torch.manual_seed(0)
-    ours, hf = _models(layers, width, device, levers.vocab, levers.dropout)
+    ours, hf = _models(layers, width, device, levers.vocab, levers.dropout, levers.peer)
     if levers.compile_backend is not None:
         ours.compile(backend=levers.compile_backend, mode=levers.compile_mode)
-    opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True) for name, m in (("ours", ours), ("hf", hf))}
+    opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)
+            for name, m in (("ours", ours), ("hf", hf)) if m is not None}
     host = masked_batches(steps + warm, batch_size, levers.vocab)
     batches = [(i.to(device), l.to(device)) for i, l in host]
     bucket = BUCKET if levers.select == "bucket" else 0

@@ -11,6 +11,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
 
 from as_on_ci import FLAGS_AS_ON_CI  # noqa: E402
 from machine_share import machine_share  # noqa: E402
@@ -18,7 +19,8 @@ from bertkit import hardware  # noqa: E402
 from bertkit.config import HeadsConfig, ModelConfig  # noqa: E402
 
 # Two threads; one per pytest-xdist worker (two workers of two threads each on CI's two cores would oversubscribe
-# them), two again for a test marked `alone` (`pytest_runtest_protocol`). Tests' subprocesses pick their own.
+# them), two again for a test marked `alone` (`pytest_runtest_protocol`); the same for the BLAS and OpenMP pools of
+# numpy, scipy and scikit-learn under xdist. Tests' subprocesses pick their own.
 THREADS = min(2, torch.get_num_threads())
 torch.set_num_threads(THREADS)
 
@@ -53,6 +55,12 @@ def _xdist_worker(config) -> bool:
 
 def pytest_configure(config):
     if _xdist_worker(config):
+        # numpy's, scipy's and scikit-learn's thread pools (OpenBLAS, OpenMP) loaded now, so that each test's limit
+        # (`pytest_runtest_protocol`) reaches them too: a pool loaded later kept its default, two threads, and
+        # scikit-learn's probes spinning two beside the other worker took the MiniLM probe test from 12 s to 68 s
+        import scipy.linalg  # noqa: F401
+        import sklearn.linear_model  # noqa: F401
+
         torch.set_num_threads(1)
 
 
@@ -67,7 +75,8 @@ def pytest_runtest_protocol(item, nextitem):
         return (yield)
     alone = item.get_closest_marker("alone") is not None
     # the run's base temporary folder, which every worker's folder is in (pytest keeps the last three runs' only)
-    with machine_share(item.config._tmp_path_factory.getbasetemp().parent, alone):
+    with machine_share(item.config._tmp_path_factory.getbasetemp().parent, alone), \
+            threadpool_limits(THREADS if alone else 1):  # BLAS and OpenMP pools as torch's
         torch.set_num_threads(THREADS if alone else 1)
         try:
             return (yield)
