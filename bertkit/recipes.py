@@ -5,6 +5,7 @@ dataclasses and their validation; this module is the text around them (so nn/ de
 from __future__ import annotations
 
 import dataclasses
+import re
 import tomllib
 import typing
 from pathlib import Path
@@ -26,6 +27,20 @@ def list_recipes() -> dict[str, Path]:
         for path in sorted(directory.glob("*.toml")):
             found.setdefault(path.stem, path)
     return found
+
+
+def describe_recipe(name: str, path: Path) -> str:
+    """A recipe's one-sentence description: the first sentence of its opening comment, whose lines it may span
+    ("# NAME: what it is. ..."), without the NAME: prefix."""
+    lines = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("# ").strip())
+    text = " ".join(lines).removeprefix(f"{name}:").strip()
+    # a period before a space ends it; "2.5", "et al. ", "e.g. ", "vs. " do not
+    end = re.search(r"(?<!\bal)(?<!\bvs)(?<!e\.g)(?<!i\.e)\.(\s|$)", text)
+    return text[:end.start() + 1] if end else text
 
 
 def model_recipes() -> dict[str, Path]:

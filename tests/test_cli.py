@@ -119,8 +119,12 @@ def test_a_bad_demo_budget_is_refused_before_an_earlier_demo_is_replaced(tmp_pat
 
 
 def test_recipes_lists_them():
-    result = runner.invoke(app, ["recipes"])
+    result = runner.invoke(app, ["recipes"], env={"COLUMNS": "400"})
     assert result.exit_code == 0 and "tiny" in result.output and "decoder-mini" in result.output
+    # each the first sentence of its description, over the lines it spans, not cut at "et al."
+    assert "the original Transformer (Vaswani et al. 2017) at small size" in result.output
+    assert "(or the bundled sample without the data), for a two-minute wall-clock budget on 2 CPU cores.\n" \
+        in result.output
 
 
 @pytest.mark.parametrize("args, message", [

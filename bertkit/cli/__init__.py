@@ -33,13 +33,11 @@ def info(target: Annotated[str, typer.Argument(help="A recipe name (tiny, mini, 
 @app.command()
 @user_errors
 def recipes() -> None:
-    """List the bundled recipes with their one-line descriptions."""
-    from bertkit.recipes import list_recipes
+    """List the bundled recipes, each with the first sentence of its description (the recipe file has the rest)."""
+    from bertkit.recipes import describe_recipe, list_recipes
 
     for name, path in list_recipes().items():
-        first = path.read_text(encoding="utf-8").splitlines()[0].lstrip("# ") if path.stat().st_size else ""
-        first = first.removeprefix(f"{name}:").strip()
-        typer.echo(f"{name:24s} {first}")
+        typer.echo(f"{name:24s} {describe_recipe(name, path)}")
 
 
 @app.command()

@@ -23,7 +23,9 @@ app = typer.Typer(
 )
 
 SetOption = Annotated[list[str] | None, typer.Option(
-    "--set", metavar="KEY=VALUE", help="Override a recipe value, e.g. --set d_model=64 --set model.positions=rotary.")]
+    "--set", metavar="KEY=VALUE", help="Override a recipe value, e.g. --set train.learning_rate=3e-4 --set "
+                                        "batch_size=16 (a bare key where it is unique); every key: "
+                                        "docs/configuration.md.")]
 TextFieldOption = Annotated[str | None, typer.Option(help="JSONL field / CSV, TSV or Parquet column with the text.")]
 ProgressOption = Annotated[bool, typer.Option(help="Show a progress bar.")]
 PrecisionOption = Annotated[Literal["auto", "fp32", "bf16"], typer.Option(

@@ -31,7 +31,8 @@ SkipBadRowsOption = Annotated[bool, typer.Option(
     "--skip-bad-lines", help="Skip (and count) rows of the training or validation file that have no label (or score) "
                              "or an empty text, instead of stopping.")]
 EpochsOption = Annotated[float | None, typer.Option(help="train.epochs: passes over the training set.")]
-MaxStepsOption = Annotated[int | None, typer.Option(help="train.max_steps (when --epochs is not set).")]
+MaxStepsOption = Annotated[int | None, typer.Option(help="train.max_steps: replaces the recipe's epochs (not to "
+                                                         "be given with --epochs).")]
 MaxTimeOption = Annotated[str | None, typer.Option(help="train.max_time: a wall-clock budget such as 10m; none: no "
                                                             "clock, even where the recipe sets one (the run ends "
                                                             "at --max-steps or its epochs).")]
@@ -55,8 +56,20 @@ def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: boo
               "task.max_train_examples": max_train_examples, "train.epochs": epochs, "train.max_steps": max_steps,
               **values}
     config = with_max_time(with_values(load_recipe(recipe, set_ or [], FINETUNE_READS[kind]), values), max_time)
-    if values.get("train.max_steps") is not None and values.get("train.epochs") is None:
-        # --max-steps given on the command line wins over the recipe's epochs
+    if values.get("train.max_steps") is not None:
+        # --max-steps given on the command line wins over the recipe's epochs; over epochs given in this command
+        # too it would win without a word (they set the steps themselves), so that is refused
+        from bertkit.config import means_none
+        from bertkit.errors import BertkitError
+        from bertkit.recipes import resolve_key
+
+        pairs = [[part.strip() for part in item.split("=", 1)] for item in set_ or []]  # load_recipe checked them
+        said = "--epochs" if values.get("train.epochs") is not None else next(
+            (f"--set {key}={value}" for key, value in pairs
+             if resolve_key(key) == ("train", "epochs") and not means_none(value)), None)
+        if said is not None:
+            raise BertkitError(f"--max-steps and {said} both set the run's length; give one (epochs set the steps, "
+                               "--max-steps replaces the recipe's epochs)")
         config = _clear_epochs(config)
     if resume:  # the run's own limits unless this command changes them
         from bertkit.run.directory import keep_run_limits
@@ -98,9 +111,10 @@ def finetune_classify(
 
     Example: bertkit finetune classify --model runs/mini-imdb --train sst2/train.tsv --text-column sentence
     """
-    _finetune("regress" if regression else "classify", recipe, model, out, resume, progress, set_, train, validation, init, max_train_examples,
-              epochs, max_steps, max_time, {"task.text_column": text_column, "task.text_pair_column": text_pair_column,
-                                            "task.label_column": label_column, "heads.classifier_pooling": pooling},
+    _finetune("regress" if regression else "classify", recipe, model, out, resume, progress, set_, train, validation,
+              init, max_train_examples, epochs, max_steps, max_time,
+              {"task.text_column": text_column, "task.text_pair_column": text_pair_column,
+               "task.label_column": label_column, "heads.classifier_pooling": pooling},
               accept_changed_data, skip_bad_lines)
 
 
@@ -205,8 +219,9 @@ def finetune_seq2seq(
 @user_errors
 def predict(model: Annotated[Path, typer.Option("--model", "-m", help="A finetuned run directory.")],
             source: Annotated[Path | None, typer.Argument(
-                metavar="INPUT", help="Texts: a .txt file (one per line), .jsonl / .csv / .tsv (the text column), "
-                                      "or - / nothing for stdin.")] = None,
+                metavar="INPUT", help="Texts: a .txt file (one per line; blank lines are skipped, with a "
+                                      "warning), .jsonl / .csv / .tsv (the text column; cells stripped as in "
+                                      "finetuning), or - / nothing for stdin.")] = None,
             out: Annotated[Path | None, typer.Option("--out", "-o", help="JSONL file to write (default "
                                                                          "stdout).")] = None,
             text_column: Annotated[str | None, typer.Option(help="Column of .jsonl/.csv/.tsv input (default: "

@@ -219,6 +219,11 @@ def write_hf_folder(folder: Path, run: Path, config: Config, model: Model, with_
     # ELECTRA's pretraining heads (generator, replaced-token detection) have no place in BERT: the encoder goes
     dropped = ("heads.rtd.", "heads.generator.") + (() if with_mlm else ("heads.mlm.",))
     kept = {key: tensor for key, tensor in model.state_dict().items() if not key.startswith(dropped)}
+    task_heads = sorted({key.split(".")[1] for key in kept if key.startswith("heads.")} - {"mlm", "pooler"})
+    if task_heads:  # a finetuned run: say so, not which of its tensors failed to map
+        raise BertkitError(f"{run}: a Hugging Face export holds BERT's encoder (BertModel, BertForMaskedLM), which "
+                           f"has no place for this run's {', '.join(task_heads)} head: --format onnx exports the "
+                           "whole model, --format sentence-transformers its finetuned encoder")
     state = {bertkit_to_hf_key(key): tensor.contiguous() for key, tensor in kept.items()}
     if with_mlm and "mlm" in config.heads.names:  # BertForMaskedLM: the encoder under "bert.", the tied decoder
         state = {k if k.startswith("cls.") else f"bert.{k}": v for k, v in state.items()}

@@ -1,4 +1,5 @@
-"""`bertkit plot`: loss and accuracy curves of a run (train and validation), with the unigram baseline."""
+"""`bertkit plot`: loss and metric curves of a run (train and validation): a pretraining's masked-token accuracy
+with the unigram baseline, a finetuning's validation metric (the one that picks its best checkpoint)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertkit.errors import BertkitError
-from bertkit.run.directory import BASELINE_FILE, read_json
+from bertkit.run.directory import BASELINE_FILE, RESULTS_FILE, read_json
 from bertkit.run.files import atomic_file
 from bertkit.run.outputs import PLOT, claim
 from bertkit.run.metrics import METRICS_FILE, read_metrics
@@ -33,6 +34,8 @@ def run(job: PlotJob) -> PlotResult:
     path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         raise BertkitError(f"{run_dir}: no {METRICS_FILE} (is it a training run?)")
+    if out is not None and Path(out).suffix.lower() != ".png":
+        raise BertkitError(f"{out}: plot writes a PNG; give --out a .png path")
     records = read_metrics(run_dir)
     train = [r for r in records if r["kind"] == "train"]
     evals = [r for r in records if r["kind"] == "eval" and "val_loss" in r]
@@ -47,19 +50,26 @@ def run(job: PlotJob) -> PlotResult:
     matplotlib.use("Agg")  # files only, never a window
     import matplotlib.pyplot as plt
 
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
-    for ax, key, title in ((ax_loss, "loss", "MLM loss (nats / masked token)"),
-                           (ax_acc, "accuracy", "masked-token accuracy")):
-        if train and key in train[0]:
-            ax.plot([r["step"] for r in train], [r[key] for r in train], label="train", alpha=0.6)
-        if evals:
-            ax.plot([r["step"] for r in evals], [r[f"val_{key}"] for r in evals], "o-", label="validation")
-        if f"val_{key}" in baseline:
-            ax.axhline(baseline[f"val_{key}"], color="gray", linestyle="--", label="unigram baseline")
+    metric = curve_metric(run_dir, evals)
+    pretraining = metric == "val_accuracy"
+    fig, (ax_loss, ax_metric) = plt.subplots(1, 2, figsize=(11, 4))
+    # (panel, train key, validation key, title); a finetuning logs its training accuracy as `accuracy` too
+    panels = ((ax_loss, "loss", "val_loss", "MLM loss (nats / masked token)" if pretraining else "loss"),
+              (ax_metric, "accuracy" if metric in ("val_accuracy", "accuracy") else None, metric,
+               "masked-token accuracy" if pretraining else metric))
+    for ax, train_key, val_key, title in panels:
+        if train and train_key in train[0]:
+            ax.plot([r["step"] for r in train], [r[train_key] for r in train], label="train", alpha=0.6)
+        points = [r for r in evals if val_key in r]
+        if points:
+            ax.plot([r["step"] for r in points], [r[val_key] for r in points], "o-", color="C1", label="validation")
+        if val_key in baseline:
+            ax.axhline(baseline[val_key], color="gray", linestyle="--", label="unigram baseline")
         ax.set_xlabel("step")
         ax.set_title(title)
         ax.grid(alpha=0.3)
-        ax.legend()
+        if ax.lines:
+            ax.legend()
     fig.suptitle(Path(run_dir).resolve().name)
     fig.tight_layout()
     target = Path(out) if out else Path(run_dir) / "curves.png"
@@ -70,3 +80,17 @@ def run(job: PlotJob) -> PlotResult:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
     return PlotResult(target)
+
+
+def curve_metric(run_dir: Path, evals: list[dict]) -> str:
+    """The validation key of the right panel: a pretraining's masked-token accuracy (`val_accuracy`), else the
+    metric that picks a finetuning's best checkpoint (results.json's `metric`: accuracy, f1, spearman, ...), else
+    (a run still training) the first metric its evaluations log."""
+    if any("val_accuracy" in r for r in evals) or not evals:
+        return "val_accuracy"
+    results = Path(run_dir) / RESULTS_FILE
+    chosen = read_json(results, "results").get("metric") if results.is_file() else None
+    logged = [key for key in evals[-1] if key not in ("kind", "step", "val_loss")]
+    if chosen in logged:
+        return chosen
+    return logged[0] if logged else "val_accuracy"

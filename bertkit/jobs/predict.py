@@ -71,11 +71,14 @@ def run(job: PredictJob, console: Console | None = None) -> PredictResult:
     task_model = TaskModel(model, batch_size=job.batch_size, precision=job.precision)
     task = task_model.config.task
     pair_column = text_pair_column or task.text_pair_column
+    def warn(message: str) -> None:
+        console.print(f"[yellow]warning: {message}")
+
     if source is None or str(source) == "-":
-        inputs = split_lines(sys.stdin.read().split("\n"), pair_column is not None)
+        inputs = split_lines(sys.stdin.read().split("\n"), pair_column is not None, warn)
         where = "stdin"
     else:
-        inputs = read_texts(source, text_column or task.text_column, pair_column)
+        inputs = read_texts(source, text_column or task.text_column, pair_column, warn)
         where = str(source)
     if not inputs:
         raise BertkitError(f"{where}: no input texts")

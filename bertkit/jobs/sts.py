@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.console import Console
 
 from bertkit.embedding import SentenceEncoder, truncation_warning
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, need_file
 from bertkit.metrics import correlation_metrics
 from bertkit.paths import resolve_data_path
 from bertkit.run.files import atomic_file
@@ -65,8 +65,7 @@ def run(job: StsJob, console: Console | None = None) -> StsResult:
     data = resolve_data_path(job.data)
     if out is not None:
         claim(out, STS_REPORT, overwrite, inputs=(data, model))
-    if not data.is_file():
-        raise BertkitError(f"{data}: no such file")
+    need_file(data)
     detected = sts_columns(data) if None in columns else columns
     first, second, score = (given or auto for given, auto in zip(columns, detected))
     pairs = read_pairs(data, first, second, "score", score, max_score=max_score)

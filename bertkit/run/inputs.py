@@ -21,7 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, need_file
 from bertkit.run.directory import WEIGHTS_FILE, read_json
 from bertkit.run.files import content_digest, to_json, write_atomic
 
@@ -44,8 +44,7 @@ def _sha256(path: Path) -> str:
 def _file(path: str | Path, before: dict | None = None) -> dict:
     """One file's record; `before` (the recorded one) is reused when size and modification time did not move."""
     path = Path(path)
-    if not path.is_file():
-        raise BertkitError(f"{path}: no such file")
+    need_file(path)
     stat = path.stat()
     entry = {"path": str(path.resolve()), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
     same = before is not None and before.get("bytes") == stat.st_size and before.get("mtime_ns") == stat.st_mtime_ns

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, need_file
 from bertkit.paths import resolve_data_path
 from bertkit.text.corpus import allow_long_fields, csv_dialect, csv_error
 
@@ -62,8 +62,7 @@ def is_index(column: str | None) -> bool:
 def _rows(path: Path, header: bool = True) -> tuple[list[str], list[dict], list[int]]:
     """Header, rows and each row's 1-based line in the file (where it starts) of a CSV / TSV / JSONL file. Without a
     header (`header=False`), a row's columns are named by their 0-based position: "0", "1", …"""
-    if not path.is_file():
-        raise BertkitError(f"{path}: no such file")
+    need_file(path)
     suffix = path.suffix.lower()
     try:
         text = path.read_text(encoding="utf-8-sig")  # a spreadsheet's byte-order mark is not part of a column name
@@ -102,6 +101,15 @@ def _rows(path: Path, header: bool = True) -> tuple[list[str], list[dict], list[
         raise csv_error(path, reader.line_num, exc, suffix) from None
     if header:
         names = table[0] if table else []
+        for row, line in zip(table[1:], lines[1:]):
+            # zip would drop the extra fields without a word: the text cut at an unquoted comma and the next piece
+            # taken as the label (empty trailing fields, a spreadsheet's habit, are harmless)
+            if len(row) > len(names) and any(cell.strip() for cell in row[len(names):]):
+                # tab-separated files are read without quoting (`csv_dialect`): there a tab cannot be in a text
+                fix = "replace it with a space" if reader.dialect.delimiter == "\t" else "put the text in double quotes"
+                separator = "tab" if reader.dialect.delimiter == "\t" else "comma"
+                raise BertkitError(f"{path}:{line}: {len(row)} fields, the header has {len(names)} (a {separator} "
+                                   f"inside a text? {fix})")
         return names, [dict(zip(names, row)) for row in table[1:]], lines[1:]
     width = max((len(row) for row in table), default=0)
     return ([str(i) for i in range(width)], [{str(i): value for i, value in enumerate(row)} for row in table],
@@ -272,9 +280,9 @@ def read_labelled(path: str | Path, text_column: str = "text", label_column: str
 
 
 def read_texts(path: str | Path, text_column: str = "text", text_pair_column: str | None = None,
-               ) -> list[tuple[str, str | None]]:
+               warn: Callable[[str], None] | None = None) -> list[tuple[str, str | None]]:
     """Unlabelled inputs for prediction: (text, pair) per CSV / TSV / JSONL row, or per non-blank line of any other
-    file (a pair model reads `text<TAB>pair` lines)."""
+    file (a pair model reads `text<TAB>pair` lines; `warn` hears how many blank lines were skipped)."""
     path = Path(path)
     if path.suffix.lower() in (".jsonl", ".json", ".csv", ".tsv"):
         header, rows, _ = _rows(path)
@@ -282,28 +290,36 @@ def read_texts(path: str | Path, text_column: str = "text", text_pair_column: st
             if column is not None and column not in header:
                 raise BertkitError(f"{path}: no {role} column '{column}' (columns found: "
                                    f"{', '.join(header) or 'none'})")
-        return [(str(row.get(text_column) or ""), None if text_pair_column is None else
-                 str(row.get(text_pair_column) or "")) for row in rows]
-    if not path.is_file():
-        raise BertkitError(f"{path}: no such file")
+        # stripped as the finetuning and `evaluate` read them (`_text`): a trailing space is another input to the
+        # tokenizer, and flipped a label
+        return [(_text(row.get(text_column)), None if text_pair_column is None else
+                 _text(row.get(text_pair_column))) for row in rows]
+    need_file(path)
     try:
         lines = path.read_text(encoding="utf-8-sig").split("\n")
     except UnicodeDecodeError as exc:
         raise BertkitError(f"{path}: invalid UTF-8 at byte {exc.start}") from None
-    return split_lines(lines, text_pair_column is not None)
+    return split_lines(lines, text_pair_column is not None, warn)
 
 
-def split_lines(lines: list[str], pairs: bool) -> list[tuple[str, str | None]]:
-    """Non-blank lines as inputs; with `pairs` each line is `text<TAB>pair`."""
-    out = []
+def split_lines(lines: list[str], pairs: bool, warn: Callable[[str], None] | None = None,
+                ) -> list[tuple[str, str | None]]:
+    """Non-blank lines as inputs; with `pairs` each line is `text<TAB>pair`. Blank lines before the last text shift
+    every later output against its input line: `warn` hears how many there were."""
+    out, blank, skipped = [], 0, 0
     for line in lines:
         if not line.strip():
+            blank += 1
             continue
+        skipped, blank = skipped + blank, 0  # blank lines after the last text shift nothing
         if pairs:
             text, _, pair = line.partition("\t")
             out.append((text.strip(), pair.strip()))
         else:
             out.append((line.strip(), None))
+    if skipped and warn is not None:
+        warn(f"skipped {skipped:,} blank line{'s' if skipped != 1 else ''} between the texts: the output has one "
+             "line per non-blank input line")
     return out
 
 
@@ -315,8 +331,7 @@ def read_conll(path: str | Path, tag_column: int = -1, iob: bool = True) -> list
     read as it is (part-of-speech tags).
     """
     path = Path(path)
-    if not path.is_file():
-        raise BertkitError(f"{path}: no such file")
+    need_file(path)
     sentences: list[TaggedSentence] = []
     tokens: list[str] = []
     tags: list[str] = []
@@ -442,8 +457,7 @@ def _score(path: Path, line: int, raw, max_score: float | None, header: bool) ->
 def read_lines(path: str | Path) -> list[str]:
     """A text file's lines (UTF-8, trailing newline and carriage return removed); the file names itself in errors."""
     path = resolve_data_path(path)
-    if not path.is_file():
-        raise BertkitError(f"{path}: no such file")
+    need_file(path)
     try:
         return path.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as exc:

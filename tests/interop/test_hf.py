@@ -17,7 +17,7 @@ from bertkit.interop.hf import export_hf, model_from_hf  # noqa: E402
 from bertkit.nn.heads import HeadInput  # noqa: E402
 from bertkit.nn.model import Model  # noqa: E402
 from bertkit.run.directory import save_run  # noqa: E402
-from conftest import tiny  # noqa: E402
+from conftest import heads, tiny  # noqa: E402
 
 ATOL = 1e-5
 SHAPES = [
@@ -152,6 +152,23 @@ def test_export_refuses_what_bert_cannot_express(tmp_path, overrides, key):
     with pytest.raises(BertkitError, match=key):
         export_hf(tmp_path / "run", tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize("head, num_labels", [("classifier", 3), ("tagger", 5)])
+def test_export_of_a_finetuned_run_names_its_head(tmp_path, head, num_labels):
+    """BERT's folder has no place for a task head: the error names the head and the exports that take the run (it
+    named one tensor of the head); the sentence-transformers export, one of them, writes the finetuned encoder."""
+    from bertkit.interop.sentence_transformers import export_sentence_transformers
+
+    cfg = tiny()
+    heads_cfg = heads(head, num_labels=num_labels)
+    save_run(tmp_path / "run", Model(cfg, heads_cfg), Config(model=cfg, heads=heads_cfg))
+    with pytest.raises(BertkitError, match=f"no place for this run's {head} head: --format onnx exports the whole "
+                                           "model, --format sentence-transformers its finetuned encoder"):
+        export_hf(tmp_path / "run", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    export_sentence_transformers(tmp_path / "run", tmp_path / "st")
+    assert BertModel.from_pretrained(str(tmp_path / "st")).config.hidden_size == cfg.d_model
 
 
 def test_import_refuses_non_bert_and_bad_folders(tmp_path):

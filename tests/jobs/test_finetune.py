@@ -12,8 +12,10 @@ from typer.testing import CliRunner
 from bertkit.cli import app
 from bertkit.cli.common import with_max_time
 from bertkit.hardware import resolve_precision
+from bertkit.jobs.plot import curve_metric
 from bertkit.recipes import load_recipe
 from bertkit.run.directory import keep_run_limits, load_config
+from bertkit.run.metrics import read_metrics
 from bertkit.tasks.classify import ClassifyObjective
 from conftest import cli_error, cli_invoke, cli_ok, merged, repeated_corpus
 
@@ -86,6 +88,13 @@ def test_classify_learns_predicts_and_evaluates(tmp_path, base):
     assert metrics["unseen_labels"] == ["ecstatic"] and metrics["examples"] == 13
     assert metrics["confusion"]["labels"][-1] == "ecstatic" and metrics["accuracy"] <= 12 / 13
 
+    # plot: loss and the metric that picked the best checkpoint (a pretraining's val_accuracy is not there)
+    _ok("plot", out)
+    assert (out / "curves.png").stat().st_size > 10_000
+    assert curve_metric(out, [r for r in read_metrics(out) if r["kind"] == "eval"]) == "accuracy"
+    assert "plot writes a PNG" in _error("plot", out, "-o", tmp_path / "curves.jpg")
+    assert not (tmp_path / "curves.jpg").exists()
+
 
 def _conll(path: Path, n: int, seed: int = 0, scheme: str = "iob1") -> Path:
     rng = random.Random(seed)
@@ -124,6 +133,8 @@ def test_ner_learns_and_predicts_character_spans(tmp_path, base):
     test = _conll(tmp_path / "test.conll", 10, seed=3)
     report = _ok("evaluate", "--model", out, "--data", test)
     assert "per entity type" in report.output and "PER" in report.output
+    _ok("plot", out, "-o", tmp_path / "ner.png")
+    assert curve_metric(out, [r for r in read_metrics(out) if r["kind"] == "eval"]) == "f1"
 
 
 def test_finetune_resumes_exactly(tmp_path, base, monkeypatch):
@@ -248,6 +259,32 @@ def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
     blank = tmp_path / "blank.txt"
     blank.write_text("\n\n")
     assert "no input texts" in _error("predict", "--model", done, blank)
+    # predict strips a CSV's text cells as finetuning and evaluate read them: the same text, the same scores
+    spaced = tmp_path / "spaced.csv"
+    spaced.write_text('review,stars\n"the film was great  ",positive\nthe film was great,positive\n')
+    records = [json.loads(line) for line in _ok("predict", "--model", done, spaced).stdout.splitlines()
+               if line.startswith("{")]
+    assert [r["text"] for r in records] == ["the film was great"] * 2 and records[0]["scores"] == records[1]["scores"]
+    # blank lines between texts are skipped, and said (the outputs no longer line up with the input lines)
+    gaps = tmp_path / "gaps.txt"
+    gaps.write_text("the film was great\n\n  \nawful\n\n")
+    result = _ok("predict", "--model", done, gaps)
+    assert "skipped 2 blank lines between the texts" in result.output
+    assert len([line for line in result.stdout.splitlines() if line.startswith("{")]) == 2
+    # a row with more fields than the header (an unquoted comma) is refused with its line, not cut and mislabelled
+    commas = tmp_path / "commas.csv"
+    commas.write_text("review,stars\nthe film was great,positive\nbad, very bad film,negative\n")
+    for args in (["finetune", "classify", "--model", base, "--train", commas, "--text-column", "review",
+                  "--label-column", "stars", "--out", tmp_path / "g"], ["predict", "--model", done, commas]):
+        assert "commas.csv:3: 3 fields, the header has 2 (a comma inside a text? put the text in double " \
+               "quotes)" in _error(*args)
+    assert f"{tmp_path}: is a directory; give a file" in _error(*common[:5], tmp_path, "--out", tmp_path / "g")
+    # --max-steps beside epochs given in the same command: refused (it used to win over --set epochs without a
+    # word, and lose to --epochs without one); `none` clears the recipe's epochs, which --max-steps does anyway
+    named = [*common, "--text-column", "review", "--label-column", "stars", "--out", tmp_path / "g"]
+    assert "--max-steps and --epochs both set the run's length; give one" in _error(*named, "--epochs", "1")
+    assert "--max-steps and --set train.epochs=1 both" in _error(*named, "--set", "train.epochs=1")
+    assert not (tmp_path / "g").exists()
     assert "not a bertkit run directory" in _error("finetune", "classify", "--model", tmp_path, "--train", train,
                                                    "--out", tmp_path / "d")
     # settings finetuning does not read, or sets itself, are refused rather than ignored

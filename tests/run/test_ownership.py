@@ -273,11 +273,14 @@ def test_probe_findings_dot_dot_sidecars_plot_and_import_hints(tmp_path, base):
     line = cli_error("embed", "--model", base, corpus, "-o", tmp_path / "emb.npy", "--overwrite")
     assert "emb.rows.npy: already exists beside" in line and np.load(mine).tolist() == [0, 1, 2, 3, 4]
 
-    notes = tmp_path / "notes.txt"
+    notes = tmp_path / "notes.png"  # named .png, but not a plot
     notes.write_text("mine")
     (base / "metrics.jsonl").write_text('{"step": 1, "kind": "train", "loss": 1.0}\n')
     line = cli_error("plot", base, "-o", notes)
     assert "`plot` replaces only a PNG plot" in line and "--overwrite" not in line and notes.read_text() == "mine"
+    text = tmp_path / "notes.txt"  # another suffix: refused by it (plot writes PNG bytes only)
+    text.write_text("mine")
+    assert "plot writes a PNG" in cli_error("plot", base, "-o", text) and text.read_text() == "mine"
     assert "choose another OUT or pass --overwrite" in cli_error("import-hf", tmp_path / "tok", base)
 
 
