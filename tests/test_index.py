@@ -54,7 +54,7 @@ def test_build_search_append_and_refuse_other_models(tmp_path, base, sample_toke
     corpus = _corpus(tmp_path, "a.txt", SENTENCES[:12] + [""])
     idx = tmp_path / "idx"
     result = cli_ok("index", "build", "--model", base, corpus, "-o", idx, "--no-progress")
-    assert "skipped 1 empty lines" in result.output
+    assert "skipped 1 empty line\n" in result.output
     hits = job.search(job.SearchJob(idx, (SENTENCES[3], SENTENCES[7]), k=3)).hits
     assert [h[0].text for h in hits] == [SENTENCES[3], SENTENCES[7]]  # a document is its own nearest neighbour
     assert hits[0][0].id == f"{corpus}:4" and hits[0][0].score == pytest.approx(1.0, abs=1e-5)

@@ -68,8 +68,10 @@ def run(job: EvaluateJob, console: Console | None = None) -> EvaluateResult:
 def report(console: Console, kind: str, result: dict, data: Path) -> None:
     """Human-readable metrics (rich tables)."""
     if result["truncated"]:
-        console.print(f"[yellow]warning: {result['truncated']:,} examples were longer than the model's max_length "
-                      "and were truncated")
+        many = result["truncated"] != 1
+        console.print(f"[yellow]warning: {result['truncated']:,} example{'s' if many else ''} "
+                      f"{'were' if many else 'was'} longer than the model's max_length and "
+                      f"{'were' if many else 'was'} truncated")
     if result["unseen_labels"]:
         count = result.get("unseen_examples", result.get("unseen_tags"))
         console.print(f"[yellow]warning: {count:,} {'examples' if kind == 'classify' else 'tags'} carry labels the "

@@ -123,7 +123,7 @@ def run(job: InfoJob, console: Console | None = None) -> InfoResult:
     if measured:
         console.print(f"measured: {measured['tokens_per_s']:,.0f} tokens/s, {measured['tflops']:.3g} TFLOP/s"
                       + (f", MFU {measured['mfu']:.1%}" if measured.get("mfu") is not None else "")
-                      + f" (mean of {measured['windows']} logged windows"
+                      + f" (mean of {measured['windows']} logged window{'s' if measured['windows'] != 1 else ''}"
                       + (f", {measured['precision']}" if measured.get("precision") else "") + ")")
     return InfoResult(kind, config, counts, flops, measured)
 

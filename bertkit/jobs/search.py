@@ -52,7 +52,7 @@ def _fill(writer: ShardWriter, encoder: SentenceEncoder, files: list[Path], text
 
 def _report_skips(console: Console, found, encoder: SentenceEncoder) -> None:
     if found.empty:
-        console.print(f"[yellow]skipped {found.empty:,} empty lines")
+        console.print(f"[yellow]skipped {found.empty:,} empty line{'s' if found.empty != 1 else ''}")
     truncation_warning(console, encoder)
 
 
