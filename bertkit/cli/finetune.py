@@ -56,20 +56,15 @@ def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: boo
               "task.max_train_examples": max_train_examples, "train.epochs": epochs, "train.max_steps": max_steps,
               **values}
     config = with_max_time(with_values(load_recipe(recipe, set_ or [], FINETUNE_READS[kind]), values), max_time)
-    if values.get("train.max_steps") is not None:
-        # --max-steps given on the command line wins over the recipe's epochs; over epochs given in this command
-        # too it would win without a word (they set the steps themselves), so that is refused
-        from bertkit.config import means_none
-        from bertkit.errors import BertkitError
-        from bertkit.recipes import resolve_key
+    # --max-steps (or --set max_steps) wins over the recipe's epochs, as a step count given in the command should;
+    # beside epochs given in the same command it would win, or lose, without a word: that is refused
+    steps, epochs_said = _said("max_steps", "--max-steps", values, set_), _said("epochs", "--epochs", values, set_)
+    if steps is not None:
+        if epochs_said is not None:
+            from bertkit.errors import BertkitError
 
-        pairs = [[part.strip() for part in item.split("=", 1)] for item in set_ or []]  # load_recipe checked them
-        said = "--epochs" if values.get("train.epochs") is not None else next(
-            (f"--set {key}={value}" for key, value in pairs
-             if resolve_key(key) == ("train", "epochs") and not means_none(value)), None)
-        if said is not None:
-            raise BertkitError(f"--max-steps and {said} both set the run's length; give one (epochs set the steps, "
-                               "--max-steps replaces the recipe's epochs)")
+            raise BertkitError(f"{steps} and {epochs_said} both set the run's length; give one (epochs set the "
+                               "steps, a step count replaces the recipe's epochs)")
         config = _clear_epochs(config)
     if resume:  # the run's own limits unless this command changes them
         from bertkit.run.directory import keep_run_limits
@@ -78,6 +73,18 @@ def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: boo
                                  set_ or [])
     run(Job(config, model, out, resume=resume, progress=progress, accept_changed_data=accept_changed_data,
             skip_bad_lines=skip_bad_lines))
+
+
+def _said(name: str, flag: str, values: dict, set_: list[str] | None) -> str | None:
+    """How this command gave train.NAME ("--flag" or "--set key=value"), or None; `none` gives nothing."""
+    from bertkit.config import means_none
+    from bertkit.recipes import resolve_key
+
+    if values.get(f"train.{name}") is not None:
+        return flag
+    pairs = [[part.strip() for part in item.split("=", 1)] for item in set_ or []]  # load_recipe checked them
+    return next((f"--set {key}={value}" for key, value in pairs
+                 if resolve_key(key) == ("train", name) and not means_none(value)), None)
 
 
 def _clear_epochs(config):

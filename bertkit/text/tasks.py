@@ -109,7 +109,7 @@ def _rows(path: Path, header: bool = True) -> tuple[list[str], list[dict], list[
                 fix = "replace it with a space" if reader.dialect.delimiter == "\t" else "put the text in double quotes"
                 separator = "tab" if reader.dialect.delimiter == "\t" else "comma"
                 raise BertkitError(f"{path}:{line}: {len(row)} fields, the header has {len(names)} (a {separator} "
-                                   f"inside a text? {fix})")
+                                   f"inside a text? {fix}; or a column the header does not name? name it)")
         return names, [dict(zip(names, row)) for row in table[1:]], lines[1:]
     width = max((len(row) for row in table), default=0)
     return ([str(i) for i in range(width)], [{str(i): value for i, value in enumerate(row)} for row in table],
@@ -318,8 +318,8 @@ def split_lines(lines: list[str], pairs: bool, warn: Callable[[str], None] | Non
         else:
             out.append((line.strip(), None))
     if skipped and warn is not None:
-        warn(f"skipped {skipped:,} blank line{'s' if skipped != 1 else ''} between the texts: the output has one "
-             "line per non-blank input line")
+        warn(f"skipped {skipped:,} blank line{'s' if skipped != 1 else ''} before or between the texts: the output "
+             "has one line per non-blank input line")
     return out
 
 

@@ -269,7 +269,7 @@ def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
     gaps = tmp_path / "gaps.txt"
     gaps.write_text("the film was great\n\n  \nawful\n\n")
     result = _ok("predict", "--model", done, gaps)
-    assert "skipped 2 blank lines between the texts" in result.output
+    assert "skipped 2 blank lines before or between the texts" in result.output
     assert len([line for line in result.stdout.splitlines() if line.startswith("{")]) == 2
     # a row with more fields than the header (an unquoted comma) is refused with its line, not cut and mislabelled
     commas = tmp_path / "commas.csv"
@@ -277,14 +277,21 @@ def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
     for args in (["finetune", "classify", "--model", base, "--train", commas, "--text-column", "review",
                   "--label-column", "stars", "--out", tmp_path / "g"], ["predict", "--model", done, commas]):
         assert "commas.csv:3: 3 fields, the header has 2 (a comma inside a text? put the text in double " \
-               "quotes)" in _error(*args)
+               "quotes; or a column the header does not name? name it)" in _error(*args)
     assert f"{tmp_path}: is a directory; give a file" in _error(*common[:5], tmp_path, "--out", tmp_path / "g")
     # --max-steps beside epochs given in the same command: refused (it used to win over --set epochs without a
     # word, and lose to --epochs without one); `none` clears the recipe's epochs, which --max-steps does anyway
     named = [*common, "--text-column", "review", "--label-column", "stars", "--out", tmp_path / "g"]
     assert "--max-steps and --epochs both set the run's length; give one" in _error(*named, "--epochs", "1")
     assert "--max-steps and --set train.epochs=1 both" in _error(*named, "--set", "train.epochs=1")
+    assert "--set max_steps=3 and --epochs both" in _error(*named[:6], *named[8:], "--set", "max_steps=3",
+                                                            "--epochs", "1")
     assert not (tmp_path / "g").exists()
+    # --set max_steps replaces the recipe's epochs as --max-steps does (the epochs won without a word)
+    _ok(*named[:6], *named[8:], "--set", "max_steps=3")
+    stored = json.loads((tmp_path / "g" / "config.json").read_text())["train"]
+    assert stored["max_steps"] == 3 and stored["epochs"] is None
+    assert json.loads((tmp_path / "g" / "results.json").read_text())["steps"] == 3
     assert "not a bertkit run directory" in _error("finetune", "classify", "--model", tmp_path, "--train", train,
                                                    "--out", tmp_path / "d")
     # settings finetuning does not read, or sets itself, are refused rather than ignored

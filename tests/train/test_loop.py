@@ -388,9 +388,10 @@ def test_a_compiled_run_on_a_budget_trains_to_its_budget(tmp_path, packed, sampl
     # config.patch, not monkeypatch: monkeypatch's undo deleted the setting from inductor's config module, and the
     # next compilation in the process failed ("force_disable_caches does not exist")
     with torch._inductor.config.patch(force_disable_caches=True):  # read from the env at import only
-        # 30 s: the compilation took 17 s of it on a 2-core AVX-512 EPYC, then ~130 steps a second
-        result, _, _ = _run(tmp_path, packed, sample_tokenizer, max_steps=100_000, max_time="30s", log_every=5,
+        # 35 s: the compilation took 17 s of it on a 2-core AVX-512 EPYC, then ~130 steps a second (45 s before:
+        # the room is for a slower machine's compilation)
+        result, _, _ = _run(tmp_path, packed, sample_tokenizer, max_steps=100_000, max_time="35s", log_every=5,
                             eval_every=100, compile="on")
     state = result["state"]
     assert state["calibrated"] and state["calibrated_at"][1] > 2  # the compile-time steps were left out
-    assert state["step"] > 100 and state["elapsed"] >= 0.85 * 30
+    assert state["step"] > 100 and state["elapsed"] >= 0.85 * 35
