@@ -76,7 +76,8 @@ def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: boo
 
 
 def _said(name: str, flag: str, values: dict, set_: list[str] | None) -> str | None:
-    """How this command gave train.NAME ("--flag" or "--set key=value"), or None; `none` gives nothing."""
+    """How this command gave train.NAME: `flag`, or "--set key=value"; None where it did not (`none` gives
+    nothing)."""
     from bertkit.config import means_none
     from bertkit.recipes import resolve_key
 
