@@ -154,6 +154,13 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]
     return data
 
 
+def set_keys(overrides: list[str] | tuple[str, ...]) -> dict[tuple[str, str], tuple[str, str]]:
+    """(section, key) -> (the key as given, its raw value) of each `--set key=value` (bare keys resolved): what a
+    command's --set gave, for the decisions made after `load_recipe` has checked the items."""
+    pairs = [[part.strip() for part in item.split("=", 1)] for item in overrides]
+    return {resolve_key(key): (key, raw) for key, raw in pairs}
+
+
 def resolve_key(key: str, what: str = "--set") -> tuple[str, str]:
     """`section.key` or a bare `key` -> (section, key). A bare key names one field of one section (no two sections
     share a field name: tests/test_config.py). Errors name the key and suggest a close one."""

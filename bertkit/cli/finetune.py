@@ -79,13 +79,12 @@ def _said(name: str, flag: str, values: dict, set_: list[str] | None) -> str | N
     """How this command gave train.NAME: `flag`, or "--set key=value"; None where it did not (`none` gives
     nothing)."""
     from bertkit.config import means_none
-    from bertkit.recipes import resolve_key
+    from bertkit.recipes import set_keys
 
     if values.get(f"train.{name}") is not None:
         return flag
-    pairs = [[part.strip() for part in item.split("=", 1)] for item in set_ or []]  # load_recipe checked them
-    return next((f"--set {key}={value}" for key, value in pairs
-                 if resolve_key(key) == ("train", name) and not means_none(value)), None)
+    given = set_keys(set_ or []).get(("train", name))
+    return None if given is None or means_none(given[1]) else f"--set {given[0]}={given[1]}"
 
 
 def _clear_epochs(config):

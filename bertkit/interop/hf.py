@@ -219,7 +219,7 @@ def write_hf_folder(folder: Path, run: Path, config: Config, model: Model, with_
     # ELECTRA's pretraining heads (generator, replaced-token detection) have no place in BERT: the encoder goes
     dropped = ("heads.rtd.", "heads.generator.") + (() if with_mlm else ("heads.mlm.",))
     kept = {key: tensor for key, tensor in model.state_dict().items() if not key.startswith(dropped)}
-    task_heads = sorted({key.split(".")[1] for key in kept if key.startswith("heads.")} - {"mlm", "pooler"})
+    task_heads = [name for name in config.heads.names if name not in ("mlm", "pooler", "rtd", "generator")]
     if task_heads:  # a finetuned run: say so, not which of its tensors failed to map
         raise BertkitError(f"{run}: a Hugging Face export holds BERT's encoder (BertModel, BertForMaskedLM), which "
                            f"has no place for this run's {', '.join(task_heads)} head: --format onnx exports the "

@@ -71,6 +71,7 @@ def run(job: PredictJob, console: Console | None = None) -> PredictResult:
     task_model = TaskModel(model, batch_size=job.batch_size, precision=job.precision)
     task = task_model.config.task
     pair_column = text_pair_column or task.text_pair_column
+
     def warn(message: str) -> None:
         console.print(f"[yellow]warning: {message}")
 
