@@ -156,7 +156,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]
 
 def set_keys(overrides: list[str] | tuple[str, ...]) -> dict[tuple[str, str], tuple[str, str]]:
     """(section, key) -> (the key as given, its raw value) of each `--set key=value` (bare keys resolved): what a
-    command's --set gave, for the decisions made after `load_recipe` has checked the items."""
+    command's --set gave, for the decisions made after `load_recipe` has checked the items (the CLI's; run/ may not
+    import recipes, so `run.directory.keep_run_limits` reads train keys by name)."""
     pairs = [[part.strip() for part in item.split("=", 1)] for item in overrides]
     return {resolve_key(key): (key, raw) for key, raw in pairs}
 

@@ -196,9 +196,7 @@ def keep_run_limits(config: Config, out: str | Path, given: dict[str, object], s
     if not (Path(out) / CONFIG_FILE).is_file():
         return config
     stored = load_config(out).train
-    from bertkit.recipes import set_keys
-
-    named = {name for section, name in set_keys(sets) if section == "train"}
+    named = {item.split("=", 1)[0].strip().removeprefix("train.") for item in sets}
     chosen = {key for key in LIMITS if given.get(key) is not None or key in named}
     if "max_steps" in chosen:  # an explicit step count replaces the run's epochs and its time budget
         chosen.update(("epochs", "max_time"))
