@@ -10,10 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from bertkit.cli import app
-from bertkit.config import Config
+from bertkit.config import Config, SentenceConfig, SentenceLossConfig, TaskConfig
 from bertkit.jobs.demo import DEMO_MARKER
 from bertkit.nn.model import Model
 from bertkit.run.directory import is_run_dir, save_run
+from bertkit.tasks.registry import FINETUNING
 from conftest import heads, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,6 +68,24 @@ def test_info_gives_flops_per_token_and_a_runs_measured_mfu(tmp_path):
     result = runner.invoke(app, ["info", str(run)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "measured: 2,000 tokens/s, 0.03 TFLOP/s, MFU 30.0% (mean of 2 logged windows)" in result.output
+
+
+@pytest.mark.parametrize("kind,on_top,says", [("classify", heads("classifier", num_labels=2), "classify"),
+                                               ("ner", heads("tagger", num_labels=9), "ner"),
+                                               ("sentence", heads(), "sentence, mnrl loss")])
+def test_info_on_a_finetuned_run_counts_its_task_not_the_pretraining(tmp_path, kind, on_top, says):
+    """A finetuned run's FLOPs per token are its task's (encoder + head or loss, as its logged MFU counts them),
+    not those of the MLM objective its config still names."""
+    cfg, run = tiny(), tmp_path / "run"
+    config = Config(model=cfg, heads=on_top, task=TaskConfig(kind=kind, max_length=48),
+                    sentence_loss=SentenceLossConfig(loss="mnrl"), sentence=SentenceConfig(max_seq_length=48))
+    save_run(run, Model(cfg, on_top), config)
+    (run / "labels.json").write_text(json.dumps(["B-X", "O"] if kind != "sentence" else []))
+    result = runner.invoke(app, ["info", str(run)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    flops, tokens = FINETUNING[kind].step_flops(config, config.train.batch_size, 48)
+    assert f"training FLOPs per token (48-token rows, {says}): {flops / tokens / 1e6:,.1f} M" in result.output
+    assert "mlm" not in result.output.split("training FLOPs")[1]
 
 
 @pytest.mark.slow

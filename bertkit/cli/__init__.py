@@ -23,8 +23,9 @@ from bertkit.errors import BertkitError
 def info(target: Annotated[str, typer.Argument(help="A recipe name (tiny, mini, …), a recipe .toml, or a run "
                                                      "directory.")],
          set_: SetOption = None) -> None:
-    """Print a model's architecture, parameter counts (embeddings / blocks / heads) and training FLOPs per token;
-    for a run directory also its measured tokens/s, TFLOP/s and MFU."""
+    """Print a model's architecture, parameter counts (embeddings / blocks / heads) and training FLOPs per token
+    (a finetuned run's: its task's, the encoder with its head or loss); for a run directory also its measured
+    tokens/s, TFLOP/s and MFU."""
     from bertkit.jobs import info as job
 
     job.run(job.InfoJob(target, tuple(set_ or ())))

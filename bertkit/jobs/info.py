@@ -15,9 +15,9 @@ from bertkit.errors import BertkitError
 from bertkit.nn.flops import train_flops
 from bertkit.nn.model import meta_model
 from bertkit.recipes import load_recipe
-from bertkit.run.directory import RESULTS_FILE, is_run_dir, load_config, read_json
+from bertkit.run.directory import LABELS_FILE, RESULTS_FILE, is_run_dir, load_config, read_json
 from bertkit.run.metrics import read_metrics
-from bertkit.tasks.registry import PRETRAINING
+from bertkit.tasks.registry import FINETUNING, PRETRAINING
 
 
 def load_target(target: str, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Config, str]:
@@ -115,7 +115,7 @@ def run(job: InfoJob, console: Console | None = None) -> InfoResult:
         share = counts[part] / counts["total"] if counts["total"] else 0.0
         table.add_row(part, f"{counts[part]:,}", f"{share:.1%}")
     console.print(table)
-    flops = step_flops(config)
+    flops = step_flops(config, kind != "recipe" and (Path(target) / LABELS_FILE).is_file())
     if flops:
         console.print(f"training FLOPs per token ({flops['tokens_per_row']}-token rows, "
                       f"{flops['objective']}): {flops['per_token'] / 1e6:,.1f} M (model FLOPs: forward + backward)")
@@ -128,11 +128,21 @@ def run(job: InfoJob, console: Console | None = None) -> InfoResult:
     return InfoResult(kind, config, counts, flops, measured)
 
 
-def step_flops(config: Config) -> dict[str, Any] | None:
-    """Model FLOPs per trained token for the config's pretraining objective on full rows of `data.block_size`
-    tokens (half that under `train.contrastive_views = "halves"`; an MLM's head runs on its masked share only), or
-    None for a stack the objective does not fit."""
+def step_flops(config: Config, finetuned: bool = False) -> dict[str, Any] | None:
+    """Model FLOPs per trained token, or None for a stack the objective does not fit.
+
+    A pretraining recipe or run: its objective on full rows of `data.block_size` tokens (half that under
+    `train.contrastive_views = "halves"`; an MLM's head runs on its masked share only). A finetuned run (`finetuned`:
+    it has labels.json): its task (`task.kind`) on micro-batches of `train.batch_size` examples as long as the task
+    lets them be (`task.max_length`, a sentence model's `sentence.max_seq_length`; else the model's `max_len`), the
+    encoder and the task's head or loss — what the finetuning's logged MFU counts."""
     cfg, objective, t = config.model, config.train.objective, min(config.data.block_size, config.model.max_len)
+    if finetuned and cfg.architecture == "encoder" and config.task.kind in FINETUNING:
+        task = FINETUNING[config.task.kind]
+        t = min(task.max_length(config, config), cfg.max_len)
+        total, tokens = task.step_flops(config, config.train.batch_size, t)
+        name = config.task.kind + (f", {config.sentence_loss.loss} loss" if config.task.kind == "sentence" else "")
+        return {"objective": name, "tokens_per_row": t, "per_token": total / tokens}
     if config.train.halves:
         t //= 2
     if cfg.architecture == "encoder-decoder":

@@ -42,6 +42,20 @@ def stack_flops(cfg: ModelConfig, batch: int, t: int, memory: int | None = None,
     return (cfg.n_layers if n_layers is None else n_layers) * per_block
 
 
+def head_flops(cfg: ModelConfig, head: str, rows: int, t: int, num_labels: int) -> int:
+    """A finetuning head's forward on `rows` inputs of `t` tokens: the classifier (dense D→D, then D→num_labels on
+    each row's pooled state), the tagger (D→num_labels on every token), the pair classifier (3D→num_labels on each
+    pair's (u, v, |u − v|))."""
+    d = cfg.d_model
+    if head == "classifier":
+        return 2 * rows * (d * d + d * num_labels)
+    if head == "tagger":
+        return 2 * rows * t * d * num_labels
+    if head == "pair_classifier":
+        return 2 * rows * 3 * d * num_labels
+    raise ValueError(f"no FLOP count for head {head!r}")
+
+
 def generator_flops(cfg: ModelConfig, batch: int, t: int, masked: int) -> int:
     """ELECTRA's generator: projection to its width, its blocks, and its MLM head on the `masked` positions."""
     small = generator_config(cfg)

@@ -92,6 +92,12 @@ class FinetuneTask:
         """The objective for the loop, and every encoded training input (for the truncation count)."""
         raise NotImplementedError
 
+    def step_flops(self, config: Config, rows: int, t: int) -> tuple[int, int]:
+        """Model FLOPs of a training step on `rows` examples of `t` tokens each (no padding) for the run `config`
+        describes (its head sized by `heads.num_labels`), and the tokens the step trains on: what `bertkit info`
+        gives per token. The same count as the task's objective makes of such a batch (its `flops`)."""
+        raise NotImplementedError
+
     def summary(self, config: Config, labels: list[str]) -> str:
         """What the opening line says of the task's set-up."""
         return f"{len(labels)} labels"

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bertkit.config import Config, ModelConfig, TrainConfig
+from bertkit.config import Config, TrainConfig
 from bertkit.errors import BertkitError
 from bertkit.inference import batched_logits, log_softmax
 from bertkit.metrics import classification_metrics
@@ -33,13 +33,11 @@ class ClassifyObjective(LabelledObjective):
                  validation_gold: list[str], label_names: list[str], pad_id: int, train: TrainConfig, world: int = 1):
         super().__init__(examples, labels, pad_id, train, world, len(validation))
         self.validation, self.validation_gold, self.label_names = validation, validation_gold, label_names
+        self.outputs = len(label_names)
 
     def batch(self, step: int) -> dict[str, torch.Tensor]:
         rows = self.sampler.rows(step).tolist()
         return {**self._inputs(rows), "labels": torch.tensor([self.targets[r] for r in rows])}
-
-    def head_flops(self, config: ModelConfig, rows: int, t: int) -> int:
-        return 2 * rows * (config.d_model * config.d_model + config.d_model * len(self.label_names))  # dense, out
 
     @staticmethod
     def normalizer(batch: dict[str, torch.Tensor]) -> float:

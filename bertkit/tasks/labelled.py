@@ -5,15 +5,14 @@ example; evaluation goes through `bertkit.inference`, the code path `bertkit pre
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import torch
 
-from pathlib import Path
-
-from bertkit.config import ModelConfig, TrainConfig
+from bertkit.config import Config, ModelConfig, TrainConfig
 from bertkit.errors import BertkitError
 from bertkit.inference import TaskModel
-from bertkit.nn.flops import stack_flops, training
+from bertkit.nn.flops import head_flops, stack_flops, training
 from bertkit.nn.model import Model
 from bertkit.tasks.base import FinetuneTask
 from bertkit.text.collate import EpochSampler, pad_sequences
@@ -27,6 +26,11 @@ class LabelledTask(FinetuneTask):
     def final_validation(self, out: Path, model: Model, objective, validation: list, device: torch.device,
                          precision: str) -> dict:
         return TaskModel(out, device=device, precision=precision).evaluate(validation)
+
+    def step_flops(self, config: Config, rows: int, t: int) -> tuple[int, int]:
+        (head,) = self.heads([])
+        forward = stack_flops(config.model, rows, t) + head_flops(config.model, head, rows, t, config.heads.num_labels)
+        return training(forward), rows * t
 
 
 def sorted_labels(names: set[str]) -> list[str]:
@@ -43,6 +47,7 @@ class LabelledObjective:
     """Shared batching: rows of encoded examples → padded (B, T) ids, token types, attention mask, labels."""
 
     head = ""
+    outputs = 0  # the head's outputs: labels or tags (1 for a score)
     default_metric = ""
 
     def __init__(self, examples: list[Encoded], targets: list, pad_id: int, train: TrainConfig, world: int,
@@ -74,11 +79,7 @@ class LabelledObjective:
         """Model FLOPs of a training step on `micro` (padded: what the kernels multiply): the encoder and the
         task head (nn/flops.py)."""
         rows, t = micro["input_ids"].shape
-        return training(stack_flops(config, rows, t) + self.head_flops(config, rows, t))
-
-    def head_flops(self, config: ModelConfig, rows: int, t: int) -> int:
-        """The task head's forward FLOPs on a (rows, t) batch (its size: the objective's own label set)."""
-        raise NotImplementedError
+        return training(stack_flops(config, rows, t) + head_flops(config, self.head, rows, t, self.outputs))
 
     def _logits(self, model: torch.nn.Module, micro: dict[str, torch.Tensor]) -> torch.Tensor:
         return model(micro["input_ids"], attention_mask=micro["attention_mask"],

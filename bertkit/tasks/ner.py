@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from bertkit.config import Config, ModelConfig, TrainConfig
+from bertkit.config import Config, TrainConfig
 from bertkit.errors import BertkitError
 from bertkit.inference import batched_logits, decode_tags, iob2_constraints, log_softmax
 from bertkit.metrics import entity_metrics
@@ -35,6 +35,7 @@ class TagObjective(LabelledObjective):
         targets = [token_labels(e, labels) for e, labels in zip(examples, word_labels)]
         super().__init__(examples, targets, pad_id, train, world, len(validation))
         self.validation, self.validation_gold, self.tag_names = validation, validation_gold, tag_names
+        self.outputs = len(tag_names)
         self.constraints = iob2_constraints(tag_names)
 
     def batch(self, step: int) -> dict[str, torch.Tensor]:
@@ -42,9 +43,6 @@ class TagObjective(LabelledObjective):
         inputs = self._inputs(rows)
         return {**inputs, "labels": pad_sequences([self.targets[r] for r in rows], IGNORE_INDEX,
                                                   inputs["input_ids"].shape[1])}
-
-    def head_flops(self, config: ModelConfig, rows: int, t: int) -> int:
-        return 2 * rows * t * config.d_model * len(self.tag_names)  # one linear layer per token
 
     @staticmethod
     def normalizer(batch: dict[str, torch.Tensor]) -> float:

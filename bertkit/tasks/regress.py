@@ -9,7 +9,7 @@ import math
 import numpy as np
 import torch
 
-from bertkit.config import Config, ModelConfig, TrainConfig
+from bertkit.config import Config, TrainConfig
 from bertkit.errors import BertkitError
 from bertkit.inference import batched_logits
 from bertkit.metrics import correlation_metrics
@@ -41,6 +41,7 @@ class RegressObjective(LabelledObjective):
     """Mean squared error of the classifier head's single output; validation MSE, Spearman and Pearson."""
 
     head = "classifier"
+    outputs = 1  # the score
     default_metric = "spearman"
     metric_names = ("val_loss", "spearman", "pearson")
 
@@ -52,9 +53,6 @@ class RegressObjective(LabelledObjective):
     def batch(self, step: int) -> dict[str, torch.Tensor]:
         rows = self.sampler.rows(step).tolist()
         return {**self._inputs(rows), "labels": torch.tensor([self.targets[r] for r in rows], dtype=torch.float32)}
-
-    def head_flops(self, config: ModelConfig, rows: int, t: int) -> int:
-        return 2 * rows * (config.d_model * config.d_model + config.d_model)  # dense, one output
 
     @staticmethod
     def normalizer(batch: dict[str, torch.Tensor]) -> float:

@@ -191,6 +191,13 @@ class SentenceTask(FinetuneTask):
                                       task.cross_process_negatives)
         return objective, [e for side in train_sides for e in side]
 
+    def step_flops(self, config: Config, rows: int, t: int) -> tuple[int, int]:
+        settings = config.sentence_loss
+        criterion = LOSSES[settings.loss](settings.scale)  # one process's candidates (mnrl), as on one GPU
+        sides = 3 if criterion.negatives and settings.negative_column else 2  # anchor, positive[, hard negative]
+        loss = criterion.flops(config.model.d_model, config.heads.num_labels, rows, sides)
+        return training(stack_flops(config.model, sides * rows, t) + loss), sides * rows * t
+
     def summary(self, config: Config, labels: list[str]) -> str:
         return (f"loss {config.sentence_loss.loss}" + (f", {len(labels)} labels" if labels else "")
                 + f", {config.sentence.pooling} pooling")

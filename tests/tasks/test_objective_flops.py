@@ -7,7 +7,7 @@ import json
 import pytest
 from torch.utils.flop_counter import FlopCounterMode
 
-from bertkit.config import DataConfig, TrainConfig
+from bertkit.config import Config, DataConfig, SentenceLossConfig, TaskConfig, TrainConfig
 from bertkit.hardware import Peak
 from bertkit.nn.attention import set_attention_impl
 from bertkit.nn.model import Model
@@ -20,6 +20,8 @@ from bertkit.tasks.classify import ClassifyObjective
 from bertkit.tasks.clm import CLMObjective
 from bertkit.tasks.mlm import MLMObjective
 from bertkit.tasks.ner import TagObjective
+from bertkit.tasks.registry import FINETUNING
+from bertkit.tasks.regress import RegressObjective
 from bertkit.tasks.rtd import RTDObjective
 from bertkit.tasks.sentence import SentenceObjective
 from bertkit.tasks.seq2seq import Seq2SeqObjective
@@ -77,6 +79,37 @@ def test_sentence_objectives(sample_tokenizer, loss, sides):
     on_top = heads("pair_classifier", num_labels=3) if loss == "softmax" else heads()
     micro = objective.batch(0)
     assert objective.flops(cfg, micro) == counted(objective, Model(cfg, on_top), micro)
+
+
+def test_a_task_counts_a_step_as_its_objective_does(sample_tokenizer):
+    """`bertkit info` on a finetuned run asks the task (`FinetuneTask.step_flops`) what the loop's objective counts:
+    the same FLOPs for the same (rows, width) batch, for every task kind and sentence loss."""
+    encoder = TaskEncoder(sample_tokenizer, 32)
+    cfg, train_cfg = tiny(vocab_size=400), TrainConfig(batch_size=4)
+    spans = [[(i, i + 1) for i in range(0, len(t), 4)] for t in TEXTS]
+    labelled = {
+        "classify": (ClassifyObjective(encoder.texts(TEXTS), [i % 3 for i in range(8)], [], [], ["a", "b", "c"], 0,
+                                       train_cfg), heads("classifier", num_labels=3)),
+        "regress": (RegressObjective(encoder.texts(TEXTS), [0.5] * 8, [], [], 0, train_cfg),
+                    heads("classifier", num_labels=1)),
+        "ner": (TagObjective(encoder.words(TEXTS, spans), [[j % 5 for j in range(len(s))] for s in spans], [], [],
+                             list("OBIXY"), 0, train_cfg), heads("tagger", num_labels=5))}
+    for kind, (objective, on_top) in labelled.items():
+        micro = objective.batch(0)
+        rows, t = micro["input_ids"].shape
+        config = Config(model=cfg, heads=on_top, task=TaskConfig(kind=kind))
+        assert FINETUNING[kind].step_flops(config, rows, t) == (objective.flops(cfg, micro), rows * t), kind
+    for loss, sides in [("mnrl", 2), ("mnrl", 3), ("softmax", 2), ("cosine", 2)]:
+        targets = {"mnrl": None, "softmax": [0, 1, 2, 0], "cosine": [0.9, 0.1, 0.5, 0.0]}[loss]
+        objective = SentenceObjective(loss, [encoder.texts(t) for t in [TEXTS[:4], TEXTS[4:], TEXTS[2:6]][:sides]],
+                                      targets, [], None, "mean", 20.0, 0, train_cfg, 1, ["a", "b", "c"])
+        micro = objective.batch(0)
+        width = max(micro[f"ids_{s}"].shape[1] for s in range(sides))
+        config = Config(model=cfg, heads=heads("pair_classifier", num_labels=3) if loss == "softmax" else heads(),
+                        task=TaskConfig(kind="sentence"),
+                        sentence_loss=SentenceLossConfig(loss=loss, negative_column="neg" if sides == 3 else None))
+        assert FINETUNING["sentence"].step_flops(config, 4, width) == (objective.flops(cfg, micro),
+                                                                       sides * 4 * width), (loss, sides)
 
 
 def test_seq2seq_objective():
