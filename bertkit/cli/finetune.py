@@ -28,8 +28,9 @@ AcceptChangedOption = Annotated[bool, typer.Option(
                                   "changed since the run began; the change is warned and recorded in inputs.json "
                                   "(default: refused).")]
 SkipBadRowsOption = Annotated[bool, typer.Option(
-    "--skip-bad-lines", help="Skip (and count) rows of the training or validation file that have no label (or score) "
-                             "or an empty text, instead of stopping.")]
+    "--skip-bad-lines", help="Skip (and count) rows of the training or validation file that have no label (or score), "
+                             "an empty text, or more fields than the header (an unquoted comma in a text), instead "
+                             "of stopping.")]
 EpochsOption = Annotated[float | None, typer.Option(help="train.epochs: passes over the training set.")]
 MaxStepsOption = Annotated[int | None, typer.Option(help="train.max_steps: replaces the recipe's epochs (not to "
                                                          "be given with --epochs).")]

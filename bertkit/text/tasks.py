@@ -59,9 +59,13 @@ def is_index(column: str | None) -> bool:
     return column is not None and str(column).isdigit()
 
 
-def _rows(path: Path, header: bool = True) -> tuple[list[str], list[dict], list[int]]:
+def _rows(path: Path, header: bool = True, overfull: list[int] | None = None,
+          hint: str = "") -> tuple[list[str], list[dict], list[int]]:
     """Header, rows and each row's 1-based line in the file (where it starts) of a CSV / TSV / JSONL file. Without a
-    header (`header=False`), a row's columns are named by their 0-based position: "0", "1", …"""
+    header (`header=False`), a row's columns are named by their 0-based position: "0", "1", …
+
+    A row with more (non-empty) fields than the header is an error naming its line (`hint` ends its message), or,
+    given an `overfull` list, left out with its line appended there (a reader's --skip-bad-lines counts it)."""
     need_file(path)
     suffix = path.suffix.lower()
     try:
@@ -100,31 +104,37 @@ def _rows(path: Path, header: bool = True) -> tuple[list[str], list[dict], list[
     except csv.Error as exc:
         raise csv_error(path, reader.line_num, exc, suffix) from None
     if header:
-        names = table[0] if table else []
+        names, kept, kept_lines = (table[0] if table else []), [], []
         for row, line in zip(table[1:], lines[1:]):
             # zip would drop the extra fields without a word: the text cut at an unquoted comma and the next piece
             # taken as the label (empty trailing fields, a spreadsheet's habit, are harmless)
             if len(row) > len(names) and any(cell.strip() for cell in row[len(names):]):
+                if overfull is not None:
+                    overfull.append(line)
+                    continue
                 # tab-separated files are read without quoting (`csv_dialect`): there a tab cannot be in a text
                 fix = "replace it with a space" if reader.dialect.delimiter == "\t" else "put the text in double quotes"
                 separator = "tab" if reader.dialect.delimiter == "\t" else "comma"
                 raise BertkitError(f"{path}:{line}: {len(row)} fields, the header has {len(names)} (a {separator} "
-                                   f"inside a text? {fix}; or a column the header does not name? name it)")
-        return names, [dict(zip(names, row)) for row in table[1:]], lines[1:]
+                                   f"inside a text? {fix}; or a column the header does not name? name it{hint})")
+            kept.append(dict(zip(names, row)))
+            kept_lines.append(line)
+        return names, kept, kept_lines
     width = max((len(row) for row in table), default=0)
     return ([str(i) for i in range(width)], [{str(i): value for i, value in enumerate(row)} for row in table],
             lines)
 
 
-def _columns(path: Path, roles: dict[str, str | None]) -> tuple[list[str], list[dict], list[int]]:
+def _columns(path: Path, roles: dict[str, str | None], overfull: list[int] | None = None,
+             hint: str = "") -> tuple[list[str], list[dict], list[int]]:
     """Rows (and their lines) of a file read for the named columns (role -> column); columns given as positions
-    mean no header."""
+    mean no header. `overfull`, `hint`: as `_rows` takes them."""
     given = {role: column for role, column in roles.items() if column is not None}
     positions = [is_index(c) for c in given.values()]
     if any(positions) and not all(positions):
         raise BertkitError(f"{path}: give every column as a name (a file with a header row) or every one as a "
                            f"0-based position (no header), not a mix: {', '.join(map(str, given.values()))}")
-    header, rows, lines = _rows(path, header=not all(positions) or not positions)
+    header, rows, lines = _rows(path, not all(positions) or not positions, overfull, hint)
     for role, column in given.items():
         if str(column) not in header:
             found = f"{len(header)} columns per row" if all(positions) else f"columns found: {', '.join(header) or 'none'}"
@@ -251,6 +261,18 @@ def _finish(path: Path, examples: list, bad: BadRows, skip_bad_lines: bool | Non
     return examples
 
 
+def _overfull(skip_bad_lines: bool | None) -> tuple[list[int] | None, str]:
+    """What a reader asks `_rows` for rows with more fields than the header: a list to collect them in when it
+    skips bad rows, and else the error's hint (None: the command cannot skip them, so no hint)."""
+    hint = "" if skip_bad_lines is None else "; or pass --skip-bad-lines to skip and count such rows"
+    return ([] if skip_bad_lines else None), hint
+
+
+def _count_overfull(bad: BadRows, overfull: list[int] | None) -> None:
+    for line in overfull or []:
+        bad.add("more fields than the header", line)
+
+
 def _text(value) -> str:
     return "" if value is None else str(value).strip()
 
@@ -263,8 +285,11 @@ def read_labelled(path: str | Path, text_column: str = "text", label_column: str
     `skip_bad_lines` they are skipped and the count goes to `warn` (None: the caller cannot skip them). With
     `scores` the labels are numbers (regression): integers and fractions may mix."""
     path = Path(path)
-    _, rows, lines = _columns(path, {"text": text_column, "label": label_column, "text pair": text_pair_column})
-    examples, bad, labels = [], BadRows(path, len(rows)), LabelKinds(path)
+    overfull, hint = _overfull(skip_bad_lines)
+    _, rows, lines = _columns(path, {"text": text_column, "label": label_column, "text pair": text_pair_column},
+                              overfull, hint)
+    examples, bad, labels = [], BadRows(path, len(rows) + len(overfull or [])), LabelKinds(path)
+    _count_overfull(bad, overfull)
     for row, line in zip(rows, lines):
         text = _text(row.get(text_column))
         if not text:  # an empty text would teach the classifier what [CLS] [SEP] alone means
@@ -413,8 +438,10 @@ def read_pairs(path: str | Path, text_column: str, pair_column: str, target: str
     roles = {"first sentence": text_column, "second sentence": pair_column, "negative": negative_column}
     if target is not None:
         roles[target] = target_column
-    _, rows, lines = _columns(path, roles)
-    examples, bad, labels = [], BadRows(path, len(rows)), LabelKinds(path)
+    overfull, hint = _overfull(skip_bad_lines)
+    _, rows, lines = _columns(path, roles, overfull, hint)
+    examples, bad, labels = [], BadRows(path, len(rows) + len(overfull or [])), LabelKinds(path)
+    _count_overfull(bad, overfull)
     for number, (row, line) in enumerate(zip(rows, lines), start=1):
         texts = [_text(row.get(str(c))) for c in (text_column, pair_column)]
         if not all(texts):

@@ -224,6 +224,35 @@ def test_empty_texts_are_refused_or_skipped_with_their_count(tmp_path):
                         f"({tmp_path / 'a.csv'}:13 first)"]
 
 
+def test_rows_with_more_fields_than_the_header_are_refused_or_skipped_with_their_count(tmp_path):
+    """An unquoted comma in a text gives its row an extra field: never read as a text cut short with the rest as its
+    label; refused with its line (--skip-bad-lines offered where the command can skip), or skipped and counted."""
+    from bertkit.text.tasks import read_pairs
+
+    path = tmp_path / "c.csv"
+    path.write_text("text,label\ngood film,pos\nbad, very bad film,neg\nfine,pos\ndull,neg,\nawful, awful,neg\n")
+    hint = "; or pass --skip-bad-lines to skip and count such rows"
+    message = (f"{path}:3: 3 fields, the header has 2 (a comma inside a text? put the text in double quotes; or a "
+               "column the header does not name? name it")
+    for skip, end in ((None, ")"), (False, hint + ")")):
+        with pytest.raises(BertkitError) as error:
+            read_labelled(path, skip_bad_lines=skip)
+        assert str(error.value) == message + end
+    warnings = []
+    examples = read_labelled(path, skip_bad_lines=True, warn=warnings.append)
+    # the empty trailing field of "dull,neg," is a spreadsheet's habit, not an extra column: the row is kept
+    assert [(e.text, e.label) for e in examples] == [("good film", "pos"), ("fine", "pos"), ("dull", "neg")]
+    assert warnings == [f"skipped 2 of 5 rows with more fields than the header ({path}:3 first)"]
+    pairs = tmp_path / "p.csv"
+    pairs.write_text("s1,s2,score\na,b,1\nc, d,e,2\nf,g,3\n")
+    with pytest.raises(BertkitError, match=r"p.csv:3: 4 fields, the header has 3 .*such rows\)$"):
+        read_pairs(pairs, "s1", "s2", "score", "score", max_score=5, skip_bad_lines=False)
+    warnings = []
+    kept = read_pairs(pairs, "s1", "s2", "score", "score", max_score=5, skip_bad_lines=True, warn=warnings.append)
+    assert [(p.text, p.score) for p in kept] == [("a", 1.0), ("f", 3.0)]
+    assert warnings == [f"skipped 1 of 3 rows with more fields than the header ({pairs}:3 first)"]
+
+
 def test_pairs_missing_scores_and_labels_are_counted_and_labels_canonical(tmp_path):
     from bertkit.text.tasks import read_pairs
 
