@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -45,6 +46,8 @@ from bertkit.train.loop import already_finished, plan_text, train_best
 from bertkit.train.batch_size import require_number
 from bertkit.train.memory import check_fits
 from bertkit.train.results import FinetuneJob, FinetuneResult
+
+SINGLETON_CLASSES = 10  # fewer classes than this are not judged by how many label one example only
 
 
 def run(job: FinetuneJob, console: Console | None = None) -> FinetuneResult:
@@ -112,6 +115,7 @@ def _examples(config: Config, task_config, task: FinetuneTask, out: Path, resume
         labels = read_labels(out)[1]
     else:
         labels = task.label_set(examples)
+        _check_singletons(task, examples, labels, task_config.train_file, warn)
     if task_config.validation_file is not None:
         train_examples, validation = examples, task.read(config, task_config.validation_file, skip_bad_lines, warn)
     else:
@@ -233,6 +237,18 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
                                                            run_precision(accelerator)), console)
     accelerator.wait_for_everyone()
     return FinetuneResult.from_results(out, summary)
+
+
+def _check_singletons(task: FinetuneTask, examples: list, labels: list[str], source: str,
+                      warn: Callable[[str], None]) -> None:
+    """Warn when most of ten or more classes label one training example each: a class cannot be learnt from one
+    example, and it most often means an ID (or text) column given as the label column. A warning, not an error:
+    validation on the same IDs would still run, and a user may mean it."""
+    counts = Counter(label for e in examples for label in task.example_labels(e))
+    once = sum(counts[label] == 1 for label in labels)
+    if len(labels) >= SINGLETON_CLASSES and once > len(labels) / 2:
+        warn(f"{source}: {once:,} of its {len(labels):,} labels label one training example each (a classifier "
+             f"cannot learn a class from one example): is that the label column? ({task.label_option} picks it)")
 
 
 def _check_unseen(task: FinetuneTask, validation: list, labels: list[str], source: str,

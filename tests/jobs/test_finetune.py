@@ -365,6 +365,28 @@ def test_labels_are_normalised_bad_rows_counted_and_unseen_validation_labels_war
     assert not (tmp_path / "unseen").exists()
 
 
+def test_an_id_column_given_as_the_label_is_warned():
+    """Most of ten or more classes labelling one example each: most often an ID column named as the label."""
+    from bertkit.jobs.finetune import _check_singletons
+    from bertkit.tasks.registry import finetune_task
+    from bertkit.text.tasks import LabelledText, TaggedSentence
+
+    classify, warnings = finetune_task("classify"), []
+    by_id = [LabelledText(f"review {i}", None, str(i)) for i in range(12)]
+    _check_singletons(classify, by_id, [str(i) for i in range(12)], "train.csv", warnings.append)
+    assert warnings == ["train.csv: 12 of its 12 labels label one training example each (a classifier cannot learn a "
+                        "class from one example): is that the label column? (--label-column picks it)"]
+    # a real label set, and few classes each seen once (a tiny file), are not judged
+    stars = [LabelledText(f"review {i}", None, str(i % 12)) for i in range(48)]
+    _check_singletons(classify, stars, [str(i) for i in range(12)], "train.csv", warnings.append)
+    _check_singletons(classify, by_id[:9], [str(i) for i in range(9)], "train.csv", warnings.append)
+    # NER counts tags over tokens: rare entity types on many tokens are not singletons
+    tags = ["O"] + [f"{p}-T{i}" for i in range(6) for p in "BI"]
+    sentences = [TaggedSentence(("a", "b", "c"), (f"B-T{i % 6}", f"I-T{i % 6}", "O")) for i in range(12)]
+    _check_singletons(finetune_task("ner"), sentences, tags, "train.conll", warnings.append)
+    assert len(warnings) == 1
+
+
 def test_unseen_validation_tags_are_warned_and_counted():
     from bertkit.errors import BertkitError
     from bertkit.jobs.finetune import _check_unseen
