@@ -165,9 +165,18 @@ def test_glue_end_to_end_resumes_cell_by_cell_and_extends_seeds(tmp_path, base):
 def test_steps_cap_each_cell_whatever_the_clock(tmp_path, base):
     # 48 examples are 3 steps an epoch: 5 epochs would be 15 steps; --steps 2 ends every cell at 2, budget or not
     out = tmp_path / "glue"
-    cli_ok("glue", "-m", str(base), "--tasks", "wnli", "-o", str(out), "--seeds", "1", "--budget", "none",
-           "--steps", "2", "--no-progress", "--set", "train.eval_every=2", "--set", "train.save_every=2",
-           "--set", "task.max_train_examples=48")
+    assert "--tasks: name at least one GLUE task" in cli_error("glue", "-m", str(base), "--tasks", ",", "-o", str(out))
+    assert not out.exists()
+    # a first run stopped before any cell finished (its default 5-minute cells too long): no cell binds the folder to
+    # its protocol, so a retry with a smaller budget replaces it and starts the unfinished cell again
+    unfinished = out / "cells" / "base" / "wnli" / "seed-0"
+    unfinished.mkdir(parents=True)
+    (unfinished / "config.json").write_text("{}")
+    (out / "protocol.json").write_text(json.dumps({"recipe": "glue", "set": [], "budget": "5m"}))
+    result = cli_ok("glue", "-m", str(base), "--tasks", "wnli", "-o", str(out), "--seeds", "1", "--budget", "none",
+                    "--steps", "2", "--no-progress", "--set", "train.eval_every=2", "--set", "train.save_every=2",
+                    "--set", "task.max_train_examples=48")
+    assert "no cell finished under its earlier protocol (budget, learning_rate" in " ".join(result.output.split())
     cell = json.loads((out / "cells/base/wnli/seed-0/config.json").read_text())
     assert cell["train"]["max_steps"] == 2 and cell["train"]["max_time"] is None
     report = json.loads((out / "glue.json").read_text())

@@ -76,6 +76,8 @@ def run(job: GlueJob, console: Console | None = None) -> GlueResult:
     """Train and score every missing cell, then write and print the report."""
     console = console or Console(stderr=True)
     tasks = list(dict.fromkeys(glue_task(name) for name in job.tasks))
+    if not tasks:
+        raise BertkitError(f"--tasks: name at least one GLUE task ({','.join(TASKS)})")
     if job.seeds < 1:
         raise BertkitError(f"--seeds: at least 1 (got {job.seeds})")
     if job.init not in ("pretrained", "random"):
@@ -88,7 +90,7 @@ def run(job: GlueJob, console: Console | None = None) -> GlueResult:
     out = Path(job.out)
     refuse_nested(out)
     with locked(out):
-        _check_protocol(out, protocol)
+        _check_protocol(out, protocol, console)
         _check_models(out, models)
         data = {task.name: _prepare(out, task, *files[task.name]) for task in tasks}
         for label, model in models.items():
@@ -150,16 +152,24 @@ def _protocol(job: GlueJob) -> dict:
                           + "; scores on GLUE dev")}
 
 
-def _check_protocol(out: Path, protocol: dict) -> None:
-    """A DIR keeps one protocol (its cells would not be comparable otherwise): recorded in DIR/protocol.json before
-    the first cell, compared on every later run."""
+def _check_protocol(out: Path, protocol: dict, console: Console) -> None:
+    """A DIR keeps one protocol once a cell has finished under it (its cells would not be comparable otherwise):
+    recorded in DIR/protocol.json before the first cell, compared on every later run. Before any cell has finished
+    (a first run stopped early, to retry with a smaller budget) another protocol replaces it, and the unfinished
+    cells start again under it."""
     stored_file = out / PROTOCOL_FILE
     if stored_file.is_file():
         stored = json.loads(stored_file.read_text(encoding="utf-8"))
-        if stored != protocol:
-            changed = sorted(k for k in protocol if protocol[k] != stored.get(k))
+        if stored == protocol:
+            return
+        changed = sorted(k for k in protocol if protocol[k] != stored.get(k))
+        if any((out / "cells").glob(f"*/*/seed-*/{DEV_SCORES}")):
             raise BertkitError(f"{out}: its cells were trained under another protocol ({', '.join(changed)} "
                                f"differ: budget {stored.get('budget')}, --set {stored.get('set')}); use another -o")
+        console.print(f"[yellow]{out}: no cell finished under its earlier protocol ({', '.join(changed)} differ); "
+                      "this run's replaces it and starts the unfinished cells again")
+        shutil.rmtree(out / "cells", ignore_errors=True)
+        write_atomic(stored_file, json.dumps(protocol, indent=1))
         return
     if out.exists() and any(out.iterdir()):
         raise BertkitError(f"{out}: exists and is not a glue folder (no {PROTOCOL_FILE}); choose another -o")
