@@ -29,7 +29,8 @@ _AMOUNT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgb]?)\s*(tok|tokens|steps?)\s
 _SCALE = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "b": 1e9}
 # one row of ablation.csv: a variant-seed
 COLUMNS = ("variant", "changes", "seed", "status", "params", "steps", "tokens", "train_seconds", "tokens_per_s",
-           "val_loss", "val_accuracy", "downstream_metric", "downstream", "message")
+           "val_loss", "val_accuracy", "downstream_metric", "downstream", "downstream_examples", "message")
+FEW_DOWNSTREAM = 100  # validation examples below which a downstream score is said to be too few to compare
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,10 @@ class Budget:
             if amount < 1:
                 raise BertkitError(f"--budget {text!r}: must be at least 1 {kind[:-1]}")
             return cls(kind, amount, str(text))
+        if re.fullmatch(r"\s*[0-9.]+\s*", str(text)):  # seconds to `--max-time`, but here steps or tokens too
+            number = str(text).strip()
+            raise BertkitError(f"--budget {text!r}: a number alone is ambiguous; write {number}s (seconds), "
+                               f"{number}steps or {number}tok")
         if str(text).strip().endswith("M"):  # "2M" reads as two million, but as a duration it is two minutes
             raise BertkitError(f"--budget {text!r}: ambiguous; write {str(text).strip()[:-1]}m for minutes or "
                                f"{str(text).strip()}tok for tokens")

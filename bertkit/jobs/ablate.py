@@ -23,7 +23,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from bertkit.ablation import COLUMNS, Budget, Plan, Variant, build_plan, check_plan_file, parse_vary, variant_folder
+from bertkit.ablation import (COLUMNS, FEW_DOWNSTREAM, Budget, Plan, Variant, build_plan, check_plan_file, parse_vary,
+                              variant_folder)
 from bertkit.config import Config
 from bertkit.errors import BertkitError
 from bertkit.jobs import finetune as finetune_job
@@ -35,6 +36,7 @@ from bertkit.nn.model import Model
 from bertkit.recipes import FINETUNE_READS, apply_overrides, load_recipe, resolve_recipe, with_values
 from bertkit.run.directory import load_config
 from bertkit.run.files import atomic_file
+from bertkit.run.outputs import refuse_nested
 from bertkit.train.batch_size import require_number
 from bertkit.tasks.registry import finetune_task
 
@@ -135,6 +137,10 @@ def run(spec: AblationJob, console: Console | None = None) -> AblationResult:
     out = Path(spec.out)
     if out.exists() and not out.is_dir():
         raise BertkitError(f"{out}: exists and is not a directory")
+    refuse_nested(out)
+    if out.is_dir() and any(out.iterdir()) and not _is_ablation(out):  # a run, an index, a folder of the user's
+        raise BertkitError(f"{out}: exists and is not an ablation folder (no plan.json of `bertkit ablate`); choose "
+                           "another -o")
     record = json.loads(json.dumps({
         "recipe": spec.recipe, "base": plan.base.to_dict(), "budget": {"kind": budget.kind, "amount": budget.amount},
         "task": spec.task,
@@ -159,6 +165,11 @@ def run(spec: AblationJob, console: Console | None = None) -> AblationResult:
             rows.append(_run_one(variant, seed, budget, finetune, out, done, total, progress, console))
             write_report(out, rows, spec.task)  # after every variant: a long ablation shows its table as it grows
     paths = write_report(out, rows, spec.task)
+    sizes = [r["downstream_examples"] for r in rows if r.get("downstream_examples") is not None]
+    if sizes and min(sizes) < FEW_DOWNSTREAM:
+        console.print(f"[yellow]warning: the downstream scores come from {min(sizes):,} validation examples: too few "
+                      "to tell variants apart (a larger --finetune-set task.validation_split, or a "
+                      "task.validation_file)")
     console.print(f"wrote {', '.join(str(p) for p in paths)}")
     return AblationResult(rows, list(paths))
 
@@ -200,7 +211,8 @@ def _run_one(variant: Variant, seed: int, budget: Budget, finetune: Config | Non
             seeded = dataclasses.replace(finetune, train=dataclasses.replace(finetune.train, seed=seed))
             tuned = finetune_job.run(FinetuneJob(seeded, folder / "pretrain", folder / "finetune", progress=progress),
                                      console=console)
-            row.update(downstream_metric=tuned.metric, downstream=tuned.score)
+            row.update(downstream_metric=tuned.metric, downstream=tuned.score,
+                       downstream_examples=tuned.validation.get("examples"))
     except BertkitError as exc:  # a combination the job refuses (e.g. block_size > max_len): reported, not fatal
         if not variant.changes:  # ... unless it is the base recipe itself: then nothing can be compared
             raise
@@ -213,6 +225,15 @@ def _run_one(variant: Variant, seed: int, budget: Budget, finetune: Config | Non
         return _row(variant, seed, "failed", message=f"{type(exc).__name__}: {exc}")
     _write_json(result_file, row)  # last: its presence means "finished"
     return row
+
+
+def _is_ablation(out: Path) -> bool:
+    """A folder `bertkit ablate` wrote: its plan.json names a recipe, a budget and the varied keys."""
+    try:
+        plan = json.loads((out / "plan.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(plan, dict) and {"recipe", "budget", "varied"} <= set(plan)
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -17,7 +17,7 @@ def write_report(out: Path, rows: list[dict], task: str) -> list[Path]:
     with atomic_file(paths[0], overwrite=True) as tmp:
         _write_csv(tmp, rows)
     with atomic_file(paths[1], overwrite=True) as tmp:
-        tmp.write_text(markdown_table(summary, task, baseline), encoding="utf-8")
+        tmp.write_text(markdown_table(summary, task, baseline, rows), encoding="utf-8")
     with atomic_file(paths[2], overwrite=True) as tmp:
         _plot(tmp, out, summary, rows, task, baseline)
     return paths
@@ -54,13 +54,16 @@ def _count(value: float) -> str:
     return f"{value / 1e6:.2f} M" if value >= 1e6 else f"{value / 1e3:.1f} k"
 
 
-def markdown_table(summary: list[dict], task: str, baseline: dict | None = None) -> str:
-    """The table a paper takes: one line per variant, the base first, Δ loss against the base."""
+def markdown_table(summary: list[dict], task: str, baseline: dict | None = None, rows: list[dict] = ()) -> str:
+    """The table a paper takes: one line per variant, the base first, Δ loss against the base (`rows`: every
+    variant × seed, for how many validation examples the downstream scores come from)."""
     base = next((s for s in summary if s["variant"] == "base" and s["val_loss"] is not None), None)
     metric = next((s["downstream_metric"] for s in summary if s.get("downstream_metric")), None)
     head = ["variant", "params", "tokens/s", "tokens seen", "val MLM loss", "Δ loss vs base", "val accuracy %"]
     if task == "classify":
-        head.append(f"downstream {metric or 'metric'} %")
+        sizes = sorted({r["downstream_examples"] for r in rows if r.get("downstream_examples") is not None})
+        n = "" if not sizes else f" (n={sizes[0]:,})" if len(sizes) == 1 else f" (n={sizes[0]:,}–{sizes[-1]:,})"
+        head.append(f"downstream {metric or 'metric'} %{n}")  # n: the validation examples it is scored on
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     ok = [s for s in summary if s["val_loss"] is not None]
     best_loss = min((s["val_loss"] for s in ok), default=None)

@@ -36,6 +36,10 @@ def test_budget_parses_time_tokens_and_steps():
     for bad in ("abc", "0tok", "-5m", "5 parsecs", "2M"):
         with pytest.raises(BertkitError, match="--budget"):
             Budget.parse(bad)
+    # a bare number is seconds to --max-time, but an ablation's budget can be steps or tokens too
+    with pytest.raises(BertkitError, match=r"--budget '5': a number alone is ambiguous; write 5s \(seconds\), "
+                                           r"5steps or 5tok"):
+        Budget.parse("5")
 
 
 def _plan(vary, grid=False):
@@ -150,7 +154,7 @@ def test_ablate_writes_table_csv_plot_and_resumes(tmp_path, corpus, monkeypatch)
 
 def test_ablate_classify_adds_the_downstream_metric(tmp_path, corpus):
     out = tmp_path / "abl"
-    cli_ok("ablate", *TINY, "--corpus", corpus, "--budget", "2steps", "--vary", "activation=relu", "--task",
+    result = cli_ok("ablate", *TINY, "--corpus", corpus, "--budget", "2steps", "--vary", "activation=relu", "--task",
            "classify", "--finetune-recipe", "finetune-classify", "--finetune-set",
            f"task.train_file={ROOT / 'data/samples/sentiment.tsv'}", "--finetune-set", "task.validation_split=0.3",
            "--finetune-set", "task.text_column=sentence",
@@ -159,10 +163,26 @@ def test_ablate_classify_adds_the_downstream_metric(tmp_path, corpus):
     assert [r["downstream_metric"] for r in rows] == ["accuracy", "accuracy"]
     assert all(0 <= float(r["downstream"]) <= 1 for r in rows)
     assert (out / "variants/base/seed-0/finetune/model.safetensors").is_file()
-    assert "downstream accuracy %" in (out / "ablation.md").read_text()
+    # scored on 30% of the 20 sample rows: the table says n, and a line says it is too few to compare variants
+    assert {r["downstream_examples"] for r in rows} == {"6"}
+    assert "downstream accuracy % (n=6)" in (out / "ablation.md").read_text()
+    assert "the downstream scores come from 6 validation examples: too few" in " ".join(result.output.split())
 
 
-def test_ablate_bad_inputs_are_one_line(tmp_path, corpus):
+def test_ablate_bad_inputs_are_one_line(tmp_path, corpus, base):
+    run = base
+    # -o on a folder of the user's, a run, or a folder inside a run: refused before anything is written (ablate
+    # replaced a user's ablation.md and wrote plan.json into a run before failing)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "ablation.md").write_text("my own notes")
+    for out in (notes, run, run / "abl"):
+        line = cli_error("ablate", *TINY, "--corpus", corpus, "--budget", "2steps", "--vary", "positions=rotary",
+                         "-o", out)
+        assert ("is not an ablation folder" in line) if out != run / "abl" else ("inside the run" in line), line
+    assert (notes / "ablation.md").read_text() == "my own notes" and sorted(p.name for p in notes.iterdir()) == [
+        "ablation.md"]
+    assert not (run / "plan.json").exists() and not (run / "abl").exists()
     base = ["ablate", *TINY, "--corpus", corpus, "-o", tmp_path / "abl"]
     assert "--budget 'soon'" in cli_error(*base, "--budget", "soon", "--vary", "positions=rotary")
     assert "positoins" in cli_error(*base, "--budget", "2steps", "--vary", "positoins=rotary")
