@@ -13,14 +13,26 @@ def write_report(out: Path, rows: list[dict], task: str) -> list[Path]:
     """Write the three files (each atomically: a reader never sees half a table); returns their paths."""
     summary = summarise(rows)
     baseline = unigram_baseline(out, rows)
+    loss = loss_name(out)
     paths = [out / "ablation.csv", out / "ablation.md", out / "ablation.png"]
     with atomic_file(paths[0], overwrite=True) as tmp:
         _write_csv(tmp, rows)
     with atomic_file(paths[1], overwrite=True) as tmp:
-        tmp.write_text(markdown_table(summary, task, baseline, rows), encoding="utf-8")
+        tmp.write_text(markdown_table(summary, task, baseline, rows, loss), encoding="utf-8")
     with atomic_file(paths[2], overwrite=True) as tmp:
-        _plot(tmp, out, summary, rows, task, baseline)
+        _plot(tmp, out, summary, rows, task, baseline, loss)
     return paths
+
+
+def loss_name(out: Path) -> str:
+    """What the validation loss is, by the base recipe's objective (plan.json): a decoder's LM loss, else MLM."""
+    import json
+
+    try:
+        base = json.loads((out / "plan.json").read_text(encoding="utf-8")).get("base") or {}
+    except (OSError, ValueError):
+        base = {}
+    return "LM" if (base.get("train") or {}).get("objective") == "clm" else "MLM"
 
 
 def unigram_baseline(out: Path, rows: list[dict]) -> dict:
@@ -54,12 +66,13 @@ def _count(value: float) -> str:
     return f"{value / 1e6:.2f} M" if value >= 1e6 else f"{value / 1e3:.1f} k"
 
 
-def markdown_table(summary: list[dict], task: str, baseline: dict | None = None, rows: list[dict] = ()) -> str:
+def markdown_table(summary: list[dict], task: str, baseline: dict | None = None, rows: list[dict] = (),
+                   loss_kind: str = "MLM") -> str:
     """The table a paper takes: one line per variant, the base first, Δ loss against the base (`rows`: every
     variant × seed, for how many validation examples the downstream scores come from)."""
     base = next((s for s in summary if s["variant"] == "base" and s["val_loss"] is not None), None)
     metric = next((s["downstream_metric"] for s in summary if s.get("downstream_metric")), None)
-    head = ["variant", "params", "tokens/s", "tokens seen", "val MLM loss", "Δ loss vs base", "val accuracy %"]
+    head = ["variant", "params", "tokens/s", "tokens seen", f"val {loss_kind} loss", "Δ loss vs base", "val accuracy %"]
     if task == "classify":
         sizes = sorted({r["downstream_examples"] for r in rows if r.get("downstream_examples") is not None})
         n = "" if not sizes else f" (n={sizes[0]:,})" if len(sizes) == 1 else f" (n={sizes[0]:,}–{sizes[-1]:,})"
@@ -87,12 +100,14 @@ def markdown_table(summary: list[dict], task: str, baseline: dict | None = None,
     seeds = max((s["seeds"] for s in summary), default=0)
     note = f"\nMean ± standard deviation over {seeds} seeds." if seeds > 1 else ""
     if baseline and "val_loss" in baseline:
-        note += (f"\nUnigram baseline (predicting every masked token by its corpus frequency): loss "
+        token = "masked token" if loss_kind == "MLM" else "next token"
+        note += (f"\nUnigram baseline (predicting every {token} by its corpus frequency): loss "
                  f"{baseline['val_loss']:.3f}, accuracy {100 * baseline['val_accuracy']:.1f}%.")
     return "\n".join(lines) + "\n" + note + "\n"
 
 
-def _plot(path: Path, out: Path, summary: list[dict], rows: list[dict], task: str, baseline: dict) -> None:
+def _plot(path: Path, out: Path, summary: list[dict], rows: list[dict], task: str, baseline: dict,
+          loss_kind: str = "MLM") -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # files only, never a window
@@ -103,7 +118,7 @@ def _plot(path: Path, out: Path, summary: list[dict], rows: list[dict], task: st
     fig, axes = plt.subplots(1, panels, figsize=(6 * panels, max(3.5, 0.45 * len(ok) + 1.5)))
     names = [s["variant"] for s in ok]
     colours = ["tab:gray" if n == "base" else "tab:blue" for n in names]
-    bar_panels = [("val_loss", "validation MLM loss (lower is better)", 1.0)]
+    bar_panels = [("val_loss", f"validation {loss_kind} loss (lower is better)", 1.0)]
     if task == "classify":
         bar_panels.append(("downstream", "downstream validation %", 100.0))
     for ax, (key, title, scale) in zip([axes[0], axes[2]] if task == "classify" else [axes[0]], bar_panels):
@@ -136,7 +151,7 @@ def _plot(path: Path, out: Path, summary: list[dict], rows: list[dict], task: st
     if "val_loss" in baseline:
         curves.axhline(baseline["val_loss"], color="gray", linestyle=":", label="unigram baseline")
     curves.set_xlabel("tokens seen (millions)")
-    curves.set_title("validation MLM loss during training")
+    curves.set_title(f"validation {loss_kind} loss during training")
     curves.grid(alpha=0.3)
     if first_seed:
         curves.legend(fontsize=7)

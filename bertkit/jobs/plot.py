@@ -1,5 +1,5 @@
 """`bertkit plot`: loss and metric curves of a run (train and validation): a pretraining's masked-token accuracy
-with the unigram baseline, a finetuning's validation metric (the one that picks its best checkpoint)."""
+(a decoder's next-token accuracy) with the unigram baseline, a finetuning's validation metric (the one that picks its best checkpoint)."""
 
 from __future__ import annotations
 
@@ -51,12 +51,11 @@ def run(job: PlotJob) -> PlotResult:
     import matplotlib.pyplot as plt
 
     metric = curve_metric(run_dir, evals)
-    pretraining = metric == "val_accuracy"
+    loss_title, metric_title = pretraining_titles(run_dir) if metric == "val_accuracy" else ("loss", metric)
     fig, (ax_loss, ax_metric) = plt.subplots(1, 2, figsize=(11, 4))
     # (panel, train key, validation key, title); a finetuning logs its training accuracy as `accuracy` too
-    panels = ((ax_loss, "loss", "val_loss", "MLM loss (nats / masked token)" if pretraining else "loss"),
-              (ax_metric, "accuracy" if metric in ("val_accuracy", "accuracy") else None, metric,
-               "masked-token accuracy" if pretraining else metric))
+    panels = ((ax_loss, "loss", "val_loss", loss_title),
+              (ax_metric, "accuracy" if metric in ("val_accuracy", "accuracy") else None, metric, metric_title))
     for ax, train_key, val_key, title in panels:
         if train and train_key in train[0]:
             ax.plot([r["step"] for r in train], [r[train_key] for r in train], label="train", alpha=0.6)
@@ -80,6 +79,16 @@ def run(job: PlotJob) -> PlotResult:
         fig.savefig(tmp, dpi=110, format="png")
     plt.close(fig)
     return PlotResult(target)
+
+
+def pretraining_titles(run_dir: Path) -> tuple[str, str]:
+    """The two panels' titles for a pretraining run, by its objective (config.json's train.objective): a decoder's
+    next-token loss and accuracy, else masked-token ones (ELECTRA's validation is its generator's MLM)."""
+    config = Path(run_dir) / "config.json"
+    objective = (read_json(config, "config").get("train") or {}).get("objective") if config.is_file() else None
+    if objective == "clm":
+        return "LM loss (nats / token)", "next-token accuracy"
+    return "MLM loss (nats / masked token)", "masked-token accuracy"
 
 
 def curve_metric(run_dir: Path, evals: list[dict]) -> str:

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from bertkit.cli import app
 from bertkit.cli.common import with_max_time
 from bertkit.hardware import resolve_precision
-from bertkit.jobs.plot import curve_metric
+from bertkit.jobs.plot import curve_metric, pretraining_titles
 from bertkit.recipes import load_recipe
 from bertkit.run.directory import keep_run_limits, load_config
 from bertkit.run.metrics import read_metrics
@@ -363,6 +363,19 @@ def test_labels_are_normalised_bad_rows_counted_and_unseen_validation_labels_war
                     "(validation: bad, good; training: 0, 1): validation would measure nothing; check --validation "
                     "and --label-column, or leave --validation out to hold out part of --train")
     assert not (tmp_path / "unseen").exists()
+
+
+def test_plot_titles_a_pretraining_by_its_objective(tmp_path):
+    """A decoder's curves are next-token loss and accuracy (they were titled masked-LM); an encoder's stay MLM."""
+    from bertkit.jobs.ablate_report import loss_name, markdown_table
+
+    for objective, titles, kind in (("clm", ("LM loss (nats / token)", "next-token accuracy"), "LM"),
+                                    ("mlm", ("MLM loss (nats / masked token)", "masked-token accuracy"), "MLM")):
+        (tmp_path / "config.json").write_text(json.dumps({"train": {"objective": objective}}))
+        assert pretraining_titles(tmp_path) == titles
+        (tmp_path / "plan.json").write_text(json.dumps({"base": {"train": {"objective": objective}}}))
+        assert loss_name(tmp_path) == kind
+        assert f"| val {kind} loss |" in markdown_table([], "pretrain", None, [], kind)
 
 
 def test_an_id_column_given_as_the_label_is_warned():
