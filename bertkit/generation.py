@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from bertkit.nn.attention import KVCache
@@ -53,13 +54,23 @@ def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> t
     return logits
 
 
-def pick(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator | None) -> torch.Tensor:
-    """Next token per row: (N, V) float logits -> (N,) ids."""
+def pick(logits: torch.Tensor, sampling: Sampling, generators: list[torch.Generator] | None) -> torch.Tensor:
+    """Next token per row: (N, V) float logits -> (N,) ids; each row draws from its own generator (None: torch's
+    global one), so a row's sample does not depend on the rows beside it."""
     if sampling.greedy:
         return logits.argmax(-1)
     filtered = filter_logits(logits.float() / sampling.temperature, sampling.top_k, sampling.top_p)
-    probs = filtered.softmax(-1)
-    return torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(logits.device)
+    probs = filtered.softmax(-1).cpu()  # (N, V)
+    if generators is None:
+        return torch.multinomial(probs, 1).squeeze(-1).to(logits.device)
+    drawn = [torch.multinomial(row, 1, generator=g) for row, g in zip(probs, generators)]  # N x (1,)
+    return torch.cat(drawn).to(logits.device)
+
+
+def row_seed(seed: int, row: int) -> int:
+    """The seed of prompt `row` under `seed`: mixed (numpy's SeedSequence), so that no (seed, row) pair shares
+    another's random stream, as `seed + row` would (seed 1's first prompt = seed 0's second)."""
+    return int(np.random.SeedSequence((seed, row)).generate_state(1)[0])
 
 
 class Stepper:
@@ -102,10 +113,13 @@ class Stepper:
 
 @torch.no_grad()
 def generate(model: Model, prompts: list[list[int]], max_new_tokens: int, eos_id: int | None, pad_id: int,
-             sampling: Sampling = Sampling(), seed: int | None = 0, use_cache: bool = True) -> list[list[int]]:
+             sampling: Sampling = Sampling(), seed: int | list[int] | None = 0,
+             use_cache: bool = True) -> list[list[int]]:
     """Continue each prompt (token ids, at least one each) by up to `max_new_tokens` tokens, stopping a row at
     `eos_id` (not returned). Prompts of different lengths run as one left-padded batch: each row's positions
-    count from its first real token, so a prompt continues the same way alone or in a batch. Returns the new ids.
+    count from its first real token, so a prompt continues the same way alone or in a batch. A sampled row draws
+    from its own generator, seeded `row_seed(seed, i)` for row i (or by `seed[i]`, a list: the caller's rows in a
+    longer list), so its sample does not depend on the other rows. Returns the new ids.
     """
     if any(not p for p in prompts):
         raise ValueError("every prompt needs at least one token")
@@ -118,14 +132,15 @@ def generate(model: Model, prompts: list[list[int]], max_new_tokens: int, eos_id
         ids[i, longest - len(p):] = torch.tensor(p, dtype=torch.long)
         mask[i, longest - len(p):] = 1
     padded = bool((mask == 0).any())
-    generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    seeds = None if seed is None else seed if isinstance(seed, list) else [row_seed(seed, i) for i in range(n)]
+    generators = None if seeds is None else [torch.Generator().manual_seed(s) for s in seeds]
     stepper = Stepper(model, use_cache)
     done = torch.zeros(n, dtype=torch.bool, device=device)
     out: list[list[int]] = [[] for _ in range(n)]
     for _ in range(max_new_tokens):
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (N, T): 0 at each row's first real token
         logits = stepper(ids, mask if padded else None, positions if padded else None)
-        token = pick(logits, sampling, generator)  # (N,)
+        token = pick(logits, sampling, generators)  # (N,)
         token = torch.where(done, torch.full_like(token, pad_id), token)
         for i in (~done).nonzero().flatten().tolist():
             if eos_id is not None and int(token[i]) == eos_id:

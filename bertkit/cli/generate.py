@@ -46,7 +46,9 @@ def generate(run: Annotated[Path, typer.Argument(help="A decoder run (bertkit pr
              top_k: Annotated[int, typer.Option(min=0, help="Sample from the k most likely tokens (0: all).")] = 50,
              top_p: Annotated[float, typer.Option(help="Nucleus sampling: the most likely tokens holding this "
                                                        "probability (1: all).")] = 0.95,
-             seed: Annotated[int, typer.Option(help="Random seed: the same seed gives the same samples.")] = 0,
+             seed: Annotated[int, typer.Option(help="Random seed: a prompt's sample depends only on the seed and "
+                                                          "its place in the list (not on --batch-size or the "
+                                                          "prompts after it).")] = 0,
              cache: Annotated[bool, typer.Option(help="Reuse keys/values of earlier tokens (KV cache); "
                                                       "--no-cache recomputes the whole prefix each step.")] = True,
              batch_size: Annotated[int, typer.Option(min=1, help="Prompts decoded together.")] = 16,

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 
 from bertkit.config import SEEDS
 from bertkit.errors import BertkitError
-from bertkit.generation import Sampling, generate
+from bertkit.generation import Sampling, generate, row_seed
 from bertkit.hardware import autocast, resolve_precision
 from bertkit.nn.model import Model
 from bertkit.run.directory import load_run
@@ -108,10 +108,12 @@ def run(job: GenerateJob, console: Console | None = None) -> GenerateResult:
     chosen = resolve_precision(job.precision, model.device).precision  # auto: bf16 where the device has it natively
     results = []
     for start in range(0, len(ids), batch_size):
-        # a seed per batch: the same prompts, options and seed give the same samples
+        # a seed per prompt, by its place in the list: a prompt's sample does not depend on --batch-size or on the
+        # prompts after it
+        rows = range(start, min(start + batch_size, len(ids)))
         with autocast(model.device, chosen):
             new = generate(model, ids[start:start + batch_size], max_new_tokens, special.sep, special.pad,
-                           job.sampling, None if seed is None else seed + start, job.cache)
+                           job.sampling, None if seed is None else [row_seed(seed, i) for i in rows], job.cache)
         for prompt, tokens in zip(prompts[start:start + batch_size], new):
             results.append(Continuation(prompt, tokenizer.decode(tokens), len(tokens)))
     return GenerateResult(results, cut)

@@ -60,6 +60,10 @@ def test_generate_samples_reproducibly_and_the_cache_changes_nothing(lm):
     assert all(0 < r["tokens"] <= 12 or r["continuation"] == "" for r in first)
     assert [json.loads(line) for line in cli_ok(*args).output.splitlines()] == first
     assert [json.loads(line) for line in cli_ok(*args, "--no-cache").output.splitlines()] == first
+    # a prompt's sample depends on the seed and its place in the list, not on --batch-size or the prompts after it
+    assert [json.loads(line) for line in cli_ok(*args, "--batch-size", "1").output.splitlines()] == first
+    alone = [json.loads(line) for line in cli_ok(*args[:3], *args[4:]).output.splitlines()]
+    assert alone == first[:1]
     greedy = cli_ok("generate", lm, "The model", "--greedy", "--max-new-tokens", "8").output
     assert greedy.startswith("The model") and greedy == cli_ok("generate", lm, "The model", "--greedy",
                                                                 "--max-new-tokens", "8", "--seed", "9").output

@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from bertkit.generation import Sampling, beam_search, filter_logits, generate
+from bertkit.generation import row_seed, Sampling, beam_search, filter_logits, generate
 from bertkit.nn.attention import KVCache
 from bertkit.nn.model import Model
 from tests.conftest import POSITIONS, heads, tiny
@@ -67,6 +67,12 @@ def test_generation_stops_at_eos_and_the_seed_reproduces_samples():
     b = generate(model, [[BOS, 9]] * 3, 15, None, PAD, Sampling(temperature=2.0), seed=1)
     c = generate(model, [[BOS, 9]] * 3, 15, None, PAD, Sampling(temperature=2.0), seed=2)
     assert a == b and a != c and a[0] != a[1]  # rows of one batch draw their own samples
+    # a row's sample is its own: the same with other rows beside it, alone, or in a batch of another size
+    prompts = [[BOS, 9], [BOS, 4, 5, 6], [BOS, 7]]
+    together = generate(model, prompts, 15, None, PAD, hot, seed=3)
+    assert [generate(model, [p], 15, None, PAD, hot, seed=[row_seed(3, i)])[0]
+            for i, p in enumerate(prompts)] == together
+    assert generate(model, prompts[:2], 15, None, PAD, hot, seed=3) == together[:2]  # the third left out
 
 
 def test_top_k_and_top_p_keep_the_right_tokens():
