@@ -238,7 +238,9 @@ class SentenceEncoder:
 
 
 def truncation_warning(console: Console, encoder: SentenceEncoder, what: str = "texts") -> None:
-    """The one warning about texts cut to the model's window."""
+    """The one warning about texts cut to the model's window (`what`: their plural name, such as "sentences")."""
     if encoder.truncated:
-        console.print(f"[yellow]warning: {encoder.truncated:,} {what} are longer than {encoder.max_length} tokens "
-                      "and were truncated (sentence.max_seq_length)")
+        one = encoder.truncated == 1
+        console.print(f"[yellow]warning: {encoder.truncated:,} {what[:-1] if one else what} "
+                      f"{'is' if one else 'are'} longer than {encoder.max_length} tokens and "
+                      f"{'was' if one else 'were'} truncated (sentence.max_seq_length)")

@@ -399,12 +399,15 @@ class SimilarityResult:
     cosine: float
 
 
-def similarity(job: SimilarityJob) -> SimilarityResult:
-    """Cosine similarity of two texts' embeddings."""
+def similarity(job: SimilarityJob, console: Console | None = None) -> SimilarityResult:
+    """Cosine similarity of two texts' embeddings (a text longer than the model's window is cut, and said)."""
     a, b = job.a, job.b
     if not a.strip() or not b.strip():
         raise BertkitError("similarity needs two non-empty texts")
-    return SimilarityResult(float(SentenceEncoder(job.model).similarity([a], [b])[0]))
+    encoder = SentenceEncoder(job.model)
+    cosine = float(encoder.similarity([a], [b])[0])
+    truncation_warning(console or Console(stderr=True), encoder)
+    return SimilarityResult(cosine)
 
 
 __all__ = ["IndexAddJob", "IndexAddResult", "IndexBuildJob", "IndexBuildResult", "IndexInfoJob", "IndexInfoResult",

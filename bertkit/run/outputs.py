@@ -224,7 +224,9 @@ PREDICTIONS = Kind("a predictions file", False, _predictions)
 EVALUATION = Kind("an evaluation report", False, _json_object(("truncated", "unseen_labels")))
 STS_REPORT = Kind("an STS report", False, _json_object(("spearman", "pearson", "pairs")))
 EMBEDDINGS_NPY = Kind("an embeddings array (.npy)", False, _npy("float32", (2, 3)))
-ROWS_NPY = Kind("a row map (.rows.npy)", False, _npy("int64", (1,)))
+# a row map by its name too: any 1-D int64 array (np.arange) would look like one, and be called one in a refusal
+ROWS_NPY = Kind("a row map (.rows.npy)", False,
+                lambda path: path.name.endswith(".rows.npy") and _npy("int64", (1,))(path))
 EMBEDDINGS_PARQUET = Kind("an embeddings table (.parquet)", False, _parquet_embeddings)
 TOKENS_TSV = Kind("a token table (.tokens.tsv)", False, _tokens_tsv)
 PLOT = Kind("a PNG plot", False, _png)

@@ -202,3 +202,7 @@ def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
     cli_ok(*args)
     assert "holds a different run ([sentence]" in cli_error(*args[:-2], "--resume", "--max-steps", "3")
     assert "similarity needs two non-empty texts" in cli_error("similarity", base, "a", " ")
+    # a text longer than the model's window is cut, and said (as embed says it; it was cut without a word)
+    long = cli_ok("similarity", base, "word " * 300, "a word")
+    assert "warning: 1 text is longer than 64 tokens and was truncated" in " ".join(long.output.split())
+    assert -1 <= float(long.stdout) <= 1

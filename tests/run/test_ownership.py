@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 from bertkit.errors import BertkitError
 from bertkit.index import index_lock
 from bertkit.run.lock import lock_path, locked
-from bertkit.run.outputs import INDEX, PREDICTIONS, TEXT, TOKENIZER, claim, describe
+from bertkit.run.outputs import INDEX, PREDICTIONS, ROWS_NPY, TEXT, TOKENIZER, claim, describe
 from bertkit.tasks.classify import ClassifyObjective
 from conftest import cli_error, cli_ok, interrupted, repeated_corpus
 
@@ -100,6 +100,12 @@ def test_the_kinds_recognise_what_bertkit_wrote(tmp_path, base):
     blob = tmp_path / "b.bin"
     blob.write_bytes(b"\0\1\2")
     assert describe(blob) == "a file bertkit did not write"
+    # a 1-D int64 array is a row map only under a row map's name (a user's np.arange was refused as "a row map")
+    import numpy as np
+    np.save(tmp_path / "mine.npy", np.arange(3))
+    np.save(tmp_path / "out.rows.npy", np.arange(3))
+    assert describe(tmp_path / "mine.npy") == "a file bertkit did not write"
+    assert ROWS_NPY.matches(tmp_path / "out.rows.npy")
     claim(tmp_path / "new.jsonl", PREDICTIONS, overwrite=False)  # a new path is always fine
 
 
