@@ -21,7 +21,7 @@ from rich.console import Console
 from bertkit.config import Config
 from bertkit.deploy.manifest import is_onnx_export
 from bertkit.deploy.runtime import OnnxModel
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, a_or_an
 from bertkit.hardware import resolve_precision
 from bertkit.inference import run_sorted
 from bertkit.nn.heads import pool as pool_states
@@ -116,8 +116,8 @@ class SentenceEncoder:
         config, net = model if model is not None else load_run(self.run)
         if config.model.architecture != "encoder":
             arch = config.model.architecture
-            raise BertkitError(f"{run}: sentence embeddings need an encoder, this is a{'n' if arch[0] == 'e' else ''} "
-                               f"{arch}")
+            raise BertkitError(f"{run}: sentence embeddings need an encoder, this is "
+                               f"{a_or_an(arch)}")
         self.config, self.model = config, net
         if device is not None or model is None:
             self.model.to(default_device(device))

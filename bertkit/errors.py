@@ -11,6 +11,11 @@ class ConfigError(BertkitError):
     """An invalid config: unknown key, bad value or invalid combination. The message names the key."""
 
 
+def a_or_an(word: str) -> str:
+    """The word with its indefinite article, for messages: "an encoder", "a decoder", "an encoder-decoder"."""
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
+
+
 def need_file(path: str | Path) -> None:
     """Refuse a path that is not a file: a directory is named as one (not as "no such file")."""
     path = Path(path)

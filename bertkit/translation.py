@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, a_or_an
 from bertkit.generation import beam_search
 from bertkit.hardware import autocast, resolve_precision
 from bertkit.nn.model import Model
@@ -89,8 +89,10 @@ class Translator:
         if model is None:
             config, model = load_run(run, device)
             if config.model.architecture != "encoder-decoder":
-                raise BertkitError(f"{run}: translation needs an encoder-decoder run, this is a "
-                                   f"{config.model.architecture} (use `bertkit generate` for a decoder)")
+                arch = config.model.architecture
+                hint = "use `bertkit generate` for a decoder" if arch == "decoder" else \
+                    "an encoder predicts masked tokens: try `bertkit fill-mask`"
+                raise BertkitError(f"{run}: translation needs an encoder-decoder run, this is {a_or_an(arch)} ({hint})")
             if "lm" not in config.heads.names:
                 raise BertkitError(f"{run}: has no output (lm) head; train it with `bertkit finetune seq2seq`")
         self.model = model.eval()

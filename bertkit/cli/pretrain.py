@@ -120,8 +120,8 @@ def plot(run: Annotated[Path, typer.Argument(help="A run directory with metrics.
          out: Annotated[Path | None, typer.Option("--out", "-o", help="PNG to write (default RUN/curves.png).")]
          = None) -> None:
     """Plot a run's curves to a PNG: loss and masked-token accuracy (train, validation, unigram baseline) for a
-    pretraining (next-token loss and accuracy for a decoder's); loss and the validation metric that picks the best checkpoint (accuracy, f1, spearman, ...) for a
-    finetuning."""
+    pretraining (next-token loss and accuracy for a decoder's); loss and the validation metric that picks the best
+    checkpoint (accuracy, f1, spearman, ...) for a finetuning."""
     from bertkit.jobs import plot as job
 
     typer.echo(f"wrote {job.run(job.PlotJob(run, out)).path}")

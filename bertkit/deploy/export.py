@@ -35,7 +35,7 @@ from bertkit.deploy.manifest import GRAPH_FILE, INPUTS, MANIFEST_FILE, OUTPUTS, 
 from bertkit.deploy.onnx_attention import attention_in, refused, translation_table
 from bertkit.deploy.runtime import OnnxModel
 from bertkit.embedding import model_identity
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, a_or_an
 from bertkit.nn.model import TASK_HEADS, Model
 from bertkit.run.directory import LABELS_FILE, load_run, read_labels
 from bertkit.run.files import atomic_dir, content_digest, write_atomic
@@ -88,9 +88,8 @@ PROBES = (
 def _kind(run: Path, config: Config) -> tuple[str, tuple[str, ...]]:
     """The export kind of a run and its labels: a task head with labels.json → its task kind; else an encoder."""
     if config.model.architecture != "encoder":
-        raise BertkitError(f"export --format onnx: {run} is a{'n' if config.model.architecture[0] == 'e' else ''} "
-                           f"{config.model.architecture}; ONNX export covers encoder runs (encoders, classifiers, "
-                           "regressors, NER taggers)")
+        raise BertkitError(f"export --format onnx: {run} is {a_or_an(config.model.architecture)}; ONNX export "
+                           "covers encoder runs (encoders, classifiers, regressors, NER taggers)")
     if any(h in config.heads.names for h in TASK_HEADS) and (run / LABELS_FILE).is_file():
         kind, labels = read_labels(run)
         return kind, tuple(labels)

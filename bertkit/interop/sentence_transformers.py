@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.config import SentenceConfig
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, a_or_an
 from bertkit.interop.hf import write_hf_folder
 from bertkit.run.directory import load_run
 from bertkit.run.files import atomic_dir
@@ -83,7 +83,7 @@ def export_sentence_transformers(run: str | Path, out: str | Path, overwrite: bo
     run = Path(run)
     config, model = load_run(run)
     if config.model.architecture != "encoder":
-        raise BertkitError(f"export --format sentence-transformers: {run} is a {config.model.architecture}, "
+        raise BertkitError(f"export --format sentence-transformers: {run} is {a_or_an(config.model.architecture)}, "
                            "not an encoder")
     task_heads = [h for h in config.heads.names if h not in ("mlm", "pooler")]
     if task_heads:  # a sentence run trained with the softmax objective keeps its classifier: not part of the encoder

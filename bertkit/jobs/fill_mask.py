@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, a_or_an
 from bertkit.run.directory import load_run
 from bertkit.text.tokenizer import MASK, load_run_tokenizer, special_ids
 
@@ -43,6 +43,11 @@ def run(job: FillMaskJob) -> FillMaskResult:
     """The model's top-k guesses for every [MASK] in the text."""
     model_dir, top_k = job.model, job.top_k
     config, model = load_run(model_dir)
+    if config.model.architecture != "encoder":
+        hint = "`bertkit generate` continues a decoder's text" if config.model.architecture == "decoder" else \
+            "`bertkit translate` runs an encoder-decoder"
+        raise BertkitError(f"{model_dir}: fill-mask needs an encoder with an MLM head; this is "
+                           f"{a_or_an(config.model.architecture)} ({hint})")
     if "mlm" not in config.heads.names and "generator" not in config.heads.names:
         raise BertkitError(f"{model_dir}: this model has no MLM head (pretrain one with `bertkit pretrain`, or import "
                            "a BertForMaskedLM checkpoint)")

@@ -22,7 +22,7 @@ from accelerate.utils import set_seed
 from rich.console import Console
 
 from bertkit.config import Config
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, a_or_an
 from bertkit.nn.model import Model
 from bertkit.recipes import FINETUNE_READS
 from bertkit.run.directory import (CONFIG_FILE, LABELS_FILE, RESULTS_FILE, RESUMABLE_TRAIN_KEYS, check_run_output,
@@ -92,7 +92,7 @@ def _begin(config: Config, task: FinetuneTask, model_dir: Path | None, out: Path
     config = with_learning_rate(config, finetune_learning_rate(task_config.kind, base_config.model))
     if base_config.model.architecture != "encoder":
         arch = base_config.model.architecture
-        raise BertkitError(f"{model_dir}: finetuning needs an encoder, this is a{'n' if arch[0] == 'e' else ''} {arch}"
+        raise BertkitError(f"{model_dir}: finetuning needs an encoder, this is {a_or_an(arch)}"
                            + (" (train encoder-decoders with `finetune seq2seq`)" if arch == "encoder-decoder" else ""))
     config = task.settings(config, base_config, model_dir, out, resume and not restart)
     if restart and config.sentence != load_config(out).sentence:  # resolved against the base, as when it began

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from tokenizers import Tokenizer
 
 from bertkit.config import SEEDS
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, a_or_an
 from bertkit.generation import Sampling, generate, row_seed
 from bertkit.hardware import autocast, resolve_precision
 from bertkit.nn.model import Model
@@ -25,16 +25,16 @@ from bertkit.text.tasks import read_lines
 from bertkit.text.tokenizer import load_run_tokenizer, special_ids
 
 
-def load_lm(run: Path, device: str | torch.device | None = None) -> tuple[Model, Tokenizer]:
-    """A decoder run with its LM head, and its tokenizer; any other model is a clear error."""
+def load_lm(run: Path, device: str | torch.device | None = None, need: str = "generation") -> tuple[Model, Tokenizer]:
+    """A decoder run with its LM head, and its tokenizer; any other model is a clear error naming what `need`s it."""
     config, model = load_run(run, device)
     arch = config.model.architecture
     if arch != "decoder" or "lm" not in config.heads.names:
         hint = ("an encoder predicts masked tokens: try `bertkit fill-mask`" if arch == "encoder" else
                 "an encoder-decoder translates: try `bertkit translate`" if arch == "encoder-decoder" else
                 "it has no LM head")
-        raise BertkitError(f"{run}: generation needs a decoder language model (`bertkit pretrain --objective clm`); "
-                           f"this is a{'n' if arch[0] == 'e' else ''} {arch} ({hint})")
+        raise BertkitError(f"{run}: {need} needs a decoder language model (`bertkit pretrain --objective clm`); "
+                           f"this is {a_or_an(arch)} ({hint})")
     return model, load_run_tokenizer(run, config)
 
 
@@ -157,7 +157,7 @@ def perplexity(job: PerplexityJob, console: Console | None = None) -> Perplexity
     the file: comparable across tokenizers) and bits per byte."""
     console = console or Console(stderr=True)
     file, stride, batch_size = job.file, job.stride, job.batch_size
-    model, tokenizer = load_lm(job.run)
+    model, tokenizer = load_lm(job.run, need="perplexity")
     # `is None`, not `or`: a window or stride of 0 is an error, not the default
     window = model.config.max_len if job.window is None else job.window
     if not 2 <= window <= model.config.max_len:  # [CLS] + at least one scored token

@@ -24,7 +24,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, a_or_an
 from bertkit.inference import TaskModel
 from bertkit.jobs import finetune
 from bertkit.paths import data_roots, resolve_data_path
@@ -117,8 +117,7 @@ def _labelled_models(paths: tuple[Path, ...], init: str) -> dict[str, Path]:
             raise BertkitError(f"--model {path}: not a bertkit run directory (no {CONFIG_FILE})")
         architecture = load_config(path).model.architecture
         if architecture != "encoder":
-            raise BertkitError(f"--model {path}: glue scores encoders; this is a{'n' if architecture[0] == 'e' else ''}"
-                               f" {architecture} run")
+            raise BertkitError(f"--model {path}: glue scores encoders; this is {a_or_an(architecture)} run")
         label = path.resolve().name + ("@random" if init == "random" else "")
         base, n = label, 2
         while label in labelled:

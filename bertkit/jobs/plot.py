@@ -1,5 +1,6 @@
 """`bertkit plot`: loss and metric curves of a run (train and validation): a pretraining's masked-token accuracy
-(a decoder's next-token accuracy) with the unigram baseline, a finetuning's validation metric (the one that picks its best checkpoint)."""
+(a decoder's next-token accuracy) with the unigram baseline, a finetuning's validation metric (the one that picks
+its best checkpoint)."""
 
 from __future__ import annotations
 

@@ -121,7 +121,10 @@ def test_bad_inputs_are_one_line(lm, tmp_path, base):
     assert "--temperature 0.0: must be a finite number > 0" in cli_error("generate", lm, "hi", "--temperature", "0")
     message = cli_error("generate", base, "hi")
     assert "needs a decoder language model" in message and "fill-mask" in message
-    assert "needs a decoder" in cli_error("perplexity", base, SAMPLE_CORPUS)
+    assert "perplexity needs a decoder language model" in cli_error("perplexity", base, SAMPLE_CORPUS)
+    # fill-mask on a decoder points to generate, not to pretraining an MLM head it cannot have
+    assert "fill-mask needs an encoder with an MLM head; this is a decoder (`bertkit generate` continues a " \
+           "decoder's text)" in cli_error("fill-mask", lm, "a [MASK] b")
     assert "--stride 99" in cli_error("perplexity", lm, SAMPLE_CORPUS, "--stride", "99")
     assert "no prompt" in cli_error("generate", lm)
     assert "no such file" in cli_error("generate", lm, "--input", tmp_path / "missing.txt")

@@ -145,7 +145,8 @@ def test_bad_inputs_are_one_line_and_damage_nothing(mt, tmp_path, base):
         "finetune", "seq2seq", "--train-source", val_src, "--train-target", val_tgt, "--out", tmp_path / "x",
         "--no-joint-vocab", *TINY)
     message = cli_error("translate", base, "hello")
-    assert "needs an encoder-decoder run" in message
+    assert "needs an encoder-decoder run, this is an encoder (an encoder predicts masked tokens: try `bertkit " \
+           "fill-mask`)" in message
     assert "encoder-decoder translates" in cli_error("generate", run, "hello")
     assert "every input is empty" in cli_error("translate", run, " ")
     kept = tmp_path / "kept.de"
