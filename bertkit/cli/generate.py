@@ -36,7 +36,7 @@ def _texts(texts: list[str] | None, input_file: Path | None, what: str) -> list[
 def generate(run: Annotated[Path, typer.Argument(help="A decoder run (bertkit pretrain --objective clm).")],
              prompts: Annotated[list[str] | None, typer.Argument(help="Prompts to continue (or --input).")] = None,
              input_file: Annotated[Path | None, typer.Option("--input", "-i", help="A file of prompts, one per "
-                                                             "line (- for stdin).")] = None,
+                                                             "line (- for stdin; blank lines are skipped).")] = None,
              max_new_tokens: Annotated[int, typer.Option(min=1, help="Tokens to add at most (stops earlier at "
                                                                      "[SEP], the end of a text).")] = 50,
              greedy: Annotated[bool, typer.Option(help="Always take the most likely token (ignores the sampling "
@@ -69,8 +69,16 @@ def generate(run: Annotated[Path, typer.Argument(help="A decoder run (bertkit pr
     if not 0.0 < top_p <= 1.0:
         raise BertkitError(f"--top-p {top_p}: must be in (0, 1] (1: every token)")
     sampling = Sampling(greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p)
-    result = job.run(job.GenerateJob(run, tuple(_texts(prompts, input_file, "prompt")), max_new_tokens, sampling,
-                                     seed, cache, batch_size, precision=precision))
+    texts = _texts(prompts, input_file, "prompt")
+    if input_file is not None:  # a file's blank lines are skipped, and said, as `predict` skips them
+        from rich.console import Console
+
+        from bertkit.text.tasks import split_lines
+
+        texts = [text for text, _ in split_lines(texts, False, lambda m: Console(stderr=True).print(
+            f"[yellow]warning: {m}"))]
+    result = job.run(job.GenerateJob(run, tuple(texts), max_new_tokens, sampling, seed, cache, batch_size,
+                                     precision=precision))
     for c in result.continuations:
         typer.echo(to_json(c, indent=None) if json_out else c.prompt + c.continuation)
 
