@@ -145,8 +145,11 @@ def _lines(path: Path, skip_bad_lines: bool | None, stats: ReadStats) -> Iterato
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
                     if not skip_bad_lines:
-                        hint = "" if skip_bad_lines is None else ("; pass --skip-bad-lines (data.skip_bad_lines "
-                                                                  "in a recipe) to skip such lines")
+                        # embed and index build cannot skip a line (a row would go missing): the file must be
+                        # converted; a Latin-1 / Windows-1252 file is the usual case
+                        hint = ("; convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8 FILE > NEW`)"
+                                if skip_bad_lines is None else "; pass --skip-bad-lines (data.skip_bad_lines in a "
+                                "recipe) to skip such lines")
                         raise BertkitError(f"{path}: invalid UTF-8 at byte {offset + exc.start} (line {number})"
                                            f"{hint}") from None
                     stats.bad_lines += 1

@@ -71,8 +71,10 @@ def test_invalid_utf8_names_file_and_byte_offset_or_is_skipped(tmp_path):
     bad.write_bytes(b"good line\nanother good\nbad \xff byte\nlast\n")
     with pytest.raises(BertkitError, match=r"bad.txt: invalid UTF-8 at byte 27 \(line 3\); pass --skip-bad-lines"):
         load_corpus([str(bad)])
-    # a reader whose command cannot skip lines (embed, index build) does not offer an option it lacks
-    with pytest.raises(BertkitError, match=r"bad.txt: invalid UTF-8 at byte 27 \(line 3\)$"):
+    # a reader whose command cannot skip lines (embed, index build) does not offer an option it lacks: it says how
+    # to convert the file
+    with pytest.raises(BertkitError, match=r"bad.txt: invalid UTF-8 at byte 27 \(line 3\); convert the file to "
+                                           r"UTF-8 \(e.g. `iconv -f latin1 -t utf-8 FILE > NEW`\)$"):
         list(corpus.iter_records(bad))
     dataset, stats, _ = load_corpus([str(bad)], skip_bad_lines=True)
     assert dataset["text"] == ["good line", "another good", "last"] and stats.bad_lines == 1
