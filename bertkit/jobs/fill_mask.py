@@ -3,7 +3,7 @@ in a text."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 import torch
@@ -66,7 +66,14 @@ def run(job: FillMaskJob) -> FillMaskResult:
         logits = model(input_ids, mlm_select=selected).logits if "mlm" in config.heads.names else \
             model.generator_logits(input_ids, selected)
         probs = logits.float().softmax(-1)  # (n_masks, V)
-    scores, candidates = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+    # a special token is no word to fill in (it decodes to ""): never offered; the scores stay the model's own
+    specials = sorted(set(astuple(ids)))
+    probs[:, specials] = -1.0
+    words = probs.shape[-1] - len(specials)
+    if top_k > words:
+        raise BertkitError(f"--top-k {top_k}: the vocabulary has {words:,} tokens that can fill a mask (special tokens "
+                           "are never offered)")
+    scores, candidates = probs.topk(top_k, dim=-1)
     positions = selected[0].nonzero().flatten().tolist()
     results = []
     for mask_index, position in enumerate(positions):

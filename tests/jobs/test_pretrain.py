@@ -53,6 +53,11 @@ def test_pretrain_makes_a_complete_run(tmp_path, corpus):
     options = json.loads(filled.stdout)
     assert len(options) == 1 and len(options[0]) == 3 and options[0][0]["score"] >= options[0][1]["score"]
     assert "[MASK]" not in options[0][0]["sequence"]
+    # every candidate the vocabulary has, but never a special token (they decoded to ""); past that, one line
+    every = json.loads(_cli("fill-mask", run, "The [MASK] words.", "--json", "--top-k", "395").stdout)[0]
+    assert len(every) == 395 and not {o["token_id"] for o in every} & {0, 1, 2, 3, 4}
+    assert "--top-k 396: the vocabulary has 395 tokens that can fill a mask" in _cli(
+        "fill-mask", run, "The [MASK] words.", "--top-k", "396", check=False).stderr
 
     plotted = _cli("plot", run)
     assert (run / "curves.png").stat().st_size > 10_000 and "curves.png" in plotted.stdout
