@@ -23,6 +23,18 @@ def data_roots() -> list[Path]:
     return roots + [Path("data"), Path("..") / "shared" / "data", beside_checkout]
 
 
+def where_looked(path: str | Path) -> str:
+    """For a "no such file" message: where a relative path was looked for (nothing for an absolute one), and the
+    checkout's copy where the path names one (the README's `data/samples/...` from another working directory)."""
+    path = Path(path)
+    if path.is_absolute():
+        return ""
+    roots = ", ".join(str(r) for r in data_roots())
+    bundled = Path(__file__).resolve().parents[1] / path
+    there = f"; the bertkit checkout has {bundled}" if bundled.exists() else ""
+    return f" (looked in the working directory and the data roots {roots}{there})"
+
+
 def find_dataset(name: str) -> Path:
     """The folder of a registered dataset (see data/README.md), from the first data root that has it."""
     for root in data_roots():
@@ -42,3 +54,12 @@ def resolve_data_path(path: str | Path) -> Path:
         if (root / path).exists():
             return root / path
     return path
+
+
+def need_file(path: str | Path) -> None:
+    """Refuse a path that is not a file: a directory is named as one (not as "no such file")."""
+    path = Path(path)
+    if path.is_dir():
+        raise BertkitError(f"{path}: is a directory; give a file")
+    if not path.is_file():
+        raise BertkitError(f"{path}: no such file{where_looked(path)}")

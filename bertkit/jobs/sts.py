@@ -15,9 +15,9 @@ from pathlib import Path
 from rich.console import Console
 
 from bertkit.embedding import SentenceEncoder, truncation_warning
-from bertkit.errors import BertkitError, need_file
+from bertkit.errors import BertkitError
 from bertkit.metrics import correlation_metrics
-from bertkit.paths import resolve_data_path
+from bertkit.paths import need_file, resolve_data_path
 from bertkit.run.files import atomic_file
 from bertkit.run.outputs import STS_REPORT, claim
 from bertkit.text.tasks import read_pairs, sts_columns

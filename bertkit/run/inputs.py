@@ -21,7 +21,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from bertkit.errors import BertkitError, need_file
+from bertkit.errors import BertkitError
+from bertkit.paths import need_file
 from bertkit.run.directory import WEIGHTS_FILE, read_json
 from bertkit.run.files import content_digest, to_json, write_atomic
 

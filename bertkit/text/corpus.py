@@ -23,7 +23,7 @@ import pyarrow as pa
 from rich.console import Console
 
 from bertkit.errors import BertkitError
-from bertkit.paths import cache_root, resolve_data_path
+from bertkit.paths import cache_root, resolve_data_path, where_looked
 from bertkit.run.files import atomic_dir
 from bertkit.text.cache import open_or_build, write_manifest
 
@@ -68,7 +68,7 @@ def find_files(paths: list[str] | tuple[str, ...]) -> list[Path]:
                                    f"(looked for {', '.join(sorted(FORMATS))}, optionally .gz)")
             files.extend(found)
         else:
-            raise BertkitError(f"{path}: no such file or directory")
+            raise BertkitError(f"{path}: no such file or directory{where_looked(path)}")
     return files
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bertkit.errors import BertkitError, need_file
-from bertkit.paths import resolve_data_path
+from bertkit.errors import BertkitError
+from bertkit.paths import need_file, resolve_data_path
 from bertkit.text.corpus import allow_long_fields, csv_dialect, csv_error
 
 

@@ -16,6 +16,7 @@ import bertkit.text.corpus as corpus
 from bertkit.errors import BertkitError
 from bertkit.paths import cache_root
 from bertkit.text.corpus import load_corpus
+from bertkit.text.tasks import read_labelled
 from conftest import cli_error, damage_cache
 
 DOCS = ["first document here", "second one, with a comma", "third: tabs\tinside"]
@@ -52,9 +53,18 @@ def test_single_files_and_fields(tmp_path):
         load_corpus([str(tmp_path / "y.csv")])
 
 
-def test_missing_empty_and_unreadable_inputs(tmp_path):
-    with pytest.raises(BertkitError, match="no such file or directory"):
+def test_missing_empty_and_unreadable_inputs(tmp_path, monkeypatch):
+    with pytest.raises(BertkitError, match=r"missing.txt: no such file or directory$"):  # absolute: looked nowhere else
         load_corpus([str(tmp_path / "missing.txt")])
+    # a relative path names where it was looked for, and the checkout's copy of the README's bundled samples
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(BertkitError, match=r"^data/samples/corpus.txt: no such file or directory \(looked in the "
+                                           r"working directory and the data roots .*; the bertkit checkout has "
+                                           r".*data/samples/corpus.txt\)$"):
+        load_corpus(["data/samples/corpus.txt"])
+    with pytest.raises(BertkitError, match=r"^nope.tsv: no such file \(looked in the working directory and the data "
+                                           r"roots [^;]*\)$"):
+        read_labelled("nope.tsv")
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "x.bin").write_bytes(b"1")
     with pytest.raises(BertkitError, match="directory has no readable text files"):
