@@ -96,6 +96,10 @@ def make_plan(spec: AblationJob) -> tuple[Plan, Budget]:
         return with_values(config, {"data.corpus": tuple(spec.corpus) if spec.corpus else None})
 
     plan = build_plan(load, varied, spec.grid)
+    changed = [v for v in plan.variants if v.changes]
+    if changed and all(v.config is None for v in changed):  # the base alone would train: nothing to compare it with
+        reasons = "; ".join(f"{v.name}: {v.invalid}" for v in changed[:3]) + ("; …" if len(changed) > 3 else "")
+        raise BertkitError(f"--vary: every variant is invalid ({reasons}); nothing to compare with the base")
     if not plan.base.data.corpus:
         raise BertkitError("data.corpus: the recipe names no corpus (pass --corpus FILE)")
     for config in (plan.base, *(v.config for v in plan.variants if v.config is not None)):
@@ -152,6 +156,9 @@ def run(spec: AblationJob, console: Console | None = None) -> AblationResult:
     runnable = [v for v in plan.variants if v.config is not None]
     console.print(f"ablation: {len(plan.variants)} variants ({len(runnable)} valid) × {len(seeds)} seed(s), budget "
                   f"{budget.text} ({budget.kind}) each, task {spec.task}; writing {out}")
+    for variant in plan.variants:  # said before any training: a typo should not wait for the base's budget
+        if variant.config is None:
+            console.print(f"[yellow]{variant.name}: invalid, skipped: {variant.invalid}")
     rows: list[dict] = []
     total, done = len(runnable) * len(seeds), 0
     for variant in plan.variants:
@@ -159,7 +166,6 @@ def run(spec: AblationJob, console: Console | None = None) -> AblationResult:
             seed = given if given is not None else (variant.config or plan.base).train.seed
             if variant.config is None:
                 rows.append(_row(variant, seed, "invalid", message=variant.invalid))
-                console.print(f"[yellow]{variant.name}: invalid, skipped: {variant.invalid}")
                 continue
             done += 1
             rows.append(_run_one(variant, seed, budget, finetune, out, done, total, progress, console))

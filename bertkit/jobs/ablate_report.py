@@ -72,7 +72,8 @@ def markdown_table(summary: list[dict], task: str, baseline: dict | None = None,
     variant × seed, for how many validation examples the downstream scores come from)."""
     base = next((s for s in summary if s["variant"] == "base" and s["val_loss"] is not None), None)
     metric = next((s["downstream_metric"] for s in summary if s.get("downstream_metric")), None)
-    head = ["variant", "params", "tokens/s", "tokens seen", f"val {loss_kind} loss", "Δ loss vs base", "val accuracy %"]
+    head = ["variant", "backbone params", "tokens/s", "tokens seen", f"val {loss_kind} loss", "Δ loss vs base",
+            "val accuracy %"]
     if task == "classify":
         sizes = sorted({r["downstream_examples"] for r in rows if r.get("downstream_examples") is not None})
         n = "" if not sizes else f" (n={sizes[0]:,})" if len(sizes) == 1 else f" (n={sizes[0]:,}–{sizes[-1]:,})"

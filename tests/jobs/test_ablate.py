@@ -129,6 +129,8 @@ def test_ablate_writes_table_csv_plot_and_resumes(tmp_path, corpus, monkeypatch)
     assert "Mean ± standard deviation over 2 seeds" in table and table in result.output
     assert "Unigram baseline (predicting every masked token by its corpus frequency): loss " in table
     assert (out / "ablation.png").read_bytes()[:4] == b"\x89PNG"
+    # an invalid variant is said before the base trains (a typo does not wait for the base's budget)
+    assert result.output.index("n_heads=3: invalid, skipped") < result.output.index("[1/4]")
 
     # Re-running reuses every finished variant; a new value runs only the new variant; an unfinished one restarts.
     from bertkit.jobs import pretrain
@@ -186,6 +188,9 @@ def test_ablate_bad_inputs_are_one_line(tmp_path, corpus, base):
     base = ["ablate", *TINY, "--corpus", corpus, "-o", tmp_path / "abl"]
     assert "--budget 'soon'" in cli_error(*base, "--budget", "soon", "--vary", "positions=rotary")
     assert "positoins" in cli_error(*base, "--budget", "2steps", "--vary", "positoins=rotary")
+    # every variant invalid: refused before the base trains alone, with nothing to compare it with
+    assert "--vary: every variant is invalid (positions=banana: model.positions: 'banana'" in cli_error(
+        *base, "--budget", "2steps", "--vary", "positions=banana")
     assert "--task 'translate'" in cli_error(*base, "--budget", "2steps", "--vary", "positions=rotary",
                                              "--task", "translate")
     assert "no [model] table" in cli_error("ablate", "--recipe", "finetune-classify", "--budget", "2steps",
