@@ -43,6 +43,8 @@ def test_info_on_a_recipe_with_overrides():
     assert "MQA" in result.output and "rotary" in result.output
     for part in ("embeddings", "blocks", "heads", "total"):
         assert part in result.output
+    # a model recipe is counted with the heads its pretraining adds, as `info` counts the run it makes
+    assert "heads: MLM (dense + gelu + norm" in result.output
 
 
 def test_info_on_a_run_directory(tmp_path):

@@ -132,7 +132,10 @@ def test_glue_end_to_end_resumes_cell_by_cell_and_extends_seeds(tmp_path, base):
     kept = (out / "cells/base/rte/seed-0/model.safetensors").stat().st_mtime_ns
     shutil.rmtree(out / "cells/base/wnli/seed-0")
     # and --seeds 2 trains only the new seed of each task
-    cli_ok("glue", "-m", str(base), "--tasks", "rte,wnli", "-o", str(out), *FAST[2:], "--seeds", "2")
+    again = cli_ok("glue", "-m", str(base), "--tasks", "rte,wnli", "-o", str(out), *FAST[2:], "--seeds", "2")
+    # the report is the folder's: it says it holds STS-B from the first run although this one did not ask for it
+    said = " ".join(again.output.split())  # (rich folds the long tmp path at 80 columns)
+    assert "note: the report covers every finished cell in" in said and "also tasks stsb, from earlier runs" in said
     assert (out / "cells/base/rte/seed-0/model.safetensors").stat().st_mtime_ns == kept
     assert {p.name for p in out.glob("cells/base/*/seed-*")} == {"seed-0", "seed-1"}
     assert len(json.loads((out / "glue.json").read_text())["models"]["base"]["rte"]["seeds"]) == 2

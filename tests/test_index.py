@@ -50,6 +50,15 @@ SENTENCES = [f"sentence number {i} talks about {topic}" for i, topic in
              enumerate(["films", "actors", "music", "rain", "bread", "trains", "cats", "rivers"] * 3)]
 
 
+def test_the_table_shows_a_hit_on_one_line_cut_and_json_keeps_it_whole():
+    """A 3,000-word document filled the terminal in `search`'s table; --json has the text as stored."""
+    from bertkit.cli.sentence import SHOWN, _shown
+
+    shown = _shown("word " * 3000 + "\nend")
+    assert len(shown) == SHOWN and shown.endswith("…") and "\n" not in shown
+    assert _shown("a  short\ttext\n") == "a short text"
+
+
 def test_build_search_append_and_refuse_other_models(tmp_path, base, sample_tokenizer):
     corpus = _corpus(tmp_path, "a.txt", SENTENCES[:12] + [""])
     idx = tmp_path / "idx"

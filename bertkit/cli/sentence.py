@@ -83,6 +83,15 @@ def similarity(model: Annotated[Path, typer.Argument(help="Any encoder run direc
     typer.echo(f"{job.similarity(job.SimilarityJob(model, a, b)).cosine:.4f}")
 
 
+SHOWN = 300  # characters of a hit's text the human-readable view shows (--json has it whole)
+
+
+def _shown(text: str) -> str:
+    """A hit's text for the terminal: one line, cut at SHOWN characters (a long document would fill the screen)."""
+    line = " ".join(text.split())
+    return line if len(line) <= SHOWN else line[:SHOWN - 1].rstrip() + "…"
+
+
 index_app = typer.Typer(help="Build, extend and inspect sentence-embedding indexes for `bertkit search`.",
                         no_args_is_help=True)
 app.add_typer(index_app, name="index")
@@ -173,7 +182,8 @@ def search(index: Annotated[Path, typer.Argument(help="An index directory from `
            truncate: Annotated[bool, typer.Option(help="Search with the first max_length tokens of a longer "
                                                        "query instead of refusing it.")] = False,
            precision: PrecisionOption = "auto",
-           json_out: Annotated[bool, typer.Option("--json", help="One JSON line per query.")] = False,
+           json_out: Annotated[bool, typer.Option("--json", help="One JSON line per query, each hit's text "
+                                                               "whole (the table shows 300 characters).")] = False,
            rescore: Annotated[int | None, typer.Option(help="Binary indexes, and any with a --refine copy: "
                                                             "candidates per result, found by the codes and "
                                                             "rescored by the float query (default 4; 64 for a "
@@ -191,4 +201,4 @@ def search(index: Annotated[Path, typer.Argument(help="An index directory from `
             continue
         typer.echo(f"{query}")
         for rank, hit in enumerate(hits, start=1):
-            typer.echo(f"  {rank:2d}. {hit.score:.3f}  [{hit.id}]  {hit.text}")
+            typer.echo(f"  {rank:2d}. {hit.score:.3f}  [{hit.id}]  {_shown(hit.text)}")

@@ -104,7 +104,21 @@ def run(job: GlueJob, console: Console | None = None) -> GlueResult:
         result = _report(out, protocol)
         _write_report(out, result, protocol)
     _print(result, console)
+    _note_earlier_cells(result, [task.name for task in tasks], models, job.seeds, console)
     return result
+
+
+def _note_earlier_cells(result: GlueResult, tasks: list[str], models: dict[str, Path], seeds: int,
+                        console: Console) -> None:
+    """The report is the folder's, not this run's: say what else it holds (tasks, seeds, models of earlier runs)."""
+    more = [name for name in result.tasks if name not in tasks]
+    most = max((len(cell["seeds"]) for per_task in result.models.values() for cell in per_task.values()), default=0)
+    others = [label for label in result.models if label not in models]
+    held = [f"tasks {', '.join(more)}"] * bool(more) + [f"up to {most} seeds a cell"] * (most > seeds) + \
+        [f"models {', '.join(others)}"] * bool(others)
+    if held:
+        console.print(f"note: the report covers every finished cell in {result.out}: also {'; '.join(held)}, from "
+                      "earlier runs", highlight=False)
 
 
 def _labelled_models(paths: tuple[Path, ...], init: str) -> dict[str, Path]:

@@ -3,6 +3,8 @@ measured throughput and MFU)."""
 
 from __future__ import annotations
 
+import dataclasses
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from bertkit.config import Config, HeadsConfig, ModelConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.flops import train_flops
 from bertkit.nn.model import meta_model
-from bertkit.recipes import load_recipe
+from bertkit.recipes import load_recipe, resolve_recipe
 from bertkit.run.directory import LABELS_FILE, RESULTS_FILE, is_run_dir, load_config, read_json
 from bertkit.run.metrics import read_metrics
 from bertkit.tasks.registry import FINETUNING, PRETRAINING
@@ -70,6 +72,16 @@ def describe(cfg: ModelConfig, heads: HeadsConfig = HeadsConfig()) -> list[str]:
     return lines
 
 
+def with_pretraining_heads(config: Config) -> Config:
+    """A recipe's config with the heads its pretraining objective adds (`bertkit pretrain` adds them: an MLM head,
+    an LM head, ELECTRA's), so that `info RECIPE` counts what `info RUN` will count of the run it makes."""
+    task = PRETRAINING.get(config.train.objective)
+    if task is None or task.architecture != config.model.architecture:
+        return config
+    names = tuple(dict.fromkeys(task.heads + config.heads.names))
+    return dataclasses.replace(config, heads=dataclasses.replace(config.heads, names=names))
+
+
 def parameter_counts(cfg: ModelConfig, heads: HeadsConfig = HeadsConfig()) -> dict[str, int]:
     """Parameter counts by part, without allocating the weights (built on the meta device)."""
     return meta_model(cfg, heads).parameter_counts()
@@ -101,6 +113,8 @@ def run(job: InfoJob, console: Console | None = None) -> InfoResult:
     console = console or Console()
     target = job.target
     config, kind = load_target(target, list(job.overrides))
+    if kind == "recipe" and "model" in tomllib.loads(resolve_recipe(target).read_text(encoding="utf-8")):
+        config = with_pretraining_heads(config)  # a model recipe (a finetuning one's heads come from its labels)
     cfg = config.model
     counts = parameter_counts(cfg, config.heads)
     console.print(f"[bold]{target}[/bold] ({kind}): {cfg.architecture}, vocab {cfg.vocab_size:,}, "
