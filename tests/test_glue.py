@@ -175,11 +175,19 @@ def test_steps_cap_each_cell_whatever_the_clock(tmp_path, base):
     unfinished = out / "cells" / "base" / "wnli" / "seed-0"
     unfinished.mkdir(parents=True)
     (unfinished / "config.json").write_text("{}")
-    (out / "protocol.json").write_text(json.dumps({"recipe": "glue", "set": [], "budget": "5m"}))
-    result = cli_ok("glue", "-m", str(base), "--tasks", "wnli", "-o", str(out), "--seeds", "1", "--budget", "none",
-                    "--steps", "2", "--no-progress", "--set", "train.eval_every=2", "--set", "train.save_every=2",
-                    "--set", "task.max_train_examples=48")
-    assert "no cell finished under its earlier protocol (budget, learning_rate" in " ".join(result.output.split())
+    earlier = json.dumps({"recipe": "glue", "set": [], "budget": "5m"})
+    (out / "protocol.json").write_text(earlier)
+    retry = ["glue", "-m", str(base), "--tasks", "wnli", "-o", str(out), "--seeds", "1", "--budget", "none", "--steps",
+             "2", "--no-progress", "--set", "train.eval_every=2", "--set", "train.save_every=2", "--set",
+             "task.max_train_examples=48"]
+    # a retry refused for another reason (another model under the column label) changes nothing in the folder
+    (out / "models.json").write_text(json.dumps({"base": {"path": "elsewhere", "weights": "other"}}))
+    assert "already holds column 'base' from another model" in cli_error(*retry)
+    assert (unfinished / "config.json").is_file() and (out / "protocol.json").read_text() == earlier
+    (out / "models.json").unlink()
+    said = " ".join(cli_ok(*retry).output.split())
+    assert "no cell finished under its earlier protocol (budget, learning_rate" in said
+    assert (out / "cells-replaced-1" / "base" / "wnli" / "seed-0" / "config.json").is_file()  # moved aside, kept
     cell = json.loads((out / "cells/base/wnli/seed-0/config.json").read_text())
     assert cell["train"]["max_steps"] == 2 and cell["train"]["max_time"] is None
     report = json.loads((out / "glue.json").read_text())

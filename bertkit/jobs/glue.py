@@ -16,6 +16,7 @@ it for full GLUE.
 from __future__ import annotations
 
 import json
+import itertools
 import shutil
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -90,9 +91,11 @@ def run(job: GlueJob, console: Console | None = None) -> GlueResult:
     out = Path(job.out)
     refuse_nested(out)
     with locked(out):
-        _check_protocol(out, protocol, console)
+        changed = _check_protocol(out, protocol)
         _check_models(out, models)
         data = {task.name: _prepare(out, task, *files[task.name]) for task in tasks}
+        if changed:  # only once every check has passed: a refused command leaves the folder as it was
+            _replace_protocol(out, protocol, changed, console)
         for label, model in models.items():
             for task in tasks:
                 for seed in range(job.seeds):
@@ -127,9 +130,10 @@ def _labelled_models(paths: tuple[Path, ...], init: str) -> dict[str, Path]:
     labelled: dict[str, Path] = {}
     for path in paths:
         path = Path(path)
-        if not (path / CONFIG_FILE).is_file():
-            raise BertkitError(f"--model {path}: not a bertkit run directory (no {CONFIG_FILE})")
-        architecture = load_config(path).model.architecture
+        try:
+            architecture = load_config(path).model.architecture  # its message names an ONNX export as one
+        except BertkitError as exc:
+            raise BertkitError(f"--model {exc}") from None
         if architecture != "encoder":
             raise BertkitError(f"--model {path}: glue scores encoders; this is {a_or_an(architecture)} run")
         label = path.resolve().name + ("@random" if init == "random" else "")
@@ -165,29 +169,40 @@ def _protocol(job: GlueJob) -> dict:
                           + "; scores on GLUE dev")}
 
 
-def _check_protocol(out: Path, protocol: dict, console: Console) -> None:
+def _check_protocol(out: Path, protocol: dict) -> list[str]:
     """A DIR keeps one protocol once a cell has finished under it (its cells would not be comparable otherwise):
     recorded in DIR/protocol.json before the first cell, compared on every later run. Before any cell has finished
-    (a first run stopped early, to retry with a smaller budget) another protocol replaces it, and the unfinished
-    cells start again under it."""
+    (a first run stopped early, to retry with a smaller budget) another protocol may replace it: returns the keys
+    that differ, for `_replace_protocol` (empty: the same protocol, or a new DIR, whose protocol is written here)."""
     stored_file = out / PROTOCOL_FILE
     if stored_file.is_file():
         stored = json.loads(stored_file.read_text(encoding="utf-8"))
         if stored == protocol:
-            return
+            return []
         changed = sorted(k for k in protocol if protocol[k] != stored.get(k))
         if any((out / "cells").glob(f"*/*/seed-*/{DEV_SCORES}")):
             raise BertkitError(f"{out}: its cells were trained under another protocol ({', '.join(changed)} "
                                f"differ: budget {stored.get('budget')}, --set {stored.get('set')}); use another -o")
-        console.print(f"[yellow]{out}: no cell finished under its earlier protocol ({', '.join(changed)} differ); "
-                      "this run's replaces it and starts the unfinished cells again")
-        shutil.rmtree(out / "cells", ignore_errors=True)
-        write_atomic(stored_file, json.dumps(protocol, indent=1))
-        return
+        return changed or ["protocol"]
     if out.exists() and any(out.iterdir()):
         raise BertkitError(f"{out}: exists and is not a glue folder (no {PROTOCOL_FILE}); choose another -o")
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(stored_file, json.dumps(protocol, indent=1))
+    return []
+
+
+def _replace_protocol(out: Path, protocol: dict, changed: list[str], console: Console) -> None:
+    """Record a new protocol in a DIR none of whose cells finished; its unfinished cells (whose checkpoints were
+    trained under the old one) are moved aside, not deleted: the user decides whether they are worth keeping."""
+    aside = None
+    if (out / "cells").is_dir():
+        aside = next(out / f"cells-replaced-{n}" for n in itertools.count(1)
+                     if not (out / f"cells-replaced-{n}").exists())
+        (out / "cells").rename(aside)
+    write_atomic(out / PROTOCOL_FILE, json.dumps(protocol, indent=1))
+    moved = f"; its unfinished cells moved to {aside} (delete it if you do not need them)" if aside else ""
+    console.print(f"[yellow]{out}: no cell finished under its earlier protocol ({', '.join(changed)} differ): this "
+                  f"run's replaces it{moved}")
 
 
 def _check_models(out: Path, models: dict[str, Path]) -> None:

@@ -167,8 +167,9 @@ def test_bad_inputs_are_one_line(runs, tmp_path, sample_tokenizer):
     assert "already exists" in cli_error("export", runs["encoder"], "--format", "onnx", "-o", out)
     assert "has no task head" in cli_error("predict", texts, "--model", out)
     # a command that reads run directories names what the export is and what takes it (it said "no config.json")
-    assert "an ONNX export (bertkit export --format onnx), not a run directory: the inference commands" in cli_error(
-        "info", out)
+    for command in (["info", out], ["glue", "-m", out, "-o", tmp_path / "g"]):
+        assert "an ONNX export (bertkit export --format onnx), not a run directory: the inference commands" in \
+            cli_error(*command)
     cli_ok("export", runs["classify"], "--format", "onnx", "-o", tmp_path / "cls")
     assert "need an encoder's export" in cli_error("embed", texts, "--model", tmp_path / "cls", "-o",
                                                    tmp_path / "e.npy")
