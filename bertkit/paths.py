@@ -24,15 +24,16 @@ def data_roots() -> list[Path]:
 
 
 def where_looked(path: str | Path) -> str:
-    """For a "no such file" message: where a relative path was looked for (nothing for an absolute one), and the
-    checkout's copy where the path names one (the README's `data/samples/...` from another working directory)."""
+    """For a "no such file" message about a relative path: the working directory it is relative to, and a copy a
+    data root or the bertkit checkout has (the README's `data/samples/...` run from another folder); nothing for an
+    absolute path. It claims no search: some commands look in the data roots, some only where they are run."""
     path = Path(path)
     if path.is_absolute():
         return ""
-    roots = ", ".join(str(r) for r in data_roots())
-    bundled = Path(__file__).resolve().parents[1] / path
-    there = f"; the bertkit checkout has {bundled}" if bundled.exists() else ""
-    return f" (looked in the working directory and the data roots {roots}{there})"
+    copies = [root / path for root in data_roots()] + [Path(__file__).resolve().parents[1] / path]
+    found = next((copy.resolve() for copy in copies if copy.exists()), None)
+    there = f"; {found} has it" if found else ""
+    return f" (relative to {Path.cwd()}{there})"
 
 
 def find_dataset(name: str) -> Path:

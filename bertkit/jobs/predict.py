@@ -16,6 +16,7 @@ from rich.console import Console
 
 from bertkit.errors import BertkitError
 from bertkit.inference import TaskModel, entities
+from bertkit.paths import resolve_data_path
 from bertkit.run.files import atomic_file
 from bertkit.run.outputs import PREDICTIONS, claim
 from bertkit.text.features import split_words
@@ -79,7 +80,8 @@ def run(job: PredictJob, console: Console | None = None) -> PredictResult:
         inputs = split_lines(sys.stdin.read().split("\n"), pair_column is not None, warn)
         where = "stdin"
     else:
-        inputs = read_texts(source, text_column or task.text_column, pair_column, warn)
+        # a data-root name (sst2/dev.tsv) reads as in `evaluate`
+        inputs = read_texts(resolve_data_path(source), text_column or task.text_column, pair_column, warn)
         where = str(source)
     if not inputs:
         raise BertkitError(f"{where}: no input texts")

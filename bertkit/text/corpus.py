@@ -146,10 +146,13 @@ def _lines(path: Path, skip_bad_lines: bool | None, stats: ReadStats) -> Iterato
                 except UnicodeDecodeError as exc:
                     if not skip_bad_lines:
                         # embed and index build cannot skip a line (a row would go missing): the file must be
-                        # converted; a Latin-1 / Windows-1252 file is the usual case
-                        hint = ("; convert the file to UTF-8 (e.g. `iconv -f latin1 -t utf-8 FILE > NEW`)"
-                                if skip_bad_lines is None else "; pass --skip-bad-lines (data.skip_bad_lines in a "
-                                "recipe) to skip such lines")
+                        # re-encoded, and only its owner knows from what (iconv -f latin1 would garble a UTF-8 file
+                        # with one stray byte)
+                        hint = (f"; re-encode it as UTF-8 (a Windows-1252 file: `iconv -f cp1252 -t utf-8 {path}`; "
+                                f"stray bytes in a UTF-8 file: `iconv -f utf-8 -t utf-8 -c {path}` drops them)"
+                                if skip_bad_lines is None and path.suffix.lower() != ".gz" else
+                                "; re-encode it as UTF-8" if skip_bad_lines is None else
+                                "; pass --skip-bad-lines (data.skip_bad_lines in a recipe) to skip such lines")
                         raise BertkitError(f"{path}: invalid UTF-8 at byte {offset + exc.start} (line {number})"
                                            f"{hint}") from None
                     stats.bad_lines += 1

@@ -203,7 +203,7 @@ def test_max_time_none_drops_a_recipes_clock(tmp_path, base):
                                                                  "--out", tmp_path / "bad")
 
 
-def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
+def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base, monkeypatch):
     train = _reviews(tmp_path / "train.csv", 30)
     common = ["finetune", "classify", "--model", base, "--train", train, "--max-steps", "2", "--no-progress"]
     line = _error(*common, "--text-column", "review", "--out", tmp_path / "a")
@@ -227,6 +227,12 @@ def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
     assert "already holds a run" in _error(*ok)
     assert {p: p.read_bytes() for p in done.rglob("*") if p.is_file()} == before
 
+    # predict reads a data-root name as evaluate does (it said "no such file" for a file the data root has)
+    monkeypatch.setenv("BERTKIT_DATA", str(tmp_path / "root"))
+    (tmp_path / "root" / "mine").mkdir(parents=True)
+    (tmp_path / "root" / "mine" / "t.txt").write_text("the film was great\n")
+    assert len([line for line in _ok("predict", "--model", done, "mine/t.txt").stdout.splitlines()
+                if line.startswith("{")]) == 1
     # a model without a task head given to predict / evaluate
     assert "has no task head" in _error("predict", "--model", base, train)
     assert "has no task head" in _error("evaluate", "--model", base, "--data", train)
@@ -378,6 +384,14 @@ def test_plot_titles_a_pretraining_by_its_objective(tmp_path):
         assert f"| val {kind} loss |" in markdown_table([], "pretrain", None, [], kind)
 
 
+def test_an_id_column_given_as_the_label_is_warned_by_finetune(tmp_path, base):
+    ids = tmp_path / "ids.csv"
+    ids.write_text("id,review,stars\n" + "".join(f"{i},the film was fine number {i},pos\n" for i in range(30)))
+    result = _ok("finetune", "classify", "--model", base, "--train", ids, "--text-column", "review", "--label-column",
+                 "id", "--max-steps", "1", "--no-progress", "--out", tmp_path / "run")
+    assert "30 of its 30 labels label one row each" in " ".join(result.output.split())
+
+
 def test_an_id_column_given_as_the_label_is_warned():
     """Most of ten or more classes labelling one example each: most often an ID column named as the label."""
     from bertkit.jobs.finetune import _check_singletons
@@ -387,8 +401,8 @@ def test_an_id_column_given_as_the_label_is_warned():
     classify, warnings = finetune_task("classify"), []
     by_id = [LabelledText(f"review {i}", None, str(i)) for i in range(12)]
     _check_singletons(classify, by_id, [str(i) for i in range(12)], "train.csv", warnings.append)
-    assert warnings == ["train.csv: 12 of its 12 labels label one training example each (a classifier cannot learn a "
-                        "class from one example): is that the label column? (--label-column picks it)"]
+    assert warnings == ["train.csv: 12 of its 12 labels label one row each (a classifier cannot learn a class from "
+                        "one example): is that the label column? (--label-column picks it)"]
     # a real label set, and few classes each seen once (a tiny file), are not judged
     stars = [LabelledText(f"review {i}", None, str(i % 12)) for i in range(48)]
     _check_singletons(classify, stars, [str(i) for i in range(12)], "train.csv", warnings.append)
