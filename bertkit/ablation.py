@@ -42,27 +42,30 @@ class Budget:
     text: str
 
     @classmethod
-    def parse(cls, text: str) -> Budget:
-        """'5m' / '90s' / '1.5h' (time), '2Mtok' / '500k tokens' (tokens), '300steps' (optimiser steps)."""
+    def parse(cls, text: str, option: str = "--budget", tokens: bool = True) -> Budget:
+        """'5m' / '90s' / '1.5h' (time), '2Mtok' / '500k tokens' (tokens; unless `tokens` is False), '300steps'
+        (optimiser steps). Errors name `option`, and suggest only the kinds it takes."""
         match = _AMOUNT.match(str(text))
         if match:
             amount = float(match.group(1)) * _SCALE[match.group(2).lower()]
             kind = "steps" if match.group(3).lower().startswith("step") else "tokens"
+            if kind == "tokens" and not tokens:
+                raise BertkitError(f"{option} {text!r}: give a time (2m) or steps (200steps), not tokens")
             if amount < 1:
-                raise BertkitError(f"--budget {text!r}: must be at least 1 {kind[:-1]}")
+                raise BertkitError(f"{option} {text!r}: must be at least 1 {kind[:-1]}")
             return cls(kind, amount, str(text))
-        if re.fullmatch(r"\s*[0-9.]+\s*", str(text)):  # seconds to `--max-time`, but here steps or tokens too
-            number = str(text).strip()
-            raise BertkitError(f"--budget {text!r}: a number alone is ambiguous; write {number}s (seconds), "
-                               f"{number}steps or {number}tok")
-        if str(text).strip().endswith("M"):  # "2M" reads as two million, but as a duration it is two minutes
-            raise BertkitError(f"--budget {text!r}: ambiguous; write {str(text).strip()[:-1]}m for minutes or "
-                               f"{str(text).strip()}tok for tokens")
+        number = str(text).strip()
+        if re.fullmatch(r"[0-9]*\.?[0-9]+", number):  # seconds to `--max-time`, but here steps (or tokens) too
+            raise BertkitError(f"{option} {text!r}: a number alone is ambiguous; write {number}s (seconds), "
+                               f"{number}steps" + (f" or {number}tok" if tokens else ""))
+        if number.endswith("M"):  # "2M" reads as two million, but as a duration it is two minutes
+            raise BertkitError(f"{option} {text!r}: ambiguous; write {number[:-1]}m for minutes"
+                               + (f" or {number}tok for tokens" if tokens else ""))
         try:
-            return cls("time", parse_duration(text, "--budget"), str(text))
+            return cls("time", parse_duration(text, option), str(text))
         except ConfigError:
-            raise BertkitError(f"--budget {text!r}: expected a time (90s, 5m, 1h), tokens (2Mtok, 500ktok) or "
-                               "steps (300steps)") from None
+            raise BertkitError(f"{option} {text!r}: expected a time (90s, 5m, 1h), "
+                               + ("tokens (2Mtok, 500ktok) or " if tokens else "") + "steps (300steps)") from None
 
     def overrides(self, tokens_per_step: int) -> list[str]:
         """`--set` overrides that impose the budget on a recipe whose optimiser step consumes `tokens_per_step`."""

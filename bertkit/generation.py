@@ -133,6 +133,8 @@ def generate(model: Model, prompts: list[list[int]], max_new_tokens: int, eos_id
         mask[i, longest - len(p):] = 1
     padded = bool((mask == 0).any())
     seeds = None if seed is None else seed if isinstance(seed, list) else [row_seed(seed, i) for i in range(n)]
+    if seeds is not None and len(seeds) != n:
+        raise ValueError(f"{len(seeds)} seeds for {n} prompts")
     generators = None if seeds is None else [torch.Generator().manual_seed(s) for s in seeds]
     stepper = Stepper(model, use_cache)
     done = torch.zeros(n, dtype=torch.bool, device=device)

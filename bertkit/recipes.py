@@ -61,6 +61,13 @@ def resolve_recipe(name_or_path: str | Path) -> Path:
                       f"(bundled: {', '.join(recipes) or 'none found'})")
 
 
+def is_model_recipe(name_or_path: str | Path) -> bool:
+    """Whether a recipe describes a model (it has a [model] table: tiny, mini, …), not only a finetuning task (whose
+    model comes from the run it finetunes)."""
+    tables = tomllib.loads(resolve_recipe(name_or_path).read_text(encoding="utf-8"))
+    return isinstance(tables.get("model"), dict)
+
+
 def load_recipe(name_or_path: str | Path, overrides: list[str] | tuple[str, ...] = (),
                 reads: Reads | None = None, layered: bool = False) -> Config:
     """Read a recipe and apply `key=value` overrides. With `reads` (a command and the sections it reads), a table

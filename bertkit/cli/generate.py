@@ -46,9 +46,9 @@ def generate(run: Annotated[Path, typer.Argument(help="A decoder run (bertkit pr
              top_k: Annotated[int, typer.Option(min=0, help="Sample from the k most likely tokens (0: all).")] = 50,
              top_p: Annotated[float, typer.Option(help="Nucleus sampling: the most likely tokens holding this "
                                                        "probability (1: all).")] = 0.95,
-             seed: Annotated[int, typer.Option(help="Random seed: a prompt's sample depends only on the seed and "
-                                                          "its place in the list (not on --batch-size or the "
-                                                          "prompts after it).")] = 0,
+             seed: Annotated[int, typer.Option(help="Random seed: a prompt's sample depends on the seed and its "
+                                                          "place in the list, not on the prompts after it or "
+                                                          "--batch-size (in fp32; bf16 can tip a near-tie).")] = 0,
              cache: Annotated[bool, typer.Option(help="Reuse keys/values of earlier tokens (KV cache); "
                                                       "--no-cache recomputes the whole prefix each step.")] = True,
              batch_size: Annotated[int, typer.Option(min=1, help="Prompts decoded together.")] = 16,
@@ -70,13 +70,14 @@ def generate(run: Annotated[Path, typer.Argument(help="A decoder run (bertkit pr
         raise BertkitError(f"--top-p {top_p}: must be in (0, 1] (1: every token)")
     sampling = Sampling(greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p)
     texts = _texts(prompts, input_file, "prompt")
-    if input_file is not None:  # a file's blank lines are skipped, and said, as `predict` skips them
-        from rich.console import Console
+    if input_file is not None:  # a file's blank lines are skipped, and said, as `predict` skips them; the others
+        from rich.console import Console  # stay as written (a trailing space is a token to a byte-level BPE)
 
-        from bertkit.text.tasks import split_lines
+        from bertkit.text.tasks import non_blank
 
-        texts = [text for text, _ in split_lines(texts, False, lambda m: Console(stderr=True).print(
-            f"[yellow]warning: {m}"))]
+        texts = non_blank(texts, lambda m: Console(stderr=True).print(f"[yellow]warning: {m}"))
+        if not texts:
+            raise BertkitError(f"{input_file}: no prompt (every line is blank)")
     result = job.run(job.GenerateJob(run, tuple(texts), max_new_tokens, sampling, seed, cache, batch_size,
                                      precision=precision))
     for c in result.continuations:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import tomllib
 import traceback
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from bertkit.jobs.finetune import FinetuneJob
 from bertkit.jobs.pretrain import PretrainJob
 from bertkit.jobs.ablate_report import write_report
 from bertkit.nn.model import Model
-from bertkit.recipes import FINETUNE_READS, apply_overrides, load_recipe, resolve_recipe, with_values
+from bertkit.recipes import FINETUNE_READS, apply_overrides, is_model_recipe, load_recipe, resolve_recipe, with_values
 from bertkit.run.directory import load_config
 from bertkit.run.files import atomic_file
 from bertkit.run.outputs import refuse_nested
@@ -85,8 +84,7 @@ def make_plan(spec: AblationJob) -> tuple[Plan, Budget]:
     budget = Budget.parse(spec.budget)
     path = resolve_recipe(spec.recipe)
     load_recipe(path, spec.sets)  # a malformed recipe or --set is one clear error here
-    tables = {k for k, v in tomllib.loads(path.read_text(encoding="utf-8")).items() if isinstance(v, dict)}
-    if "model" not in tables:
+    if not is_model_recipe(path):
         raise BertkitError(f"--recipe {spec.recipe}: has no [model] table; ablate a pretraining recipe (tiny, mini, "
                            "…) and give the finetuning one with --finetune-recipe")
     varied = parse_vary(list(spec.vary))
@@ -110,9 +108,7 @@ def make_plan(spec: AblationJob) -> tuple[Plan, Budget]:
 def _finetune_config(spec: AblationJob) -> Config | None:
     if spec.task != "classify":
         return None
-    budget = Budget.parse(spec.finetune_budget)
-    if budget.kind == "tokens":
-        raise BertkitError(f"--finetune-budget {spec.finetune_budget!r}: give a time (2m) or steps (200steps)")
+    budget = Budget.parse(spec.finetune_budget, "--finetune-budget", tokens=False)
     config = load_recipe(spec.finetune_recipe, [*spec.finetune_sets, *budget.overrides(1)], FINETUNE_READS["classify"],
                          layered=True)  # the budget's limits replace --finetune-set's
     if config.task.kind != "classify":

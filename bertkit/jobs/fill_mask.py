@@ -3,7 +3,7 @@ in a text."""
 
 from __future__ import annotations
 
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -66,10 +66,13 @@ def run(job: FillMaskJob) -> FillMaskResult:
         logits = model(input_ids, mlm_select=selected).logits if "mlm" in config.heads.names else \
             model.generator_logits(input_ids, selected)
         probs = logits.float().softmax(-1)  # (n_masks, V)
-    # a special token is no word to fill in (it decodes to ""): never offered; the scores stay the model's own
-    specials = sorted(set(astuple(ids)))
+    # a special token is no word to fill in (it decodes to ""), nor is an id past the tokenizer's vocabulary (an
+    # imported model's embedding table may be padded beyond it): never offered; the scores stay the model's own
+    specials = sorted(set(ids.all))
     probs[:, specials] = -1.0
-    words = probs.shape[-1] - len(specials)
+    known = min(tokenizer.get_vocab_size(), probs.shape[-1])
+    probs[:, known:] = -1.0
+    words = known - len(specials)
     if top_k > words:
         raise BertkitError(f"--top-k {top_k}: the vocabulary has {words:,} tokens that can fill a mask (special tokens "
                            "are never offered)")

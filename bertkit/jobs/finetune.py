@@ -247,8 +247,8 @@ def _check_singletons(task: FinetuneTask, examples: list, labels: list[str], sou
     counts = Counter(label for e in examples for label in task.example_labels(e))
     once = sum(counts[label] == 1 for label in labels)
     if len(labels) >= SINGLETON_CLASSES and once > len(labels) / 2:
-        warn(f"{source}: {once:,} of its {len(labels):,} labels label one training example each (a classifier "
-             f"cannot learn a class from one example): is that the label column? ({task.label_option} picks it)")
+        warn(f"{source}: {once:,} of its {len(labels):,} labels label one row each (a classifier cannot learn a "
+             f"class from one example): is that the label column? ({task.label_option} picks it)")
 
 
 def _check_unseen(task: FinetuneTask, validation: list, labels: list[str], source: str,

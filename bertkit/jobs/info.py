@@ -4,7 +4,6 @@ measured throughput and MFU)."""
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from bertkit.config import Config, HeadsConfig, ModelConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.flops import train_flops
 from bertkit.nn.model import meta_model
-from bertkit.recipes import load_recipe, resolve_recipe
+from bertkit.recipes import is_model_recipe, load_recipe
 from bertkit.run.directory import LABELS_FILE, RESULTS_FILE, is_run_dir, load_config, read_json
 from bertkit.run.metrics import read_metrics
 from bertkit.tasks.registry import FINETUNING, PRETRAINING
@@ -113,7 +112,7 @@ def run(job: InfoJob, console: Console | None = None) -> InfoResult:
     console = console or Console()
     target = job.target
     config, kind = load_target(target, list(job.overrides))
-    if kind == "recipe" and "model" in tomllib.loads(resolve_recipe(target).read_text(encoding="utf-8")):
+    if kind == "recipe" and is_model_recipe(target):
         config = with_pretraining_heads(config)  # a model recipe (a finetuning one's heads come from its labels)
     cfg = config.model
     counts = parameter_counts(cfg, config.heads)

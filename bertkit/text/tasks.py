@@ -327,24 +327,30 @@ def read_texts(path: str | Path, text_column: str = "text", text_pair_column: st
     return split_lines(lines, text_pair_column is not None, warn)
 
 
-def split_lines(lines: list[str], pairs: bool, warn: Callable[[str], None] | None = None,
-                ) -> list[tuple[str, str | None]]:
-    """Non-blank lines as inputs; with `pairs` each line is `text<TAB>pair`. Blank lines before the last text shift
-    every later output against its input line: `warn` hears how many there were."""
+def non_blank(lines: list[str], warn: Callable[[str], None] | None = None) -> list[str]:
+    """The non-blank lines, as written. Blank lines before the last one shift every later output against its input
+    line: `warn` hears how many there were."""
     out, blank, skipped = [], 0, 0
     for line in lines:
         if not line.strip():
             blank += 1
             continue
         skipped, blank = skipped + blank, 0  # blank lines after the last text shift nothing
-        if pairs:
-            text, _, pair = line.partition("\t")
-            out.append((text.strip(), pair.strip()))
-        else:
-            out.append((line.strip(), None))
+        out.append(line)
     if skipped and warn is not None:
         warn(f"skipped {skipped:,} blank line{'s' if skipped != 1 else ''} before or between the texts: the output "
              "has one line per non-blank input line")
+    return out
+
+
+def split_lines(lines: list[str], pairs: bool, warn: Callable[[str], None] | None = None,
+                ) -> list[tuple[str, str | None]]:
+    """Non-blank lines as inputs, stripped (`non_blank`; `warn` hears of blank lines between them); with `pairs` each
+    line is `text<TAB>pair`."""
+    out = []
+    for line in non_blank(lines, warn):
+        text, _, pair = line.partition("\t") if pairs else (line, "", None)
+        out.append((text.strip(), None if pair is None else pair.strip()))
     return out
 
 

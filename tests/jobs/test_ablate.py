@@ -40,6 +40,15 @@ def test_budget_parses_time_tokens_and_steps():
     with pytest.raises(BertkitError, match=r"--budget '5': a number alone is ambiguous; write 5s \(seconds\), "
                                            r"5steps or 5tok"):
         Budget.parse("5")
+    # --finetune-budget takes no tokens: its errors name it and suggest only what it takes
+    with pytest.raises(BertkitError, match=r"^--finetune-budget '5': a number alone is ambiguous; write 5s "
+                                           r"\(seconds\), 5steps$"):
+        Budget.parse("5", "--finetune-budget", tokens=False)
+    with pytest.raises(BertkitError, match=r"^--finetune-budget '2Mtok': give a time \(2m\) or steps"):
+        Budget.parse("2Mtok", "--finetune-budget", tokens=False)
+    for bad in (".", "1.2.3"):  # not numbers: the general message, not "write 1.2.3s"
+        with pytest.raises(BertkitError, match="expected a time"):
+            Budget.parse(bad)
 
 
 def _plan(vary, grid=False):

@@ -130,10 +130,13 @@ def test_bad_inputs_are_one_line(lm, tmp_path, base):
     assert "no such file" in cli_error("generate", lm, "--input", tmp_path / "missing.txt")
     # a file's blank lines are skipped and said, as predict skips them (an argument left blank is still an error)
     gaps = tmp_path / "prompts.txt"
-    gaps.write_text("The model\n\nA corpus\n\n")
+    gaps.write_text("The model \n\nA corpus\n\n")
     result = cli_ok("generate", lm, "--input", gaps, "--greedy", "--max-new-tokens", "3", "--json")
-    assert [json.loads(line)["prompt"] for line in result.stdout.splitlines()] == ["The model", "A corpus"]
+    # the other lines stay as written, as an argument does: a trailing space is a token to a byte-level BPE
+    assert [json.loads(line)["prompt"] for line in result.stdout.splitlines()] == ["The model ", "A corpus"]
     assert "skipped 1 blank line before or between the texts" in result.output
+    gaps.write_text("\n  \n")
+    assert "prompts.txt: no prompt (every line is blank)" in cli_error("generate", lm, "--input", gaps)
     assert "--layer 5" in cli_error("attention", lm, "hi", "-o", tmp_path / "a", "--layer", "5")
     assert not (tmp_path / "a").exists()
     taken = tmp_path / "taken"

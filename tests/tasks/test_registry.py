@@ -12,7 +12,7 @@ from bertkit.errors import BertkitError
 from bertkit.tasks.base import FinetuneTask
 from bertkit.tasks.registry import FINETUNING, PRETRAINING, finetune_task
 
-CONTRACT = ("read", "label_set", "heads", "objective", "final_validation")
+CONTRACT = ("read", "label_set", "heads", "objective", "final_validation", "step_flops")
 
 
 def test_every_configurable_kind_has_its_task():
