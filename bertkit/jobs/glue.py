@@ -115,7 +115,8 @@ def _note_earlier_cells(result: GlueResult, tasks: list[str], models: dict[str, 
                         console: Console) -> None:
     """The report is the folder's, not this run's: say what else it holds (tasks, seeds, models of earlier runs)."""
     more = [name for name in result.tasks if name not in tasks]
-    most = max((len(cell["seeds"]) for per_task in result.models.values() for cell in per_task.values()), default=0)
+    most = max((len(cell["seeds"]) for per_task in result.models.values() for name, cell in per_task.items()
+                if name in tasks), default=0)  # seeds of the tasks this run asked for (the others are listed)
     others = [label for label in result.models if label not in models]
     held = [f"tasks {', '.join(more)}"] * bool(more) + [f"up to {most} seeds a cell"] * (most > seeds) + \
         [f"models {', '.join(others)}"] * bool(others)
