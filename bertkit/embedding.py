@@ -176,8 +176,12 @@ class SentenceEncoder:
             self._identity = model_identity(self.run, self.config)
         return self._identity
 
-    def encode(self, texts: list[str], on_batch: Callable[[int], None] | None = None) -> np.ndarray:
-        """Embed texts: (N,) -> (N, D) float32, rows in input order (batches run sorted by length)."""
+    def encode(self, texts: list[str] | str, on_batch: Callable[[int], None] | None = None) -> np.ndarray:
+        """Embed texts: (N,) -> (N, D) float32, rows in input order (batches run sorted by length). One string is
+        one text -> (D,), as sentence-transformers' `encode` takes it (list("a text") would be a text per
+        character)."""
+        if isinstance(texts, str):
+            return self.encode([texts], on_batch)[0]
         encoded = self.encoder.texts(list(texts)) if texts else []
         self.truncated += sum(e.truncated for e in encoded)
         return self.embed_encoded(encoded, on_batch=on_batch)

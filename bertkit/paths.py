@@ -57,6 +57,14 @@ def resolve_data_path(path: str | Path) -> Path:
     return path
 
 
+def path_list(value) -> tuple[str, ...]:
+    """A job's files or directories as a tuple of strings: one str / Path is one path (a bare string would be
+    iterated as one-character paths), any other iterable one path per item."""
+    if isinstance(value, (str, Path)):
+        return (str(value),)
+    return tuple(str(v) for v in value)
+
+
 def need_file(path: str | Path) -> None:
     """Refuse a path that is not a file: a directory is named as one (not as "no such file")."""
     path = Path(path)

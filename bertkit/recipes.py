@@ -216,12 +216,13 @@ def _parse_value(raw: str, optional: bool) -> Any:
 
 
 def with_values(config: Config, values: dict[str, Any]) -> Config:
-    """Replace `section.key` values (skipping None, i.e. "not given on the command line"), re-validating."""
+    """Replace `section.key` values (a bare key where it is unique; skipping None, i.e. "not given on the command
+    line"), re-validating. An unknown key is a ConfigError naming it, as `--set`'s are (not dataclasses' TypeError)."""
     sections: dict[str, dict[str, Any]] = {}
     for dotted, value in values.items():
         if value is None:
             continue
-        section, key = dotted.split(".", 1)
+        section, key = resolve_key(dotted, "with_values:")
         sections.setdefault(section, {})[key] = value
     updated = {name: dataclasses.replace(getattr(config, name), **changes) for name, changes in sections.items()}
     return dataclasses.replace(config, **updated)

@@ -67,6 +67,23 @@ def test_similarity_is_the_cosine_of_the_embeddings(run):
     encoder = SentenceEncoder(run)
     a, b = encoder.encode(["one text"])[0], encoder.encode(["another one"])[0]
     assert encoder.similarity(["one text"], ["another one"])[0] == pytest.approx(float(a @ b), abs=1e-5)
+    # one string is one text (D,), as sentence-transformers' encode takes it, not a text per character
+    single = encoder.encode("one text")
+    assert single.shape == a.shape and np.allclose(single, a, atol=1e-6)
+
+
+def test_a_job_given_one_path_as_a_string_reads_that_one_file(tmp_path):
+    """EmbedJob(inputs="file.txt") iterated the string: one path per character ('/' first, then /proc ...)."""
+    from bertkit.jobs.embed import EmbedJob
+    from bertkit.jobs.search import IndexAddJob, IndexBuildJob
+    from bertkit.jobs.tokenizer import TokenizerJob
+
+    texts = tmp_path / "texts.txt"
+    assert EmbedJob(tmp_path, str(texts), tmp_path / "v.npy").inputs == (str(texts),)
+    assert EmbedJob(tmp_path, [texts, "b.txt"], tmp_path / "v.npy").inputs == (str(texts), "b.txt")
+    assert IndexBuildJob(tmp_path, texts, tmp_path / "idx").corpus == (str(texts),)
+    assert IndexAddJob(tmp_path, "a.txt").corpus == ("a.txt",)
+    assert TokenizerJob("a.txt", 100, tmp_path / "tok").corpus == ("a.txt",)
 
 
 def test_identity_changes_exactly_when_embeddings_would(run, tmp_path):

@@ -28,6 +28,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bertkit.arrays import EmbeddingWriter, NpyWriter
 from bertkit.embedding import SentenceEncoder, parse_layers, truncation_warning
 from bertkit.errors import BertkitError
+from bertkit.paths import path_list
 from bertkit.run.files import disk_errors, replace
 from bertkit.run.outputs import EMBEDDINGS_NPY, EMBEDDINGS_PARQUET, ROWS_NPY, TOKENS_TSV, claim
 from bertkit.text.corpus import find_files
@@ -67,6 +68,9 @@ class EmbedJob:
     precision: str = "auto"
     compile: bool = False
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", path_list(self.inputs))  # one file given as a str is one file
 
 
 @dataclass(frozen=True)

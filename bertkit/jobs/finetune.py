@@ -192,7 +192,8 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     max_length = task.max_length(config, base_config)
     if max_length > base_config.model.max_len:
         raise BertkitError(f"{task.length_key}: {max_length} is longer than the model's max_len "
-                           f"({base_config.model.max_len})")
+                           f"({base_config.model.max_len}); set it to {base_config.model.max_len} or less (--set "
+                           f"{task.length_key}={base_config.model.max_len})")
     objective, encoded = task.objective(config, train_examples, validation, labels, TaskEncoder(tokenizer, max_length),
                                         pad_id, accelerator.num_processes)
     truncated = sum(e.truncated for e in encoded)

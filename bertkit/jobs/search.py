@@ -27,6 +27,7 @@ from bertkit.index import (BACKENDS, FORMAT, INDEX_FILE, VERSION, Hit, ShardWrit
                            resolve_backend, shard_vectors, write_faiss, write_meta)
 from bertkit.index_codec import REFINE_SUFFIX, REFINES, SUFFIX, calibrate, check_precision, compress_shard, row_bytes
 from bertkit.index_files import version_of
+from bertkit.paths import path_list
 from bertkit.run.files import atomic_dir, content_digest, disk_errors, fsync_dir
 from bertkit.run.lock import locked
 from bertkit.run.outputs import INDEX, claim, refuse_nested
@@ -81,6 +82,9 @@ class IndexBuildJob:
     progress: bool = True
     vectors: str = "float32"  # how the index stores them: float32 | int8 | binary (index_codec)
     refine: str | None = None  # a finer copy on disk that rescores candidates: float32 | int8 (index_codec.REFINES)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "corpus", path_list(self.corpus))  # one file given as a str is one file
 
 
 @dataclass(frozen=True)
@@ -201,6 +205,9 @@ class IndexAddJob:
     batch_size: int = 64
     chunk_size: int = 8192
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "corpus", path_list(self.corpus))  # one file given as a str is one file
 
 
 @dataclass(frozen=True)

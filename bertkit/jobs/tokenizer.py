@@ -9,6 +9,7 @@ from rich.console import Console
 
 from bertkit.config import TokenizerConfig
 from bertkit.errors import BertkitError
+from bertkit.paths import path_list
 from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked
 from bertkit.run.outputs import TOKENIZER, claim, refuse_nested
@@ -28,6 +29,9 @@ class TokenizerJob:
     text_field: str = "text"
     skip_bad_lines: bool = False
     overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "corpus", path_list(self.corpus))  # one file given as a str is one file
 
 
 @dataclass(frozen=True)

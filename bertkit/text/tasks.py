@@ -374,7 +374,8 @@ def read_conll(path: str | Path, tag_column: int = -1, iob: bool = True) -> list
             tokens.clear()
             tags.clear()
 
-    with path.open(encoding="utf-8", errors="strict") as fh:
+    # utf-8-sig: an editor's byte-order mark is no part of the first token (nor of a -DOCSTART- line)
+    with path.open(encoding="utf-8-sig", errors="strict") as fh:
         try:
             for number, line in enumerate(fh, start=1):
                 columns = line.split()

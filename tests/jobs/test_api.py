@@ -20,9 +20,21 @@ SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 QUIET = Console(quiet=True)
 
 
+def test_with_values_names_an_unknown_key_as_set_does():
+    """A misspelt key was dataclasses' TypeError from deep inside; it is the ConfigError --set gives (bare keys too)."""
+    import pytest
+
+    from bertkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"with_values: train.max_tim: unknown key \(did you mean"):
+        with_values(load_recipe("tiny"), {"train.max_tim": "2m"})
+    assert with_values(load_recipe("tiny"), {"max_time": "2m"}).train.max_time == "2m"
+
+
 def test_pretrain_finetune_evaluate_predict_from_python(tmp_path):
     corpus = repeated_corpus(tmp_path / "corpus.txt", 20)
-    config = with_values(load_recipe("tiny"), {"data.corpus": (str(corpus),), "model.vocab_size": 400,
+    # the README's recipes: demo (max_len 64), then finetune-sst2 with task.max_length 64, as the README sets it
+    config = with_values(load_recipe("demo"), {"data.corpus": (str(corpus),), "model.vocab_size": 400,
                                                "data.block_size": 32, "train.batch_size": 4,
                                                "tokenizer.min_frequency": 1, "train.max_steps": 6,
                                                "train.eval_every": 3})
@@ -42,7 +54,7 @@ def test_pretrain_finetune_evaluate_predict_from_python(tmp_path):
     assert json.loads(to_json(masks))[0][0].keys() == {"token", "token_id", "score", "sequence"}
 
     data = SAMPLES / "sentiment.tsv"
-    recipe = with_values(load_recipe("finetune-sst2"), {"task.train_file": str(data),
+    recipe = with_values(load_recipe("finetune-sst2"), {"task.max_length": 64, "task.train_file": str(data),
                                                         "task.validation_file": str(data), "train.batch_size": 4,
                                                         "train.max_steps": 4, "train.eval_every": 2})
     recipe = dataclasses.replace(recipe, train=dataclasses.replace(recipe.train, epochs=None, max_time=None))

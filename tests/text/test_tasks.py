@@ -96,6 +96,11 @@ def test_conll_columns_docstart_and_errors(tmp_path):
     assert [s.tokens for s in sentences] == [("EU", "rejects"), ("Peter",)]
     assert [s.tags for s in sentences] == [("B-ORG", "O"), ("B-PER",)]
     assert read_conll(path, tag_column=2)[0].tags == ("B-NP", "B-VP")  # chunk tags (IOB1) from another column
+    # a byte-order mark (an editor's) is no part of the -DOCSTART- line nor of a first token
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert read_conll(path) == sentences
+    path.write_bytes(b"\xef\xbb\xbfEU NNP I-NP I-ORG\n")
+    assert read_conll(path)[0].tokens == ("EU",)
     with pytest.raises(BertkitError, match="tag column 7 does not exist in 4 columns"):
         read_conll(path, tag_column=7)
     path.write_text("EU NNP I-NP I-ORG\nrejects VBZ O\n")
