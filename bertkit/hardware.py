@@ -17,10 +17,13 @@ import json
 import os
 import platform
 import time
+import typing
 from dataclasses import asdict, dataclass
 
 import torch
 
+from bertkit.config import Precision
+from bertkit.errors import ConfigError
 from bertkit.paths import cache_root
 
 # Dense (no sparsity) peaks in TFLOP/s by precision, from NVIDIA's datasheets; the first name found in
@@ -158,6 +161,8 @@ def resolve_precision(requested: str, device: torch.device | str) -> PrecisionCh
     its flags) whose bf16 GEMM measures at least 1.5x its fp32 GEMM (timed once per process, the best rate kept per
     machine: `peak_flops`) — else fp32. AVX2-only CPUs emulate bf16 (~40x slower than fp32): no probe, fp32."""
     device = torch.device(device)
+    if requested not in typing.get_args(Precision):  # the API's callers too: "banana" ran as if configured
+        raise ConfigError(f"precision: {requested!r} is not allowed (allowed: {'|'.join(typing.get_args(Precision))})")
     if requested != "auto":
         return PrecisionChoice(requested, "as configured")
     if device.type == "cuda":

@@ -68,6 +68,15 @@ def _fake_peaks(monkeypatch, bf16: float, fp32: float):
                         lambda device, precision: hardware.Peak({"bf16": bf16, "fp32": fp32}[precision], "test"))
 
 
+def test_a_precision_no_command_takes_is_refused_through_the_api_too():
+    """The CLI's options allow auto|fp32|bf16|fp16; an API caller's "banana" ran "as configured"."""
+    from bertkit.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"precision: 'banana' is not allowed \(allowed: auto\|fp32\|bf16\|fp16\)"):
+        hardware.resolve_precision("banana", "cpu")
+    assert hardware.resolve_precision("fp32", "cpu").precision == "fp32"
+
+
 def test_auto_is_fp32_on_a_cpu_without_native_bf16_and_probes_nothing(monkeypatch):
     monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx2", "fma"})
     monkeypatch.setattr(hardware, "peak_flops", lambda *a: pytest.fail("no probe where the flags say emulated"))

@@ -74,7 +74,8 @@ def report(console: Console, kind: str, result: dict, data: Path) -> None:
                       f"{'were' if many else 'was'} truncated")
     if result["unseen_labels"]:
         count = result.get("unseen_examples", result.get("unseen_tags"))
-        console.print(f"[yellow]warning: {count:,} {'examples' if kind == 'classify' else 'tags'} carry labels the "
+        what = ("example" if kind == "classify" else "tag") + ("s" if count != 1 else "")
+        console.print(f"[yellow]warning: {count:,} {what} {'carry' if count != 1 else 'carries'} labels the "
                       f"model never saw ({', '.join(result['unseen_labels'])}): counted as errors")
     if kind == "regress":
         console.print(f"{data}: {result['examples']:,} examples  Spearman {result['spearman']:.4f}  "

@@ -126,6 +126,10 @@ class SentenceTask(FinetuneTask):
     length_key = "sentence.max_seq_length"
 
     def settings(self, config: Config, base: Config, model_dir: Path | None, out: Path, resume: bool) -> Config:
+        loss = config.sentence_loss
+        if loss.negative_column and not LOSSES[loss.loss].negatives:  # it was read by nothing, without a word
+            raise BertkitError(f"sentence_loss.negative_column: the {loss.loss} loss reads no hard negatives (mnrl "
+                               "does); leave --negative-column out")
         # one length for a sentence: what training cuts at is what the run embeds with (the base's unless set)
         if config.task.max_length is not None:
             raise BertkitError("task.max_length: sentence training cuts sentences at sentence.max_seq_length (--set "

@@ -84,6 +84,7 @@ def test_classify_learns_predicts_and_evaluates(tmp_path, base):
     report = tmp_path / "report.json"
     result = _ok("evaluate", "--model", out, "--data", test, "--out", report)
     assert "confusion matrix" in result.output and "never saw (ecstatic)" in result.output
+    assert "warning: 1 example carries labels the model never saw" in " ".join(result.output.split())
     metrics = json.loads(report.read_text())
     assert metrics["unseen_labels"] == ["ecstatic"] and metrics["examples"] == 13
     assert metrics["confusion"]["labels"][-1] == "ecstatic" and metrics["accuracy"] <= 12 / 13

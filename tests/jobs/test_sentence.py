@@ -197,6 +197,9 @@ def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
         *common, "--train", train, "--set", "classifier_pooling=mean", "--out", tmp_path / "b")
     assert "sentence training cuts sentences at sentence.max_seq_length" in cli_error(
         *common, "--train", train, "--set", "max_length=32", "--out", tmp_path / "b")
+    # a hard-negative column for a loss that reads none was ignored without a word
+    assert "sentence_loss.negative_column: the cosine loss reads no hard negatives (mnrl does)" in cli_error(
+        *common, "--train", train, "--loss", "cosine", "--negative-column", "sentence2", "--out", tmp_path / "b")
     # a resumed run must pool as it began
     args = [*common, "--train", train, "--out", tmp_path / "r", "--set", "save_every=1", "--pooling", "cls"]
     cli_ok(*args)
