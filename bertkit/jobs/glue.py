@@ -15,8 +15,8 @@ it for full GLUE.
 
 from __future__ import annotations
 
-import json
 import itertools
+import json
 import shutil
 import statistics
 from dataclasses import asdict, dataclass, field

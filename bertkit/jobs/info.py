@@ -3,7 +3,6 @@ measured throughput and MFU)."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from bertkit.nn.model import meta_model
 from bertkit.recipes import is_model_recipe, load_recipe
 from bertkit.run.directory import LABELS_FILE, RESULTS_FILE, is_run_dir, load_config, read_json
 from bertkit.run.metrics import read_metrics
-from bertkit.tasks.registry import FINETUNING, PRETRAINING
+from bertkit.tasks.registry import FINETUNING, PRETRAINING, with_pretraining_heads
 
 
 def load_target(target: str, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Config, str]:
@@ -69,16 +68,6 @@ def describe(cfg: ModelConfig, heads: HeadsConfig = HeadsConfig()) -> list[str]:
     if heads.names:
         lines.append("heads: " + "; ".join(names[h] for h in heads.names))
     return lines
-
-
-def with_pretraining_heads(config: Config) -> Config:
-    """A recipe's config with the heads its pretraining objective adds (`bertkit pretrain` adds them: an MLM head,
-    an LM head, ELECTRA's), so that `info RECIPE` counts what `info RUN` will count of the run it makes."""
-    task = PRETRAINING.get(config.train.objective)
-    if task is None or task.architecture != config.model.architecture:
-        return config
-    names = tuple(dict.fromkeys(task.heads + config.heads.names))
-    return dataclasses.replace(config, heads=dataclasses.replace(config.heads, names=names))
 
 
 def parameter_counts(cfg: ModelConfig, heads: HeadsConfig = HeadsConfig()) -> dict[str, int]:

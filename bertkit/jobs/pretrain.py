@@ -29,7 +29,7 @@ from bertkit.run import inputs
 from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked
 from bertkit.run.outputs import refuse_nested
-from bertkit.tasks.registry import PRETRAINING
+from bertkit.tasks.registry import PRETRAINING, with_pretraining_heads
 from bertkit.text.bpe import train_on_corpus
 from bertkit.text.corpus import corpus_fingerprint, find_files, load_corpus
 from bertkit.text.packing import pack_corpus
@@ -181,9 +181,8 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
     elif vocab != config.model.vocab_size and main:
         console.print(f"model.vocab_size follows the tokenizer: {vocab:,} (the recipe said "
                       f"{config.model.vocab_size:,})")
-    heads = tuple(dict.fromkeys(PRETRAINING[config.train.objective].heads + config.heads.names))
-    config = dataclasses.replace(config, model=dataclasses.replace(config.model, vocab_size=vocab),
-                                 heads=dataclasses.replace(config.heads, names=heads))
+    config = with_pretraining_heads(dataclasses.replace(config, model=dataclasses.replace(config.model,
+                                                                                          vocab_size=vocab)))
     if config.train.batch_size == "auto":  # measured on a GPU (train/batch_size.py); stored as the number chosen
         config = _auto_batch(config, accelerator, console)
     # before the run directory is written: a model that cannot fit is one line, not a dead allocation

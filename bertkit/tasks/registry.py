@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+from bertkit.config import Config
 from bertkit.errors import BertkitError
 from bertkit.tasks import classify, clm, mlm, ner, regress, rtd, sentence
 from bertkit.tasks.base import FinetuneTask, PretrainTask
@@ -17,3 +20,14 @@ def finetune_task(kind: str) -> FinetuneTask:
         hint = " (train encoder-decoders with `finetune seq2seq`)" if kind == "seq2seq" else ""
         raise BertkitError(f"task.kind: {kind!r} is not a finetuning task (allowed: {'|'.join(FINETUNING)}){hint}")
     return FINETUNING[kind]
+
+
+def with_pretraining_heads(config: Config) -> Config:
+    """The config with the heads its pretraining objective adds (an MLM head, an LM head, ELECTRA's) before its own:
+    what `bertkit pretrain` trains, and what `info RECIPE` counts; unchanged where the objective does not fit the
+    stack."""
+    task = PRETRAINING.get(config.train.objective)
+    if task is None or task.architecture != config.model.architecture:
+        return config
+    names = tuple(dict.fromkeys(task.heads + config.heads.names))
+    return dataclasses.replace(config, heads=dataclasses.replace(config.heads, names=names))

@@ -261,16 +261,18 @@ def _finish(path: Path, examples: list, bad: BadRows, skip_bad_lines: bool | Non
     return examples
 
 
-def _overfull(skip_bad_lines: bool | None) -> tuple[list[int] | None, str]:
-    """What a reader asks `_rows` for rows with more fields than the header: a list to collect them in when it
-    skips bad rows, and else the error's hint (None: the command cannot skip them, so no hint)."""
+def _task_rows(path: Path, roles: dict[str, str | None], skip_bad_lines: bool | None
+               ) -> tuple[list[dict], list[int], BadRows]:
+    """A task file's rows and their lines (`_columns`), and its BadRows holding the rows with more fields than the
+    header: collected there when the command skips bad rows, else an error from `_rows` (with the --skip-bad-lines
+    hint where the command can skip; None: it cannot)."""
+    overfull = [] if skip_bad_lines else None
     hint = "" if skip_bad_lines is None else "; or pass --skip-bad-lines to skip and count such rows"
-    return ([] if skip_bad_lines else None), hint
-
-
-def _count_overfull(bad: BadRows, overfull: list[int] | None) -> None:
+    _, rows, lines = _columns(path, roles, overfull, hint)
+    bad = BadRows(path, len(rows) + len(overfull or []))
     for line in overfull or []:
         bad.add("more fields than the header", line)
+    return rows, lines, bad
 
 
 def _text(value) -> str:
@@ -285,11 +287,9 @@ def read_labelled(path: str | Path, text_column: str = "text", label_column: str
     `skip_bad_lines` they are skipped and the count goes to `warn` (None: the caller cannot skip them). With
     `scores` the labels are numbers (regression): integers and fractions may mix."""
     path = Path(path)
-    overfull, hint = _overfull(skip_bad_lines)
-    _, rows, lines = _columns(path, {"text": text_column, "label": label_column, "text pair": text_pair_column},
-                              overfull, hint)
-    examples, bad, labels = [], BadRows(path, len(rows) + len(overfull or [])), LabelKinds(path)
-    _count_overfull(bad, overfull)
+    rows, lines, bad = _task_rows(path, {"text": text_column, "label": label_column, "text pair": text_pair_column},
+                                  skip_bad_lines)
+    examples, labels = [], LabelKinds(path)
     for row, line in zip(rows, lines):
         text = _text(row.get(text_column))
         if not text:  # an empty text would teach the classifier what [CLS] [SEP] alone means
@@ -445,10 +445,8 @@ def read_pairs(path: str | Path, text_column: str, pair_column: str, target: str
     roles = {"first sentence": text_column, "second sentence": pair_column, "negative": negative_column}
     if target is not None:
         roles[target] = target_column
-    overfull, hint = _overfull(skip_bad_lines)
-    _, rows, lines = _columns(path, roles, overfull, hint)
-    examples, bad, labels = [], BadRows(path, len(rows) + len(overfull or [])), LabelKinds(path)
-    _count_overfull(bad, overfull)
+    rows, lines, bad = _task_rows(path, roles, skip_bad_lines)
+    examples, labels = [], LabelKinds(path)
     for number, (row, line) in enumerate(zip(rows, lines), start=1):
         texts = [_text(row.get(str(c))) for c in (text_column, pair_column)]
         if not all(texts):
