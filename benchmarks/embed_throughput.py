@@ -16,7 +16,7 @@ sentence-transformers runs under the same bf16 autocast). The first line names t
 
   python benchmarks/embed_throughput.py [--sentences 10000] [--batch-size 32] [--repeats 3] [--device cpu|cuda]
                                         [--precision auto] [--model auto|minilm|built] [--built-shape 6x384]
-                                        [--compile] [--json FILE]
+                                        [--compile [--compile-shapes auto|buckets|dynamic]] [--json FILE]
 """
 
 from __future__ import annotations
@@ -100,12 +100,16 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true",
                         help="bertkit embed --compile (each timed call compiles its own encoder: the cost a user "
                              "pays once per call is in the figure)")
+    parser.add_argument("--compile-shapes", choices=("auto", "buckets", "dynamic"), default="auto",
+                        help="with --compile: `bertkit embed --compile-shapes` (auto: buckets on a GPU, dynamic "
+                             "elsewhere)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
     args = parser.parse_args()
 
     from rich.console import Console
     from sentence_transformers import SentenceTransformer
 
+    from bertkit.embedding import compile_shapes_for
     from bertkit.hardware import autocast, describe_device, resolve_precision
     from bertkit.interop import import_hf
     from bertkit.jobs import embed
@@ -145,7 +149,8 @@ def main() -> None:
         out = work / f"out-{index}.npy"
         start = time.perf_counter()
         embed.run(embed.EmbedJob(run, (str(corpus),), out, batch_size=args.batch_size,
-                                 precision=precision.precision, compile=args.compile, progress=False),
+                                 precision=precision.precision, compile=args.compile, progress=False,
+                                 compile_shapes=args.compile_shapes if args.compile else "auto"),
                   console=quiet)
         return time.perf_counter() - start
 
@@ -176,15 +181,17 @@ def main() -> None:
     floor = 0.99999 if precision.precision == "fp32" else 0.99
     assert cosine.min() >= floor, f"embeddings disagree: min cosine {cosine.min()} (< {floor})"
     a, b = len(sentences) / statistics.median(ours), len(sentences) / statistics.median(theirs)
-    label = "bertkit embed --compile:" if args.compile else "bertkit embed:"
-    print(f"\n{label:<30}{a:,.0f} sentences/s (median of {args.repeats})")
+    shapes = compile_shapes_for(args.compile_shapes, device) if args.compile else None
+    label = f"bertkit embed --compile ({shapes}):" if args.compile else "bertkit embed:"
+    print(f"\n{label:<{max(30, len(label) + 1)}}{a:,.0f} sentences/s (median of {args.repeats})")
     print(f"sentence-transformers encode: {b:,.0f} sentences/s")
     print(f"ratio: {a / b:.2f}x   (embeddings agree: min cosine {cosine.min():.7f})")
     if args.json is not None:
         args.json.write_text(json.dumps({"device": describe_device(device), "weights": weights,
                                          "precision": precision.precision, "sentences": len(sentences),
                                          "bertkit_per_s": a, "st_per_s": b, "ratio": a / b,
-                                         "min_cosine": float(cosine.min()), "compile": args.compile}, indent=2) + "\n")
+                                         "min_cosine": float(cosine.min()), "compile": args.compile,
+                                         "compile_shapes": shapes}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

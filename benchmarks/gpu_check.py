@@ -45,7 +45,10 @@ ROWS = [
     ("lever: three q/k/v matrix products instead of one (bertkit's GPU default; compiled, positions, batch 256)",
      "lever-qkv"),
     ("lever: CUDA graphs (compile mode reduce-overhead, bucketed), base batch 256 and mini", "lever-graphs"),
-    ("lever: bertkit embed --compile vs sentence-transformers (each call compiles)", "lever-embed"),
+    ("lever: bertkit embed --compile, static shapes (buckets: auto's choice on a GPU) vs sentence-transformers "
+     "(each call compiles)", "lever-embed"),
+    ("lever: bertkit embed --compile, one dynamic-shape graph, compiled in-process, vs sentence-transformers",
+     "lever-embed-dynamic"),
     ("lever: batch 512 x 128 (64k tokens/step; compiled, bucketed) vs BertForMaskedLM", "lever-b512"),
     ("lever: compile mode max-autotune-no-cudagraphs, batch 512, positions, vs BertForMaskedLM", "lever-autotune"),
     ("lever: vocabulary 30522 (BERT's) vs 30528 (a multiple of 64), compiled, batch 512, vs BertForMaskedLM",
@@ -296,6 +299,8 @@ def embed_row(work: Path, name: str = "embed.json") -> str | None:
     if not data:
         return None
     command = "bertkit embed --compile" if data.get("compile") else "bertkit embed"
+    if data.get("compile_shapes"):
+        command += f" --compile-shapes {data['compile_shapes']}"
     return (f"{data['weights']}, {data['precision']}, {data['sentences']:,} STS-B sentences: {command} "
             f"{data['bertkit_per_s']:,.0f}/s vs sentence-transformers {data['st_per_s']:,.0f}/s, "
             f"{data['ratio']:.2f}x (min cosine {data['min_cosine']:.5f})")
@@ -368,6 +373,10 @@ def stuck_at(log: str) -> str | None:
             continue
         ours = next((text for file, text in frames if _ours(file)), None)
         where = frames[0][1] if ours in (None, frames[0][1]) else f"{frames[0][1]}, called from {ours}"
+        module = next((f"{Path(m['file']).name}:{m['line']}" for m in STACK_FRAME.finditer(block)
+                       if "torchinductor_" in m["file"]), None)
+        if module is not None:  # a kernel compile: its source sits at that line of the module ($OUT/stuck/)
+            where += f", compiling the kernel at inductor's {module}"
         if frames[-1][1].endswith("in <module>") and _ours(frames[-1][0]):
             return where  # the step's own process: its script is the outermost frame
         best = best or where
@@ -399,6 +408,8 @@ def build_rows(work: Path) -> list[dict]:
             result = tests_row(log)
         elif name == "lever-embed":
             result = embed_row(work, "embed-compiled.json")
+        elif name == "lever-embed-dynamic":
+            result = embed_row(work, "embed-dynamic.json")
         elif name.startswith("lever-") or name == "goal":
             result = lever_row(log)
         elif name in ("loop-profile", "loop-graphs"):

@@ -40,7 +40,12 @@
 #                  models alike, each vs BertForMaskedLM, each profiled: kernel time by kind (matrix products,
 #                  attention, fused elementwise, optimiser, loss, other); the tables under $OUT/profile-b512
 #   lever-b1024    compiled bf16 batch 1024 x 128 (128k tokens per step), positions, dropout 0, vs BertForMaskedLM
-#   lever-embed    embed_throughput.py as `embed`, bertkit embed --compile (each call pays its compile)
+#   lever-embed    embed_throughput.py as `embed`, bertkit embed --compile --compile-shapes buckets (static
+#                  graphs, a power-of-two width each: auto's choice on a GPU; each call pays its compile)
+#   lever-embed-dynamic  the same with --compile-shapes dynamic (one dynamic-shape graph), compiled in-process
+#                  (TORCHINDUCTOR_COMPILE_THREADS=1), so that a stalled kernel compile's stack names the kernel's
+#                  line in inductor's module, which is kept under $OUT/stuck/ (on H100 and H200 with torch 2.11
+#                  this compile never finished: ptxas stalled on one of its Triton kernels)
 #   pretrain-auto  the pretrain step with train.batch_size=auto (rows by measured memory), compile on, 90 s
 #   pretrain-graphs  bertkit pretrain at the mini shape (4 x 256), batch 128, compile on, train.cuda_graphs=true, 60 s
 #   loop-profile   loop_overhead.py as `loop` (shorter), then --profile: where a bare step's and a loop step's
@@ -118,6 +123,15 @@ step() {
     elif [ "$rc" != 0 ]; then state="FAILED (exit $rc)"; fi
     echo "   $state in ${took} s" | tee -a "$WORK/progress.log" >&2
     record "$name" "$state" "$took" "$*"
+    # an inductor module named in the stacks (a compile that stalled) is kept under $OUT/stuck/NAME: the kernel
+    # at the stack's line of it is the one that was being compiled
+    if [ "$state" != OK ] && [ -n "${OUT:-}" ]; then
+        grep -oE '/[^" ]*torchinductor_[^/" ]+/[a-z0-9]{2}/[a-z0-9]+\.py' "$WORK/logs/$name.log" | sort -u | head -4 |
+            while read -r module; do
+                [ -f "$module" ] && mkdir -p "$OUT/stuck/$name" && cp "$module" "$OUT/stuck/$name/"
+            done
+    fi
+    return 0
 }
 skip() { wanted "$1" && record "$1" SKIPPED 0 "$2"; return 0; }
 # keep SRC [DEST]: a step's files under $WORK/SRC copied to $OUT/DEST (default: $OUT itself), where $OUT is set
@@ -292,11 +306,16 @@ TWO='"$0" '"$PT"' "$@" '"${B256[*]} ${GRAPHS[*]}"' && "$0" '"$PT"' "$@" '"${MINI
 step lever-graphs 150 bash -c "$TWO" "$PY" "${COMPILE[@]}"
 if [ -n "$(why_not)" ]; then
     skip lever-embed "$(why_not)"
+    skip lever-embed-dynamic "$(why_not)"
 elif has sentence_transformers; then
     step lever-embed 150 "${NO_DYNAMO[@]}" "$PY" benchmarks/embed_throughput.py "${EMBED[@]}" --compile \
-        --json "$WORK/embed-compiled.json"
+        --compile-shapes buckets --json "$WORK/embed-compiled.json"
+    step lever-embed-dynamic 100 "${NO_DYNAMO[@]}" env TORCHINDUCTOR_COMPILE_THREADS=1 "$PY" \
+        benchmarks/embed_throughput.py "${EMBED[@]}" --repeats 1 --compile --compile-shapes dynamic \
+        --json "$WORK/embed-dynamic.json"
 else
     skip lever-embed "needs sentence-transformers (the peer it is compared with), not importable"
+    skip lever-embed-dynamic "needs sentence-transformers (the peer it is compared with), not importable"
 fi
 step lever-b512 110 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" --select bucket
 # Triton GEMM templates autotuned against cuBLAS, with the bias/GELU epilogues fused into them (minutes to compile)

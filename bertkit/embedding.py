@@ -79,17 +79,33 @@ def model_identity(run: str | Path, config: Config) -> str:
 
 
 def embed_encoded(model: Model, encoded: list[Encoded], pad_id: int, batch_size: int, pooling: str,
-                  normalize: bool, on_batch: Callable[[int], None] | None = None, precision: str = "fp32"
-                  ) -> np.ndarray:
+                  normalize: bool, on_batch: Callable[[int], None] | None = None, precision: str = "fp32",
+                  static_shapes: int | None = None) -> np.ndarray:
     """Pooled (and optionally normalised) embeddings of tokenised texts: (N, D) float32, in input order; the
-    forward at `precision` (resolved: fp32 / bf16)."""
+    forward at `precision` (resolved: fp32 / bf16); `static_shapes`: see `run_sorted`."""
     if not encoded:
         return np.zeros((0, model.config.d_model), dtype=np.float32)
     rows = run_sorted(model, encoded, pad_id, batch_size,
                       lambda ids, mask, types: model(ids, attention_mask=mask, token_type_ids=types,
-                                                     pool=pooling).pooled, on_batch, precision=precision)
+                                                     pool=pooling).pooled, on_batch, precision=precision,
+                      static_shapes=static_shapes)
     vectors = np.stack(rows).astype(np.float32, copy=False)  # (N, D)
     return normalize_rows(vectors) if normalize else vectors
+
+
+COMPILE_SHAPES = ("auto", "buckets", "dynamic")
+
+
+def compile_shapes_for(choice: str, device: torch.device) -> str:
+    """`SentenceEncoder`'s shape policy under compile: "auto" is "buckets" on a GPU, "dynamic" elsewhere. Why: on
+    CUDA (torch 2.11, H100 and H200) the dynamic-shape inference graph never finished compiling: ptxas stalled on
+    one of its Triton kernels (docs/results.md), while static-shape graphs, as training compiles, do; on a CPU
+    dynamic shapes compile and run (0.94x eager on 2 cores), one graph for every batch."""
+    if choice not in COMPILE_SHAPES:
+        raise BertkitError(f"--compile-shapes must be one of {', '.join(COMPILE_SHAPES)}, not {choice!r}")
+    if choice == "auto":
+        return "buckets" if device.type == "cuda" else "dynamic"
+    return choice
 
 
 class SentenceEncoder:
@@ -99,13 +115,15 @@ class SentenceEncoder:
     onnxruntime on the CPU at its own precision, `threads` batches at once (default: the cores this process may use).
     `pooling`, `normalize` and `max_length` default to the run's `[sentence]` settings; `precision` "auto" runs in
     bf16 where the device computes it natively (`hardware.resolve_precision`), else fp32. `compile` runs the
-    forward through torch.compile (dynamic shapes; off by default: on a 2-core CPU it measured 0.94x eager,
-    benchmarks/compile_speed.py).
+    forward through torch.compile (off by default: on a 2-core CPU it measured 0.94x eager,
+    benchmarks/compile_speed.py), with `compile_shapes`: "dynamic" (one graph for every batch shape), "buckets"
+    (static graphs, each batch padded to full rows and a power-of-two width: at most 6 for a 512-token window) or
+    "auto": buckets on a GPU, dynamic elsewhere (`COMPILE_SHAPES`).
     """
 
     def __init__(self, run: str | Path, batch_size: int = 64, device: str | torch.device | None = None,
                  model: tuple[Config, Model] | None = None, precision: str = "auto", compile: bool = False,
-                 threads: int | None = None):
+                 threads: int | None = None, compile_shapes: str = "auto"):
         self.run = Path(run)
         self.batch_size = batch_size
         self.truncated = 0  # texts cut to max_length so far
@@ -123,11 +141,15 @@ class SentenceEncoder:
             self.model.to(default_device(device))
         self.sentence = config.sentence
         self.precision = resolve_precision(precision, self.model.device).precision
-        if compile:
-            self.model.compile(dynamic=True)  # every batch length is another shape
         self.tokenizer = load_run_tokenizer(self.run, config)
         self.pad_id = special_ids(self.tokenizer).pad
         self.encoder = TaskEncoder(self.tokenizer, self.sentence.window(config.model.max_len))
+        self.static_shapes: int | None = None  # the window every batch pads within, when compiled for buckets
+        shapes = compile_shapes_for(compile_shapes, self.model.device)
+        if compile:
+            if shapes == "buckets":
+                self.static_shapes = self.encoder.max_length
+            self.model.compile(dynamic=shapes == "dynamic")  # dynamic: every batch length is another shape
         self.dim = config.model.d_model
         self._identity: str | None = None
 
@@ -193,7 +215,7 @@ class SentenceEncoder:
         normalize = self.sentence.normalize if normalize is None else normalize
         if self.onnx is None:
             return embed_encoded(self.model, encoded, self.pad_id, self.batch_size, self.sentence.pooling,
-                                 normalize, on_batch, self.precision)
+                                 normalize, on_batch, self.precision, self.static_shapes)
         if not encoded:
             return np.zeros((0, self.dim), dtype=np.float32)
         vectors = np.stack(self.onnx.run_sorted(encoded, self.pad_id, self.batch_size, "sentence_embedding",

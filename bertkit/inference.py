@@ -21,7 +21,8 @@ from bertkit.hardware import autocast, resolve_precision
 from bertkit.metrics import classification_metrics, correlation_metrics, entity_metrics
 from bertkit.nn.model import TASK_HEADS, Model
 from bertkit.run.directory import LABELS_FILE, load_run, read_labels
-from bertkit.text.features import Encoded, TaskEncoder, in_input_order, join_words, length_sorted, pad_batch
+from bertkit.text.features import (Encoded, TaskEncoder, bucket_width, in_input_order, join_words, length_sorted,
+                                   pad_batch)
 from bertkit.text.tokenizer import load_run_tokenizer, special_ids
 
 if TYPE_CHECKING:  # types only: text.tasks reads files through datasets, which inference does not need
@@ -38,14 +39,16 @@ def inference_workers(device: torch.device) -> int:
 def run_sorted(model: Model, examples: list[Encoded], pad_id: int, batch_size: int,
                forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
                on_batch: Callable[[int], None] | None = None, per_token: bool | None = None,
-               precision: str = "fp32") -> list[np.ndarray]:
+               precision: str = "fp32", static_shapes: int | None = None) -> list[np.ndarray]:
     """`forward(ids, mask, token_types)` over length-sorted batches; one float32 row per example, in input order.
 
     Examples run shortest first, so a batch pads only to about its own length; `forward` returns (B, ...) and the
     rows are put back in the input order (a per-token output keeps only the example's own tokens). On a CPU,
     `inference_workers` batches run concurrently (one at a time through a compiled model). `on_batch(n)` is called
     after each batch of n examples (progress bars). `precision` (resolved: fp32 / bf16 / fp16) runs `forward` under
-    autocast; rows come back float32 either way.
+    autocast; rows come back float32 either way. `static_shapes` (a window, in tokens) pads every batch to
+    `batch_size` rows (copies of its first row, dropped again) and to a power-of-two width of at most that window
+    (`bucket_width`), so that a model compiled for static shapes sees a few shapes, not one per batch length.
     """
     was_training = model.training
     model.eval()
@@ -53,10 +56,16 @@ def run_sorted(model: Model, examples: list[Encoded], pad_id: int, batch_size: i
     lengths, batches = length_sorted(examples, batch_size)
 
     def one(chunk: np.ndarray) -> np.ndarray:
-        ids, mask, types = pad_batch([examples[index] for index in chunk], pad_id)  # (B, T) each
+        rows, width = chunk, None
+        if static_shapes is not None:
+            # full rows: repeat the first example (a real one: an all-padding row would be a fully masked softmax)
+            rows = np.concatenate([chunk, np.repeat(chunk[:1], batch_size - len(chunk))])
+            width = bucket_width(int(lengths[chunk].max()), static_shapes)
+        ids, mask, types = pad_batch([examples[index] for index in rows], pad_id, width)  # (B, T) each
         with torch.inference_mode(), autocast(device, precision):  # per thread: both are thread-local
-            return forward(torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device),
-                           torch.from_numpy(types).to(device)).float().cpu().numpy()
+            out = forward(torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device),
+                          torch.from_numpy(types).to(device))  # (B, ...)
+            return out[:len(chunk)].float().cpu().numpy()
 
     # A compiled model (Module.compile, or torch.compile's wrapper) runs one batch at a time: two threads in it at
     # once can deadlock in dynamo (bf16 `embed --compile` on a 2-core CPU hung for good, one thread tracing, the

@@ -133,6 +133,44 @@ def test_bf16_embeddings_agree_with_fp32_on_real_weights(minilm_run):
     assert not np.array_equal(a, b)  # bf16 really ran
 
 
+def test_bucketed_shapes_give_a_compiled_model_a_few_static_shapes_and_the_same_embeddings(run, monkeypatch):
+    """`--compile-shapes buckets` (auto's choice on a GPU, where the dynamic-shape graph's compile stalled in
+    ptxas): every batch is padded to full rows (copies of a real row, dropped again) and a power-of-two width
+    within the window, compiled for static shapes; the embeddings are eager's."""
+    import bertkit.inference as inference
+    from bertkit.embedding import compile_shapes_for
+    from bertkit.errors import BertkitError
+
+    assert compile_shapes_for("auto", torch.device("cuda")) == "buckets"
+    assert compile_shapes_for("auto", torch.device("cpu")) == "dynamic"
+    assert compile_shapes_for("buckets", torch.device("cpu")) == "buckets"
+    with pytest.raises(BertkitError, match="--compile-shapes must be one of auto, buckets, dynamic, not 'static'"):
+        SentenceEncoder(run, compile_shapes="static")
+    texts = TEXTS * 6 + ["word " * 20] * 4 + ["word " * 40]  # 35 texts: 9 batches of 4 (the last of 3)
+    eager = SentenceEncoder(run, batch_size=4, precision="fp32").encode(texts)
+    compiles = []
+
+    def eager_backend(self, **kwargs):  # as compile=True does, without inductor's codegen
+        compiles.append(kwargs)
+        torch.nn.Module.compile(self, backend="eager", **kwargs)
+
+    monkeypatch.setattr(Model, "compile", eager_backend)
+    shapes, real_pad = [], inference.pad_batch
+    monkeypatch.setattr(inference, "pad_batch", lambda *a: shapes.append(real_pad(*a)[0].shape) or real_pad(*a))
+    encoder = SentenceEncoder(run, batch_size=4, precision="fp32", compile=True, compile_shapes="buckets")
+    assert compiles == [{"dynamic": False}] and encoder.static_shapes == encoder.max_length == 64
+    np.testing.assert_allclose(encoder.encode(texts), eager, rtol=1e-5, atol=1e-6)
+    longest = max(len(e.input_ids) for e in encoder.encoder.texts(texts))
+    assert 32 < longest < 64 and len(shapes) == 9
+    assert set(shapes) == {(4, 16), (4, 32), (4, 64)}  # 3 static shapes for 9 batches; the last one full too
+    one = encoder.encode(["a short one"])  # a single text: padded to a full batch of its copies
+    np.testing.assert_allclose(one, eager[:1], rtol=1e-5, atol=1e-6)
+    shapes.clear()
+    SentenceEncoder(run, batch_size=4, precision="fp32", compile=True, compile_shapes="dynamic").encode(texts)
+    # dynamic: each batch as long as its longest text, the last one 3 rows
+    assert compiles[-1] == {"dynamic": True} and len(set(shapes)) > 3 and shapes[-1][0] == 3
+
+
 def test_a_compiled_encoder_runs_one_batch_at_a_time_and_embeds_as_eager(run, monkeypatch):
     """A compiled model (`embed --compile`) runs one batch at a time: two threads in a compiled module at once
     deadlocked bf16 `embed --compile` on a 2-core CPU (one thread tracing, the other leaving autocast). Its

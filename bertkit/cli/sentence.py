@@ -59,9 +59,13 @@ def embed(model: Annotated[Path, typer.Option("--model", "-m", help="Any encoder
                    "OUT.npy is (tokens, layers, D) and OUT.tokens.tsv names each row's text, position and "
                    "token.")] = False,
           precision: PrecisionOption = "auto",
-          compile: Annotated[bool, typer.Option(help="Run the encoder through torch.compile (dynamic shapes). "
-                                                     "Off by default: measured 0.94x eager on a 2-core CPU.")]
+          compile: Annotated[bool, typer.Option(help="Run the encoder through torch.compile. Off by default: "
+                                                     "measured 0.94x eager on a 2-core CPU.")]
           = False,
+          compile_shapes: Annotated[str, typer.Option(
+              help="With --compile: 'dynamic' (one graph for every batch shape), 'buckets' (static graphs, batches "
+                   "padded to full rows and a power-of-two width) or 'auto' (buckets on a GPU, dynamic "
+                   "elsewhere).")] = "auto",
           progress: ProgressOption = True) -> None:
     """Embed sentences (one vector per text, the run's pooling and normalisation) into .npy or .parquet; with
     --layers / --tokens, per-layer or per-token representations for your own analyses."""
@@ -69,7 +73,7 @@ def embed(model: Annotated[Path, typer.Option("--model", "-m", help="Any encoder
 
     job.run(job.EmbedJob(model, tuple(inputs), out, text_field or "text", id_field, batch_size, chunk_size, keep_empty,
                          overwrite, layers=layers, tokens=tokens, precision=precision, compile=compile,
-                         progress=progress))
+                         progress=progress, compile_shapes=compile_shapes))
 
 
 @app.command()

@@ -44,11 +44,16 @@ class Encoded:
     truncated: bool = False
 
 
-def pad_batch(examples: list[Encoded], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Examples padded to the longest of them: input ids, attention mask (1 = real token) and token types, each
-    (B, T) int64. What every inference path (torch and ONNX) feeds its model."""
+def pad_batch(examples: list[Encoded], pad_id: int, width: int | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Examples padded to the longest of them (or to `width`, if given: at least that longest): input ids,
+    attention mask (1 = real token) and token types, each (B, T) int64. What every inference path (torch and ONNX)
+    feeds its model."""
     lengths = np.array([len(e.input_ids) for e in examples], dtype=np.int64)  # (B,)
-    width = int(lengths.max()) if len(examples) else 0
+    longest = int(lengths.max()) if len(examples) else 0
+    if width is not None and width < longest:
+        raise ValueError(f"pad_batch: width {width} is shorter than the longest example ({longest} tokens)")
+    width = longest if width is None else width
     ids = np.full((len(examples), width), pad_id, dtype=np.int64)  # (B, T)
     types = np.zeros((len(examples), width), dtype=np.int64)  # (B, T)
     for row, example in enumerate(examples):
@@ -56,6 +61,16 @@ def pad_batch(examples: list[Encoded], pad_id: int) -> tuple[np.ndarray, np.ndar
         types[row, :lengths[row]] = example.type_ids
     mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int64)  # (B, T)
     return ids, mask, types
+
+
+def bucket_width(longest: int, cap: int, smallest: int = 16) -> int:
+    """The padded width of a batch whose longest example has `longest` tokens, when a compiled model is to see a
+    few static shapes: the next power of two from `smallest` up, never past `cap` (the model's window), nor below
+    `longest`. A window of 512 gives at most 6 widths (16 ... 512)."""
+    width = smallest
+    while width < longest:
+        width *= 2
+    return max(longest, min(width, cap))
 
 
 def length_sorted(examples: list[Encoded], batch_size: int) -> tuple[np.ndarray, list[np.ndarray]]:

@@ -58,6 +58,15 @@ def test_compiled_embeddings_equal_eager(tmp_path, base):
                                                      "--compile", "--layers", "all")
 
 
+def test_compile_shapes_needs_compile_and_names_its_choices(tmp_path, base):
+    corpus = _corpus(tmp_path)
+    assert "--compile-shapes applies with --compile" in cli_error(
+        "embed", "--model", base, corpus, "-o", tmp_path / "a.npy", "--compile-shapes", "buckets")
+    assert "--compile-shapes must be one of auto, buckets, dynamic, not 'static'" in cli_error(
+        "embed", "--model", base, corpus, "-o", tmp_path / "b.npy", "--compile", "--compile-shapes", "static")
+    assert not (tmp_path / "a.npy").exists() and not (tmp_path / "b.npy").exists()
+
+
 def test_parquet_rows_carry_file_line_and_id(tmp_path, base):
     records = tmp_path / "docs.jsonl"
     records.write_text("".join(json.dumps({"doc": f"d{i}", "body": t}) + "\n" for i, t in enumerate(LINES)))

@@ -82,3 +82,18 @@ def test_pad_sequences_and_epoch_sampler():
     seen = [int(i) for step in range(5) for i in sampler.rows(step)]  # 20 rows = 2 epochs
     assert sorted(seen[:10]) == list(range(10)) and sorted(seen[10:]) == list(range(10))
     assert EpochSampler(10, 4, seed=3).rows(4).tolist() == sampler.rows(4).tolist()  # pure function of the step
+
+
+def test_bucket_widths_are_powers_of_two_within_the_window_and_pad_batch_pads_to_them():
+    from bertkit.text.features import Encoded, bucket_width, pad_batch
+
+    assert [bucket_width(n, 512) for n in (1, 16, 17, 33, 100, 257, 512)] == [16, 16, 32, 64, 128, 512, 512]
+    assert bucket_width(300, 384) == 384 and bucket_width(10, 12) == 12  # never past the window
+    assert bucket_width(14, 12) == 14  # nor below the longest (a caller's bug, but no text is cut)
+    examples = [Encoded([5, 6, 7], [0, 0, 1]), Encoded([8], [0])]
+    ids, mask, types = pad_batch(examples, 0, width=16)
+    assert ids.shape == mask.shape == types.shape == (2, 16)
+    assert ids[0, :4].tolist() == [5, 6, 7, 0] and mask.sum(1).tolist() == [3, 1] and types[0, 2] == 1
+    assert pad_batch(examples, 0)[0].shape == (2, 3)
+    with pytest.raises(ValueError, match="shorter than the longest"):
+        pad_batch(examples, 0, width=2)
