@@ -105,6 +105,8 @@ def main() -> None:
                              "elsewhere)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
     args = parser.parse_args()
+    if args.compile_shapes != "auto" and not args.compile:
+        parser.error("--compile-shapes applies with --compile")
 
     from rich.console import Console
     from sentence_transformers import SentenceTransformer

@@ -348,6 +348,7 @@ def machine() -> str:
     return text
 
 
+INDUCTOR_MODULE = re.compile(r"/[a-z0-9]{2}/c[a-z0-9]{20,}\.py$")  # inductor's cache: DIR/xy/cxy....py
 STACK_FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)', re.MULTILINE)
 CHECKOUT = Path(__file__).resolve().parents[1]
 
@@ -374,9 +375,11 @@ def stuck_at(log: str) -> str | None:
         ours = next((text for file, text in frames if _ours(file)), None)
         where = frames[0][1] if ours in (None, frames[0][1]) else f"{frames[0][1]}, called from {ours}"
         module = next((f"{Path(m['file']).name}:{m['line']}" for m in STACK_FRAME.finditer(block)
-                       if "torchinductor_" in m["file"]), None)
-        if module is not None:  # a kernel compile: its source sits at that line of the module ($OUT/stuck/)
-            where += f", compiling the kernel at inductor's {module}"
+                       if INDUCTOR_MODULE.search(m["file"])), None)
+        if module is not None and any(f.endswith(("in make_cubin", "in triton")) for _, f in frames):
+            where += f", compiling the kernel at inductor's {module}"  # its source sits there ($OUT/stuck/)
+        elif module is not None:  # parallel compile: the module waits on its workers' kernels
+            where += f", waiting on inductor's compile workers at {module}"
         if frames[-1][1].endswith("in <module>") and _ours(frames[-1][0]):
             return where  # the step's own process: its script is the outermost frame
         best = best or where

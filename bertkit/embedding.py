@@ -27,7 +27,7 @@ from bertkit.inference import run_sorted
 from bertkit.nn.heads import pool as pool_states
 from bertkit.nn.model import Model
 from bertkit.run.directory import TOKENIZER_FILE, WEIGHTS_FILE, default_device, load_run
-from bertkit.text.features import Encoded, TaskEncoder
+from bertkit.text.features import Encoded, TaskEncoder, bucket_widths
 from bertkit.text.tokenizer import load_run_tokenizer, special_ids
 
 
@@ -80,15 +80,15 @@ def model_identity(run: str | Path, config: Config) -> str:
 
 def embed_encoded(model: Model, encoded: list[Encoded], pad_id: int, batch_size: int, pooling: str,
                   normalize: bool, on_batch: Callable[[int], None] | None = None, precision: str = "fp32",
-                  static_shapes: int | None = None) -> np.ndarray:
+                  bucket_window: int | None = None) -> np.ndarray:
     """Pooled (and optionally normalised) embeddings of tokenised texts: (N, D) float32, in input order; the
-    forward at `precision` (resolved: fp32 / bf16); `static_shapes`: see `run_sorted`."""
+    forward at `precision` (resolved: fp32 / bf16); `bucket_window`: see `run_sorted`."""
     if not encoded:
         return np.zeros((0, model.config.d_model), dtype=np.float32)
     rows = run_sorted(model, encoded, pad_id, batch_size,
                       lambda ids, mask, types: model(ids, attention_mask=mask, token_type_ids=types,
                                                      pool=pooling).pooled, on_batch, precision=precision,
-                      static_shapes=static_shapes)
+                      bucket_window=bucket_window)
     vectors = np.stack(rows).astype(np.float32, copy=False)  # (N, D)
     return normalize_rows(vectors) if normalize else vectors
 
@@ -97,15 +97,26 @@ COMPILE_SHAPES = ("auto", "buckets", "dynamic")
 
 
 def compile_shapes_for(choice: str, device: torch.device) -> str:
-    """`SentenceEncoder`'s shape policy under compile: "auto" is "buckets" on a GPU, "dynamic" elsewhere. Why: on
-    CUDA (torch 2.11, H100 and H200) the dynamic-shape inference graph never finished compiling: ptxas stalled on
-    one of its Triton kernels (docs/results.md), while static-shape graphs, as training compiles, do; on a CPU
-    dynamic shapes compile and run (0.94x eager on 2 cores), one graph for every batch."""
+    """`SentenceEncoder`'s shape policy under compile: "auto" is "buckets" on a GPU, "dynamic" elsewhere. Why: on an
+    H100 (torch 2.11) the dynamic-shape inference graph did not finish compiling in 150 s, twice: compiled
+    in-process, it sat in ptxas on one of its Triton kernels (on an H200 it did not finish in 90 s, cause not
+    found; docs/results.md). Static shapes are what training compiles there in ~37 s; whether buckets compile and
+    pay on a GPU is not yet measured (benchmarks/gpu_check.sh lever-embed). On a CPU dynamic shapes compile and
+    run (0.94x eager on 2 cores), one graph for every batch."""
     if choice not in COMPILE_SHAPES:
         raise BertkitError(f"--compile-shapes must be one of {', '.join(COMPILE_SHAPES)}, not {choice!r}")
     if choice == "auto":
         return "buckets" if device.type == "cuda" else "dynamic"
     return choice
+
+
+def allow_bucket_graphs(window: int, batch_size: int) -> None:
+    """Let dynamo keep a graph for every shape buckets can give (`bucket_widths` x `bucket_rows`): past its
+    recompile limit (8) it would run the rest eagerly, with a warning only. Raises the limit, never lowers it."""
+    import torch._dynamo.config as dynamo
+
+    rows = 1 + max(0, batch_size - 1).bit_length()  # 1, 2, 4, ... below batch_size, and batch_size
+    dynamo.recompile_limit = max(dynamo.recompile_limit, len(bucket_widths(window)) * rows)
 
 
 class SentenceEncoder:
@@ -117,8 +128,8 @@ class SentenceEncoder:
     bf16 where the device computes it natively (`hardware.resolve_precision`), else fp32. `compile` runs the
     forward through torch.compile (off by default: on a 2-core CPU it measured 0.94x eager,
     benchmarks/compile_speed.py), with `compile_shapes`: "dynamic" (one graph for every batch shape), "buckets"
-    (static graphs, each batch padded to full rows and a power-of-two width: at most 6 for a 512-token window) or
-    "auto": buckets on a GPU, dynamic elsewhere (`COMPILE_SHAPES`).
+    (static graphs: each batch padded to a power-of-two number of rows and width, 6 widths for a 512-token window,
+    up to ~2x the tokens; `compile_shapes_for` says why) or "auto": buckets on a GPU, dynamic elsewhere.
     """
 
     def __init__(self, run: str | Path, batch_size: int = 64, device: str | torch.device | None = None,
@@ -128,6 +139,9 @@ class SentenceEncoder:
         self.batch_size = batch_size
         self.truncated = 0  # texts cut to max_length so far
         self.onnx = None  # an ONNX export folder's OnnxModel (`bertkit export --format onnx`), else the torch model
+        compile_shapes_for(compile_shapes, torch.device("cpu"))  # a value it knows, before anything loads
+        if compile_shapes != "auto" and not compile:
+            raise BertkitError("--compile-shapes applies with --compile")
         if model is None and is_onnx_export(self.run):
             self._open_onnx(device, precision, compile, threads)
             return
@@ -144,11 +158,12 @@ class SentenceEncoder:
         self.tokenizer = load_run_tokenizer(self.run, config)
         self.pad_id = special_ids(self.tokenizer).pad
         self.encoder = TaskEncoder(self.tokenizer, self.sentence.window(config.model.max_len))
-        self.static_shapes: int | None = None  # the window every batch pads within, when compiled for buckets
-        shapes = compile_shapes_for(compile_shapes, self.model.device)
+        self.bucket_window: int | None = None  # the window every batch pads within, when compiled for buckets
         if compile:
+            shapes = compile_shapes_for(compile_shapes, self.model.device)
             if shapes == "buckets":
-                self.static_shapes = self.encoder.max_length
+                self.bucket_window = self.encoder.max_length
+                allow_bucket_graphs(self.bucket_window, batch_size)
             self.model.compile(dynamic=shapes == "dynamic")  # dynamic: every batch length is another shape
         self.dim = config.model.d_model
         self._identity: str | None = None
@@ -215,7 +230,7 @@ class SentenceEncoder:
         normalize = self.sentence.normalize if normalize is None else normalize
         if self.onnx is None:
             return embed_encoded(self.model, encoded, self.pad_id, self.batch_size, self.sentence.pooling,
-                                 normalize, on_batch, self.precision, self.static_shapes)
+                                 normalize, on_batch, self.precision, self.bucket_window)
         if not encoded:
             return np.zeros((0, self.dim), dtype=np.float32)
         vectors = np.stack(self.onnx.run_sorted(encoded, self.pad_id, self.batch_size, "sentence_embedding",

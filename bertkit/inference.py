@@ -21,8 +21,8 @@ from bertkit.hardware import autocast, resolve_precision
 from bertkit.metrics import classification_metrics, correlation_metrics, entity_metrics
 from bertkit.nn.model import TASK_HEADS, Model
 from bertkit.run.directory import LABELS_FILE, load_run, read_labels
-from bertkit.text.features import (Encoded, TaskEncoder, bucket_width, in_input_order, join_words, length_sorted,
-                                   pad_batch)
+from bertkit.text.features import (Encoded, TaskEncoder, bucket_rows, bucket_width, in_input_order, join_words,
+                                   length_sorted, pad_batch)
 from bertkit.text.tokenizer import load_run_tokenizer, special_ids
 
 if TYPE_CHECKING:  # types only: text.tasks reads files through datasets, which inference does not need
@@ -39,16 +39,17 @@ def inference_workers(device: torch.device) -> int:
 def run_sorted(model: Model, examples: list[Encoded], pad_id: int, batch_size: int,
                forward: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
                on_batch: Callable[[int], None] | None = None, per_token: bool | None = None,
-               precision: str = "fp32", static_shapes: int | None = None) -> list[np.ndarray]:
+               precision: str = "fp32", bucket_window: int | None = None) -> list[np.ndarray]:
     """`forward(ids, mask, token_types)` over length-sorted batches; one float32 row per example, in input order.
 
     Examples run shortest first, so a batch pads only to about its own length; `forward` returns (B, ...) and the
     rows are put back in the input order (a per-token output keeps only the example's own tokens). On a CPU,
     `inference_workers` batches run concurrently (one at a time through a compiled model). `on_batch(n)` is called
     after each batch of n examples (progress bars). `precision` (resolved: fp32 / bf16 / fp16) runs `forward` under
-    autocast; rows come back float32 either way. `static_shapes` (a window, in tokens) pads every batch to
-    `batch_size` rows (copies of its first row, dropped again) and to a power-of-two width of at most that window
-    (`bucket_width`), so that a model compiled for static shapes sees a few shapes, not one per batch length.
+    autocast; rows come back float32 either way. `bucket_window` (the model's window, in tokens) pads every batch
+    to a power-of-two number of rows (`bucket_rows`: copies of its first row, dropped again) and a power-of-two
+    width within that window (`bucket_width`), so that a model compiled for static shapes sees a few shapes, not one
+    per batch length: up to ~2x the tokens of a batch padded to its own longest.
     """
     was_training = model.training
     model.eval()
@@ -57,10 +58,10 @@ def run_sorted(model: Model, examples: list[Encoded], pad_id: int, batch_size: i
 
     def one(chunk: np.ndarray) -> np.ndarray:
         rows, width = chunk, None
-        if static_shapes is not None:
-            # full rows: repeat the first example (a real one: an all-padding row would be a fully masked softmax)
-            rows = np.concatenate([chunk, np.repeat(chunk[:1], batch_size - len(chunk))])
-            width = bucket_width(int(lengths[chunk].max()), static_shapes)
+        if bucket_window is not None:
+            # padding rows repeat the first example (a real one: an all-padding row is a fully masked softmax)
+            rows = np.concatenate([chunk, np.repeat(chunk[:1], bucket_rows(len(chunk), batch_size) - len(chunk))])
+            width = bucket_width(int(lengths[chunk].max()), bucket_window)
         ids, mask, types = pad_batch([examples[index] for index in rows], pad_id, width)  # (B, T) each
         with torch.inference_mode(), autocast(device, precision):  # per thread: both are thread-local
             out = forward(torch.from_numpy(ids).to(device), torch.from_numpy(mask).to(device),

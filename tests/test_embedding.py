@@ -158,13 +158,17 @@ def test_bucketed_shapes_give_a_compiled_model_a_few_static_shapes_and_the_same_
     shapes, real_pad = [], inference.pad_batch
     monkeypatch.setattr(inference, "pad_batch", lambda *a: shapes.append(real_pad(*a)[0].shape) or real_pad(*a))
     encoder = SentenceEncoder(run, batch_size=4, precision="fp32", compile=True, compile_shapes="buckets")
-    assert compiles == [{"dynamic": False}] and encoder.static_shapes == encoder.max_length == 64
+    assert compiles == [{"dynamic": False}] and encoder.bucket_window == encoder.max_length == 64
+    assert torch._dynamo.config.recompile_limit >= 3 * 3  # widths 16, 32, 64 x rows 1, 2, 4: none runs eagerly
     np.testing.assert_allclose(encoder.encode(texts), eager, rtol=1e-5, atol=1e-6)
     longest = max(len(e.input_ids) for e in encoder.encoder.texts(texts))
     assert 32 < longest < 64 and len(shapes) == 9
-    assert set(shapes) == {(4, 16), (4, 32), (4, 64)}  # 3 static shapes for 9 batches; the last one full too
-    one = encoder.encode(["a short one"])  # a single text: padded to a full batch of its copies
-    np.testing.assert_allclose(one, eager[:1], rtol=1e-5, atol=1e-6)
+    assert set(shapes) == {(4, 16), (4, 32), (4, 64)}  # 3 static shapes for 9 batches; the last 3 rows padded to 4
+    shapes.clear()
+    np.testing.assert_allclose(encoder.encode(["a short one"]), eager[:1], rtol=1e-5, atol=1e-6)
+    assert shapes == [(1, 16)]  # one query runs one row, not a batch of its copies
+    with pytest.raises(BertkitError, match="--compile-shapes applies with --compile"):
+        SentenceEncoder(run, compile_shapes="dynamic")
     shapes.clear()
     SentenceEncoder(run, batch_size=4, precision="fp32", compile=True, compile_shapes="dynamic").encode(texts)
     # dynamic: each batch as long as its longest text, the last one 3 rows

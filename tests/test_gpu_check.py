@@ -139,6 +139,9 @@ def test_a_step_that_ran_out_of_time_says_where_its_process_was(tmp_path):
     assert "time ran out" not in crash["result"]
 
 
+MODULE = "cyl5di6xrr3v5tcynspnqeqot43lcclyfqcnmvhdfgksx6xb2y4d.py"  # as inductor names a graph's module
+
+
 def test_a_stalled_kernel_compile_names_the_kernels_line_in_inductors_module():
     # what the H100 said of `embed --compile` compiled in-process (TORCHINDUCTOR_COMPILE_THREADS=1): ptxas never
     # returned for one kernel; the module's line is where that kernel's source sits (the module is kept in $OUT)
@@ -149,12 +152,20 @@ def test_a_stalled_kernel_compile_names_the_kernels_line_in_inductors_module():
            "  File \"/usr/lib/python3.12/subprocess.py\", line 2011 in _try_wait\n"
            "  File \"/x/site-packages/triton/backends/nvidia/compiler.py\", line 494 in make_cubin\n"
            "  File \"/x/site-packages/torch/_inductor/async_compile.py\", line 483 in triton\n"
-           "  File \"/tmp/torchinductor_root/yl/cyl5di6x.py\", line 391 in <module>\n"
+           f"  File \"/tmp/torchinductor_root/yl/{MODULE}\", line 391 in <module>\n"
            "  File \"/x/site-packages/torch/_inductor/codecache.py\", line 3764 in load_by_key_path\n"
            f"  File \"{embedding}\", line 89 in <lambda>\n"
            f"  File \"{script}\", line 191 in <module>\n\n")
     assert stuck_at(log) == (f"/usr/lib/python3.12/subprocess.py:2011 in _try_wait, called from {embedding}:89 in "
-                             "<lambda>, compiling the kernel at inductor's cyl5di6x.py:391")
+                             f"<lambda>, compiling the kernel at inductor's {MODULE}:391")
+    # with parallel compile workers the module waits on their futures at its end: not a kernel of its own
+    waiting = ("Fatal Python error: Aborted\n\nCurrent thread 0x00007e (most recent call first):\n"
+               "  File \"/usr/lib/python3.12/threading.py\", line 355 in wait\n"
+               "  File \"/x/site-packages/torch/_inductor/async_compile.py\", line 699 in wait\n"
+               f"  File \"/cache/yl/{MODULE}\", line 979 in <module>\n"
+               f"  File \"{embedding}\", line 89 in <lambda>\n"
+               f"  File \"{script}\", line 191 in <module>\n\n")
+    assert stuck_at(waiting).endswith(f"in <lambda>, waiting on inductor's compile workers at {MODULE}:979")
 
 
 def test_fused_qkv_lines_fill_the_bare_step_rows():

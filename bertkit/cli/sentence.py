@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -62,10 +62,10 @@ def embed(model: Annotated[Path, typer.Option("--model", "-m", help="Any encoder
           compile: Annotated[bool, typer.Option(help="Run the encoder through torch.compile. Off by default: "
                                                      "measured 0.94x eager on a 2-core CPU.")]
           = False,
-          compile_shapes: Annotated[str, typer.Option(
-              help="With --compile: 'dynamic' (one graph for every batch shape), 'buckets' (static graphs, batches "
-                   "padded to full rows and a power-of-two width) or 'auto' (buckets on a GPU, dynamic "
-                   "elsewhere).")] = "auto",
+          compile_shapes: Annotated[Literal["auto", "buckets", "dynamic"], typer.Option(
+              help="With --compile: 'dynamic' (one graph for every batch shape), 'buckets' (a few static graphs: "
+                   "batches padded to power-of-two rows and widths, up to ~2x the tokens) or 'auto' (buckets on a "
+                   "GPU, where the dynamic graph's compile stalled; dynamic elsewhere).")] = "auto",
           progress: ProgressOption = True) -> None:
     """Embed sentences (one vector per text, the run's pooling and normalisation) into .npy or .parquet; with
     --layers / --tokens, per-layer or per-token representations for your own analyses."""

@@ -106,8 +106,6 @@ def run(job: EmbedJob, console: Console | None = None) -> EmbedResult:
     rows_file, tokens_file = out.with_name(f"{out.stem}.rows.npy"), out.with_name(f"{out.stem}.tokens.tsv")
     _check_outputs(job, out, rows_file, tokens_file)
     files = find_files(job.inputs)
-    if job.compile_shapes != "auto" and not job.compile:
-        raise BertkitError("--compile-shapes applies with --compile")
     encoder = SentenceEncoder(job.model, batch_size=job.batch_size, precision=job.precision, compile=job.compile,
                               compile_shapes=job.compile_shapes)
     chosen = parse_layers(job.layers or "-1", encoder.layer_count) if job.layers is not None or job.tokens else None

@@ -63,14 +63,34 @@ def pad_batch(examples: list[Encoded], pad_id: int, width: int | None = None
     return ids, mask, types
 
 
-def bucket_width(longest: int, cap: int, smallest: int = 16) -> int:
-    """The padded width of a batch whose longest example has `longest` tokens, when a compiled model is to see a
-    few static shapes: the next power of two from `smallest` up, never past `cap` (the model's window), nor below
-    `longest`. A window of 512 gives at most 6 widths (16 ... 512)."""
+def bucket_widths(window: int, smallest: int = 16) -> list[int]:
+    """The padded widths a compiled model sees for a `window` of tokens (`bucket_width`): powers of two from
+    `smallest` up, then the window itself; a window less than 1.25x the power of two below it replaces that power
+    (514 -> ..., 256, 514: no graph for texts of 513-514 tokens alone). log2(window / 16) + 1 widths at most."""
+    widths = []
     width = smallest
-    while width < longest:
+    while width < window:
+        widths.append(width)
         width *= 2
-    return max(longest, min(width, cap))
+    if widths and window < 1.25 * widths[-1]:
+        widths.pop()
+    return widths + [window]
+
+
+def bucket_width(longest: int, window: int) -> int:
+    """The padded width of a batch whose longest example has `longest` tokens, when a compiled model is to see a
+    few static shapes: the smallest of `bucket_widths(window)` that holds it (never below `longest`: a text past
+    the window, a caller's bug, is not cut)."""
+    return next((w for w in bucket_widths(window) if w >= longest), longest)
+
+
+def bucket_rows(count: int, batch_size: int) -> int:
+    """The rows a batch of `count` examples is padded to for a compiled model: the next power of two, at most
+    `batch_size` (a full batch stays as it is; one query runs one row, not a batch of copies)."""
+    rows = 1
+    while rows < count:
+        rows *= 2
+    return min(rows, batch_size)
 
 
 def length_sorted(examples: list[Encoded], batch_size: int) -> tuple[np.ndarray, list[np.ndarray]]:

@@ -85,11 +85,16 @@ def test_pad_sequences_and_epoch_sampler():
 
 
 def test_bucket_widths_are_powers_of_two_within_the_window_and_pad_batch_pads_to_them():
-    from bertkit.text.features import Encoded, bucket_width, pad_batch
+    from bertkit.text.features import Encoded, bucket_rows, bucket_width, bucket_widths, pad_batch
 
     assert [bucket_width(n, 512) for n in (1, 16, 17, 33, 100, 257, 512)] == [16, 16, 32, 64, 128, 512, 512]
+    assert bucket_widths(512) == [16, 32, 64, 128, 256, 512] and bucket_widths(384)[-2:] == [256, 384]
+    assert bucket_widths(514)[-2:] == [256, 514]  # no graph of its own for texts of 513-514 tokens
+    assert bucket_widths(12) == [12] and len(bucket_widths(8192)) == 10
     assert bucket_width(300, 384) == 384 and bucket_width(10, 12) == 12  # never past the window
     assert bucket_width(14, 12) == 14  # nor below the longest (a caller's bug, but no text is cut)
+    # rows: a full batch as it is, a smaller one to the next power of two (one query: one row)
+    assert [bucket_rows(n, 64) for n in (1, 2, 3, 33, 64)] == [1, 2, 4, 64, 64] and bucket_rows(5, 6) == 6
     examples = [Encoded([5, 6, 7], [0, 0, 1]), Encoded([8], [0])]
     ids, mask, types = pad_batch(examples, 0, width=16)
     assert ids.shape == mask.shape == types.shape == (2, 16)
