@@ -23,8 +23,12 @@ Levers (issue 33), each off by default so that a row says what it turned on:
   --vocab N[,N]                    the vocabulary (16000 = 250 x 64; BERT's 30522 is not a multiple of 64)
   --dropout P[,P]                  hidden and attention dropout, both models (BERT's 0.1; bertkit's budget recipes
                                    pretrain with 0, as Cramming does: a fraction of an epoch does not overfit)
+  --norm fp32|autocast[,...]       bertkit's LayerNorms as autocast runs them (fp32 in, fp32 out: the residual
+                                   stream between them is fp32), or in autocast's dtype (bf16 in and out, statistics
+                                   still fp32 inside the kernel: a bf16 residual stream, half the bytes of the
+                                   memory-bound LayerNorm and residual kernels; not in bertkit's model, a lever)
   --no-peer                        bertkit alone (a lever row compares with the baseline row of the same call)
-A comma list of vocabularies or dropouts runs one case per value, in one process (the later cases reuse the
+A comma list of vocabularies, dropouts or norms runs one case per value, in one process (the later cases reuse the
 compile caches of the earlier ones: their compile cost reads lower).
 `--profile DIR` then profiles a few of bertkit's steps per case: device kernel time by kind (matrix products,
 attention, fused elementwise, optimiser, loss, other) against the wall time, one line each; the full operator
@@ -34,7 +38,8 @@ figures stand.
     python benchmarks/pretrain_throughput.py [--steps 20] [--batch-size 32] [--cases 4x256,4x512]
                                              [--precisions fp32,bf16] [--device cpu|cuda] [--compile]
                                              [--compile-mode MODE] [--select bool|positions|bucket] [--fuse-qkv]
-                                             [--vocab 16000] [--dropout 0.1] [--no-peer] [--profile DIR]
+                                             [--vocab 16000] [--dropout 0.1] [--norm fp32] [--no-peer]
+                                             [--profile DIR]
     LD_PRELOAD=libtcmalloc_minimal.so.4 python benchmarks/pretrain_throughput.py   # steadier CPU timings
 """
 
@@ -43,6 +48,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import itertools
 import os
 import resource
 import statistics
@@ -53,6 +59,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch import nn  # noqa: E402
 
 from bertkit.config import HeadsConfig, ModelConfig  # noqa: E402
 from bertkit.hardware import describe_device, peak_flops, resolve_precision  # noqa: E402
@@ -139,6 +147,7 @@ class Levers:
     vocab: int = VOCAB
     peer: bool = True
     dropout: float = 0.1  # BERT's, hidden and attention alike
+    norm: str = "fp32"  # fp32 | autocast (AutocastLayerNorm)
 
     def label(self) -> str:
         """bertkit's name in the result line: what it ran with."""
@@ -147,7 +156,32 @@ class Levers:
         parts += [f"select {self.select}"] if self.select != "bool" else []
         parts += ["fused qkv"] if self.fuse_qkv else []
         parts += [f"dropout {self.dropout:g}"] if self.dropout != 0.1 else []
+        parts += ["norms in autocast's dtype"] if self.norm == "autocast" else []
         return "bertkit" + (" " + ", ".join(parts) if parts else "")
+
+
+class AutocastLayerNorm(nn.LayerNorm):
+    """LayerNorm in autocast's dtype: under bf16 autocast, bf16 in and out (the kernel keeps its statistics in fp32),
+    so a post-norm model's residual stream is bf16, not fp32; outside autocast, nn.LayerNorm exactly."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., D) -> (..., D)"""
+        kind = x.device.type
+        if not torch.is_autocast_enabled(kind):
+            return super().forward(x)
+        dtype = torch.get_autocast_dtype(kind)
+        weight = None if self.weight is None else self.weight.to(dtype)
+        bias = None if self.bias is None else self.bias.to(dtype)
+        with torch.autocast(kind, enabled=False):
+            return F.layer_norm(x.to(dtype), self.normalized_shape, weight, bias, self.eps)
+
+
+def autocast_norms(model: nn.Module) -> int:
+    """Every nn.LayerNorm of `model` made an AutocastLayerNorm in place (same parameters); how many."""
+    norms = [m for m in model.modules() if type(m) is nn.LayerNorm]
+    for module in norms:
+        module.__class__ = AutocastLayerNorm
+    return len(norms)
 
 
 def run_case(layers: int, width: int, precision: str, steps: int, batch_size: int, device: str,
@@ -170,6 +204,8 @@ def _timed_case(layers: int, width: int, precision: str, steps: int, batch_size:
     """`run_case` with q/k/v set as `levers.fuse_qkv` says."""
     torch.manual_seed(0)
     ours, hf = _models(layers, width, device, levers.vocab, levers.dropout, levers.peer)
+    if levers.norm == "autocast":
+        autocast_norms(ours)
     if levers.compile_backend is not None:
         ours.compile(backend=levers.compile_backend, mode=levers.compile_mode)
     opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)
@@ -289,6 +325,9 @@ def main() -> None:
     parser.add_argument("--dropout", default="0.1",
                         help="hidden and attention dropout of both models, or a comma list: one case each "
                              "(default 0.1, BERT's)")
+    parser.add_argument("--norm", default="fp32",
+                        help="bertkit's LayerNorms in fp32 (as autocast runs them) or 'autocast' (in autocast's "
+                             "dtype: a bf16 residual stream), or a comma list: one case each")
     parser.add_argument("--profile", type=Path, default=None,
                         help="then profile a few of bertkit's steps per case: kernel time by kind, tables to DIR")
     parser.add_argument("--no-peer", action="store_true", help="do not run transformers' model")
@@ -304,14 +343,17 @@ def main() -> None:
     print(f"precision {','.join(precisions)} ({why}); bertkit "
           + (f"compiled ({args.compile_backend})" if args.compile else "eager"), flush=True)
     warm = args.warm if args.warm is not None else (3 if args.compile else 2)
+    norms = args.norm.split(",")
+    if not set(norms) <= {"fp32", "autocast"}:
+        parser.error(f"--norm: fp32 or autocast, not {args.norm!r}")
     for case in args.cases.split(","):
         layers, width = (int(x) for x in case.split("x"))
         for precision in precisions:
             for vocab in (int(v) for v in args.vocab.split(",")):
-                for dropout in (float(p) for p in args.dropout.split(",")):
+                for dropout, norm in itertools.product((float(p) for p in args.dropout.split(",")), norms):
                     levers = Levers(args.compile_backend if args.compile else None,
                                     args.compile_mode if args.compile else None, args.select,
-                                    args.fuse_qkv, vocab, not args.no_peer, dropout)
+                                    args.fuse_qkv, vocab, not args.no_peer, dropout, norm)
                     print(run_case(layers, width, precision, args.steps, args.batch_size, args.device, levers,
                                    warm, args.profile), flush=True)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -180,3 +180,31 @@ def test_fused_qkv_lines_fill_the_bare_step_rows():
                                                          "BertForMaskedLM 380,000 (1.05x)")
     assert throughput_rows(compiled, eager)["bf16"].startswith("12x768 batch 128x128 cuda: compiled 500,000 tok/s "
                                                                "= 1.25x eager, 1.32x BertForMaskedLM (380,000)")
+
+
+def test_the_norm_lever_runs_layernorm_in_autocasts_dtype_and_equals_it_within_bf16():
+    """lever-norm: bertkit's LayerNorms bf16 in and out under bf16 autocast (a bf16 residual stream), the same
+    parameters, nn.LayerNorm exactly outside autocast."""
+    from pretrain_throughput import AutocastLayerNorm, autocast_norms
+
+    from bertkit.nn.model import Model
+    from conftest import tiny
+
+    model = Model(tiny())
+    reference = [m for m in model.modules() if type(m) is torch.nn.LayerNorm]
+    states = [m.state_dict() for m in reference]
+    assert autocast_norms(model) == len(reference) > 0
+    assert all(type(m) is AutocastLayerNorm for m in reference)
+    assert all(m.state_dict().keys() == s.keys() for m, s in zip(reference, states))
+    norm = reference[0]
+    plain = torch.nn.LayerNorm(32, eps=norm.eps)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+        norm.bias.uniform_(-0.5, 0.5)
+    plain.load_state_dict(norm.state_dict())
+    x = torch.randn(2, 5, 32) * 3 + 1
+    assert torch.equal(norm(x), plain(x))  # outside autocast: nn.LayerNorm
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low, high = norm(x), plain(x)
+    assert low.dtype == torch.bfloat16 and high.dtype == torch.float32  # autocast keeps LayerNorm in fp32
+    torch.testing.assert_close(low.float(), high, atol=0.05, rtol=0.02)  # bf16 input and output rounding
