@@ -8,10 +8,12 @@ as a curve that falls slower than the peer's.
 With `--bf16`, a third run trains bertkit from the same initial weights under bf16 autocast (what
 `train.precision = "auto"` picks on bf16-native hardware) and prints its final-window ratio to bertkit's fp32: bf16
 training must converge like fp32. On a CPU without native bf16 (AVX2) that run is emulated and slow: use a smaller
-`--shape` there.
+`--shape` there. `--bf16-norms` adds one more bf16 run whose LayerNorms run in bf16 as well (a bf16 residual stream:
+`pretrain_throughput.py --norm autocast`, issue 33's lever for memory-bound GPU steps): it must learn like the bf16
+run with fp32 norms before that lever could go into the model.
 
     python benchmarks/mlm_convergence.py --tokenizer runs/mini-imdb [--steps 300] [--batch-size 32] [--lr 7e-4]
-                                         [--shape 4x256] [--bf16]
+                                         [--shape 4x256] [--bf16] [--bf16-norms]
 """
 
 from __future__ import annotations
@@ -45,7 +47,10 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=25)
     parser.add_argument("--shape", default="4x256", help="LAYERSxWIDTH (heads: width / 64; d_ff 4 x width)")
     parser.add_argument("--bf16", action="store_true", help="also train bertkit under bf16 autocast")
+    parser.add_argument("--bf16-norms", action="store_true",
+                        help="also train bertkit under bf16 autocast with its LayerNorms in bf16 (implies --bf16)")
     args = parser.parse_args()
+    args.bf16 = args.bf16 or args.bf16_norms
     layers, width = (int(x) for x in args.shape.split("x"))
     print(f"machine: {describe_device(torch.device('cpu'))}")
 
@@ -67,9 +72,15 @@ def main() -> None:
     models = [("bertkit", ours), ("transformers", hf)]
     if args.bf16:
         models.insert(1, ("bertkit bf16", copy.deepcopy(ours)))  # the same initial weights as the fp32 run
+    if args.bf16_norms:
+        from pretrain_throughput import autocast_norms  # the lever as the throughput benchmark measures it
+
+        low = copy.deepcopy(ours)
+        autocast_norms(low)
+        models.insert(2, ("bertkit bf16 norms bf16", low))
     runs = {}
     for name, model in models:
-        cast = autocast("cpu", "bf16" if name.endswith("bf16") else "fp32")
+        cast = autocast("cpu", "bf16" if "bf16" in name else "fp32")
         opt = torch.optim.AdamW(param_groups(model, 0.01), lr=args.lr, betas=(0.9, 0.98), eps=1e-6)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, args.steps, 0.06, "linear"))
         losses = []
@@ -90,17 +101,21 @@ def main() -> None:
         runs[name] = losses
     print(f"{args.shape}, {args.steps} steps, batch {args.batch_size}x128, lr {args.lr}, vocab {vocab}; "
           "mean loss per window:")
-    print(f"{'steps':>12}" + "".join(f" {name:>13}" for name in runs))
+    width = max(13, *(len(name) for name in runs))
+    print(f"{'steps':>12}" + "".join(f" {name:>{width}}" for name in runs))
     for start in range(0, args.steps, args.every):
         means = [sum(losses[start:start + args.every]) / len(losses[start:start + args.every])
                  for losses in runs.values()]
-        print(f"{start + 1:>5}-{min(start + args.every, args.steps):<6}" + "".join(f" {m:>13.3f}" for m in means))
+        print(f"{start + 1:>5}-{min(start + args.every, args.steps):<6}" + "".join(f" {m:>{width}.3f}" for m in means))
     last = slice(-args.every, None)
     ratio = (sum(runs["bertkit"][last]) / sum(runs["transformers"][last]))
     print(f"final-window loss ratio bertkit / transformers: {ratio:.3f}")
     if args.bf16:
         print(f"final-window loss ratio bertkit bf16 / bertkit fp32: "
               f"{sum(runs['bertkit bf16'][last]) / sum(runs['bertkit'][last]):.3f}")
+    if args.bf16_norms:
+        print(f"final-window loss ratio bertkit bf16 with bf16 norms / bertkit bf16: "
+              f"{sum(runs['bertkit bf16 norms bf16'][last]) / sum(runs['bertkit bf16'][last]):.3f}")
 
 
 if __name__ == "__main__":
