@@ -39,6 +39,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from bertkit.embedding import COMPILE_SHAPES, compile_shapes_for  # noqa: E402
 from bertkit.paths import find_dataset  # noqa: E402
 
 
@@ -100,7 +101,7 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true",
                         help="bertkit embed --compile (each timed call compiles its own encoder: the cost a user "
                              "pays once per call is in the figure)")
-    parser.add_argument("--compile-shapes", choices=("auto", "buckets", "dynamic"), default="auto",
+    parser.add_argument("--compile-shapes", choices=COMPILE_SHAPES, default="auto",
                         help="with --compile: `bertkit embed --compile-shapes` (auto: buckets on a GPU, dynamic "
                              "elsewhere)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
@@ -111,7 +112,6 @@ def main() -> None:
     from rich.console import Console
     from sentence_transformers import SentenceTransformer
 
-    from bertkit.embedding import compile_shapes_for
     from bertkit.hardware import autocast, describe_device, resolve_precision
     from bertkit.interop import import_hf
     from bertkit.jobs import embed
@@ -152,7 +152,7 @@ def main() -> None:
         start = time.perf_counter()
         embed.run(embed.EmbedJob(run, (str(corpus),), out, batch_size=args.batch_size,
                                  precision=precision.precision, compile=args.compile, progress=False,
-                                 compile_shapes=args.compile_shapes if args.compile else "auto"),
+                                 compile_shapes=args.compile_shapes),
                   console=quiet)
         return time.perf_counter() - start
 

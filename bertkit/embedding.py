@@ -13,6 +13,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal, get_args
 
 import numpy as np
 import torch
@@ -27,7 +28,7 @@ from bertkit.inference import run_sorted
 from bertkit.nn.heads import pool as pool_states
 from bertkit.nn.model import Model
 from bertkit.run.directory import TOKENIZER_FILE, WEIGHTS_FILE, default_device, load_run
-from bertkit.text.features import Encoded, TaskEncoder, bucket_widths
+from bertkit.text.features import Encoded, TaskEncoder, bucket_rows, bucket_widths
 from bertkit.text.tokenizer import load_run_tokenizer, special_ids
 
 
@@ -93,7 +94,8 @@ def embed_encoded(model: Model, encoded: list[Encoded], pad_id: int, batch_size:
     return normalize_rows(vectors) if normalize else vectors
 
 
-COMPILE_SHAPES = ("auto", "buckets", "dynamic")
+CompileShapes = Literal["auto", "buckets", "dynamic"]  # `SentenceEncoder(compile_shapes=)`, `embed --compile-shapes`
+COMPILE_SHAPES = get_args(CompileShapes)
 
 
 def compile_shapes_for(choice: str, device: torch.device) -> str:
@@ -103,8 +105,6 @@ def compile_shapes_for(choice: str, device: torch.device) -> str:
     found; docs/results.md). Static shapes are what training compiles there in ~37 s; whether buckets compile and
     pay on a GPU is not yet measured (benchmarks/gpu_check.sh lever-embed). On a CPU dynamic shapes compile and
     run (0.94x eager on 2 cores), one graph for every batch."""
-    if choice not in COMPILE_SHAPES:
-        raise BertkitError(f"--compile-shapes must be one of {', '.join(COMPILE_SHAPES)}, not {choice!r}")
     if choice == "auto":
         return "buckets" if device.type == "cuda" else "dynamic"
     return choice
@@ -115,8 +115,8 @@ def allow_bucket_graphs(window: int, batch_size: int) -> None:
     recompile limit (8) it would run the rest eagerly, with a warning only. Raises the limit, never lowers it."""
     import torch._dynamo.config as dynamo
 
-    rows = 1 + max(0, batch_size - 1).bit_length()  # 1, 2, 4, ... below batch_size, and batch_size
-    dynamo.recompile_limit = max(dynamo.recompile_limit, len(bucket_widths(window)) * rows)
+    rows = {bucket_rows(count, batch_size) for count in range(1, batch_size + 1)}
+    dynamo.recompile_limit = max(dynamo.recompile_limit, len(bucket_widths(window)) * len(rows))
 
 
 class SentenceEncoder:
@@ -139,7 +139,8 @@ class SentenceEncoder:
         self.batch_size = batch_size
         self.truncated = 0  # texts cut to max_length so far
         self.onnx = None  # an ONNX export folder's OnnxModel (`bertkit export --format onnx`), else the torch model
-        compile_shapes_for(compile_shapes, torch.device("cpu"))  # a value it knows, before anything loads
+        if compile_shapes not in COMPILE_SHAPES:  # before anything loads
+            raise BertkitError(f"--compile-shapes must be one of {', '.join(COMPILE_SHAPES)}, not {compile_shapes!r}")
         if compile_shapes != "auto" and not compile:
             raise BertkitError("--compile-shapes applies with --compile")
         if model is None and is_onnx_export(self.run):

@@ -155,6 +155,7 @@ def test_bucketed_shapes_give_a_compiled_model_a_few_static_shapes_and_the_same_
         torch.nn.Module.compile(self, backend="eager", **kwargs)
 
     monkeypatch.setattr(Model, "compile", eager_backend)
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)  # dynamo's default, restored after the test
     shapes, real_pad = [], inference.pad_batch
     monkeypatch.setattr(inference, "pad_batch", lambda *a: shapes.append(real_pad(*a)[0].shape) or real_pad(*a))
     encoder = SentenceEncoder(run, batch_size=4, precision="fp32", compile=True, compile_shapes="buckets")
