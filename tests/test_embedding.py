@@ -155,12 +155,12 @@ def test_bucketed_shapes_give_a_compiled_model_a_few_static_shapes_and_the_same_
         torch.nn.Module.compile(self, backend="eager", **kwargs)
 
     monkeypatch.setattr(Model, "compile", eager_backend)
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 8)  # dynamo's default, restored after the test
     shapes, real_pad = [], inference.pad_batch
     monkeypatch.setattr(inference, "pad_batch", lambda *a: shapes.append(real_pad(*a)[0].shape) or real_pad(*a))
-    encoder = SentenceEncoder(run, batch_size=4, precision="fp32", compile=True, compile_shapes="buckets")
+    with torch._dynamo.config.patch(recompile_limit=8):  # dynamo's default; the process's own value restored after
+        encoder = SentenceEncoder(run, batch_size=4, precision="fp32", compile=True, compile_shapes="buckets")
+        assert torch._dynamo.config.recompile_limit >= 3 * 3  # widths 16, 32, 64 x rows 1, 2, 4: none runs eagerly
     assert compiles == [{"dynamic": False}] and encoder.bucket_window == encoder.max_length == 64
-    assert torch._dynamo.config.recompile_limit >= 3 * 3  # widths 16, 32, 64 x rows 1, 2, 4: none runs eagerly
     np.testing.assert_allclose(encoder.encode(texts), eager, rtol=1e-5, atol=1e-6)
     longest = max(len(e.input_ids) for e in encoder.encoder.texts(texts))
     assert 32 < longest < 64 and len(shapes) == 9
