@@ -27,6 +27,10 @@ Levers (issue 33), each off by default so that a row says what it turned on:
                                    stream between them is fp32), or in autocast's dtype (bf16 in and out, statistics
                                    still fp32 inside the kernel: a bf16 residual stream, half the bytes of the
                                    memory-bound LayerNorm and residual kernels; not in bertkit's model, a lever)
+  --inductor-config KEY=VALUE[,...]  torch._inductor.config settings for bertkit's compiled model (names as in
+                                   torch, values Python literals), e.g. coordinate_descent_tuning=True: each
+                                   pointwise and reduction kernel's block sizes tuned by measurement (what the
+                                   max-autotune modes add beside their Triton GEMMs; minutes more to compile)
   --no-peer                        bertkit alone (a lever row compares with the baseline row of the same call)
 A comma list of vocabularies, dropouts or norms runs one case per value, in one process (the later cases reuse the
 compile caches of the earlier ones: their compile cost reads lower).
@@ -38,7 +42,8 @@ figures stand.
     python benchmarks/pretrain_throughput.py [--steps 20] [--batch-size 32] [--cases 4x256,4x512]
                                              [--precisions fp32,bf16] [--device cpu|cuda] [--compile]
                                              [--compile-mode MODE] [--select bool|positions|bucket] [--fuse-qkv]
-                                             [--vocab 16000] [--dropout 0.1] [--norm fp32] [--no-peer]
+                                             [--vocab 16000] [--dropout 0.1] [--norm fp32]
+                                             [--inductor-config KEY=VALUE] [--no-peer]
                                              [--profile DIR]
     LD_PRELOAD=libtcmalloc_minimal.so.4 python benchmarks/pretrain_throughput.py   # steadier CPU timings
 """
@@ -46,6 +51,7 @@ figures stand.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import dataclasses
 import itertools
@@ -148,6 +154,7 @@ class Levers:
     peer: bool = True
     dropout: float = 0.1  # BERT's, hidden and attention alike
     norm: str = "fp32"  # fp32 | autocast (AutocastLayerNorm)
+    inductor: tuple[tuple[str, object], ...] = ()  # torch._inductor.config settings while compiling
 
     def label(self) -> str:
         """bertkit's name in the result line: what it ran with."""
@@ -157,6 +164,7 @@ class Levers:
         parts += ["fused qkv"] if self.fuse_qkv else []
         parts += [f"dropout {self.dropout:g}"] if self.dropout != 0.1 else []
         parts += ["norms in autocast's dtype"] if self.norm == "autocast" else []
+        parts += [f"inductor {key}={value!r}" for key, value in self.inductor]
         return "bertkit" + (" " + ", ".join(parts) if parts else "")
 
 
@@ -184,6 +192,30 @@ def autocast_norms(model: nn.Module) -> int:
     return len(norms)
 
 
+def inductor_settings(text: str) -> tuple[tuple[str, object], ...]:
+    """'KEY=VALUE[,KEY=VALUE]' as (name, value) pairs: each name one of torch._inductor.config's (dotted for its
+    sub-configs, e.g. triton.cudagraphs), each value a Python literal; ValueError naming what is wrong."""
+    import torch._inductor.config as inductor
+
+    pairs = []
+    for item in filter(None, text.split(",")):
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise ValueError(f"{item!r} is not KEY=VALUE")
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            raise ValueError(f"{key}: {raw!r} is not a Python literal (True, 4, 'name')") from None
+        try:
+            current = inductor
+            for part in key.split("."):
+                current = getattr(current, part)
+        except AttributeError:
+            raise ValueError(f"{key!r} is not a setting of torch._inductor.config") from None
+        pairs.append((key, value))
+    return tuple(pairs)
+
+
 def run_case(layers: int, width: int, precision: str, steps: int, batch_size: int, device: str,
              levers: Levers = Levers(), warm: int = 2, profile_dir: Path | None = None) -> str:
     """One shape at one precision: bertkit's step (with `levers`) and HF's (unless `levers.peer` is off),
@@ -194,7 +226,13 @@ def run_case(layers: int, width: int, precision: str, steps: int, batch_size: in
         levers = dataclasses.replace(levers, fuse_qkv=default)
     default_qkv, attention.FUSE_QKV = attention.FUSE_QKV, levers.fuse_qkv
     try:
-        return _timed_case(layers, width, precision, steps, batch_size, device, levers, warm, profile_dir)
+        if not levers.inductor:
+            return _timed_case(layers, width, precision, steps, batch_size, device, levers, warm, profile_dir)
+        import torch._inductor.config as inductor
+
+        # patched for the whole case: compilation happens lazily, in the first (untimed) steps
+        with inductor.patch(dict(levers.inductor)):
+            return _timed_case(layers, width, precision, steps, batch_size, device, levers, warm, profile_dir)
     finally:
         attention.FUSE_QKV = default_qkv
 
@@ -328,6 +366,8 @@ def main() -> None:
     parser.add_argument("--norm", default="fp32",
                         help="bertkit's LayerNorms in fp32 (as autocast runs them) or 'autocast' (in autocast's "
                              "dtype: a bf16 residual stream), or a comma list: one case each")
+    parser.add_argument("--inductor-config", default="", metavar="KEY=VALUE[,...]",
+                        help="torch._inductor.config settings while bertkit's model compiles (with --compile)")
     parser.add_argument("--profile", type=Path, default=None,
                         help="then profile a few of bertkit's steps per case: kernel time by kind, tables to DIR")
     parser.add_argument("--no-peer", action="store_true", help="do not run transformers' model")
@@ -346,6 +386,12 @@ def main() -> None:
     norms = args.norm.split(",")
     if not set(norms) <= {"fp32", "autocast"}:
         parser.error(f"--norm: fp32 or autocast, not {args.norm!r}")
+    try:
+        inductor = inductor_settings(args.inductor_config)
+    except ValueError as error:
+        parser.error(f"--inductor-config: {error}")
+    if inductor and not args.compile:
+        parser.error("--inductor-config configures compilation: it needs --compile")
     for case in args.cases.split(","):
         layers, width = (int(x) for x in case.split("x"))
         for precision in precisions:
@@ -353,7 +399,7 @@ def main() -> None:
                 for dropout, norm in itertools.product((float(p) for p in args.dropout.split(",")), norms):
                     levers = Levers(args.compile_backend if args.compile else None,
                                     args.compile_mode if args.compile else None, args.select,
-                                    args.fuse_qkv, vocab, not args.no_peer, dropout, norm)
+                                    args.fuse_qkv, vocab, not args.no_peer, dropout, norm, inductor)
                     print(run_case(layers, width, precision, args.steps, args.batch_size, args.device, levers,
                                    warm, args.profile), flush=True)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

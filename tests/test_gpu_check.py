@@ -208,3 +208,25 @@ def test_the_norm_lever_runs_layernorm_in_autocasts_dtype_and_equals_it_within_b
         low, high = norm(x), plain(x)
     assert low.dtype == torch.bfloat16 and high.dtype == torch.float32  # autocast keeps LayerNorm in fp32
     torch.testing.assert_close(low.float(), high, atol=0.05, rtol=0.02)  # bf16 input and output rounding
+
+
+def test_inductor_settings_name_real_settings_and_patch_them_for_a_case_only():
+    """lever-tuning: `--inductor-config KEY=VALUE,...` names torch._inductor.config settings (dotted for its
+    sub-configs) with Python-literal values; anything else is an error naming it; the settings hold while the
+    case compiles and are undone after it."""
+    import torch._inductor.config as inductor
+    from pretrain_throughput import inductor_settings
+
+    pairs = inductor_settings("coordinate_descent_tuning=True,triton.cudagraphs=False")
+    assert pairs == (("coordinate_descent_tuning", True), ("triton.cudagraphs", False))
+    assert inductor_settings("") == ()
+    for text, words in (("coordinate_descent_tuning", "is not KEY=VALUE"),
+                        ("no_such_setting=1", "'no_such_setting' is not a setting"),
+                        ("triton.no_such=1", "'triton.no_such' is not a setting"),
+                        ("coordinate_descent_tuning=yes", "coordinate_descent_tuning: 'yes' is not a Python literal")):
+        with pytest.raises(ValueError, match=words):
+            inductor_settings(text)
+    before = inductor.coordinate_descent_tuning
+    with inductor.patch(dict(inductor_settings(f"coordinate_descent_tuning={not before}"))):
+        assert inductor.coordinate_descent_tuning is (not before)
+    assert inductor.coordinate_descent_tuning is before
