@@ -58,8 +58,8 @@ ROWS = [
     ("lever: batch 1024 x 128 (128k tokens/step), dropout 0, compiled, positions, vs BertForMaskedLM", "lever-b1024"),
     ("lever: LayerNorms in bf16 (a bf16 residual stream) vs fp32, the goal's case (vocab 30522, batch 512, dropout "
      "0), bertkit alone", "lever-norm"),
-    ("lever: bf16 LayerNorms and inductor's coordinate-descent tuning of the fused kernels, the goal's case, bertkit "
-     "alone (against lever-norm's bf16 row)", "lever-tuning"),
+    ("lever: inductor's coordinate-descent tuning of the fused kernels, the goal's case with bf16 LayerNorms, bertkit "
+     "alone, untuned, tuned, untuned in one process", "lever-tuning"),
     ("bertkit pretrain, train.batch_size = auto, compile on, time budget", "pretrain-auto"),
     ("bertkit pretrain, mini shape, batch 128, compile on, train.cuda_graphs = true", "pretrain-graphs"),
     ("where a step's time goes: bare step vs the loop's (loop_overhead.py --profile)", "loop-profile"),
@@ -244,6 +244,9 @@ def lever_row(log: str) -> str | None:
             text += f", {m['ratio']}x BertForMaskedLM ({_number(m['hf']):,.0f})"
         elif "out of device memory" in m.group(0):
             text += ", BertForMaskedLM out of device memory at this batch"
+        cost = re.search(r"compile cost (-?[\d.]+) s", m.group(0))
+        if cost:  # what a compile-time lever costs beside what it buys
+            text += f", compile {cost[1]} s"
         if m["profile"]:
             text += f" (profile: {m['profile']})"
         found.append(text)

@@ -27,13 +27,16 @@ Levers (issue 33), each off by default so that a row says what it turned on:
                                    stream between them is fp32), or in autocast's dtype (bf16 in and out, statistics
                                    still fp32 inside the kernel: a bf16 residual stream, half the bytes of the
                                    memory-bound LayerNorm and residual kernels; not in bertkit's model, a lever)
-  --inductor-config KEY=VALUE[,...]  torch._inductor.config settings for bertkit's compiled model (names as in
-                                   torch, values Python literals), e.g. coordinate_descent_tuning=True: each
-                                   pointwise and reduction kernel's block sizes tuned by measurement (what the
-                                   max-autotune modes add beside their Triton GEMMs; minutes more to compile)
+  --inductor-config KEY=VALUE[,...][;...]  torch._inductor.config settings for bertkit's compiled model (names as
+                                   in torch, dotted for sub-configs; values Python literals without commas), e.g.
+                                   coordinate_descent_tuning=True: each pointwise and reduction kernel's block
+                                   sizes tuned by measurement (what the max-autotune modes add beside their Triton
+                                   GEMMs; minutes more to compile). Sets separated by ';' run one case each, in one
+                                   process ('none': inductor's defaults), so a setting is compared without the
+                                   drift between processes
   --no-peer                        bertkit alone (a lever row compares with the baseline row of the same call)
-A comma list of vocabularies, dropouts or norms runs one case per value, in one process (the later cases reuse the
-compile caches of the earlier ones: their compile cost reads lower).
+A comma list of vocabularies, dropouts or norms (a ';' list of inductor settings) runs one case per value, in one
+process (the later cases reuse the compile caches of the earlier ones: their compile cost reads lower).
 `--profile DIR` then profiles a few of bertkit's steps per case: device kernel time by kind (matrix products,
 attention, fused elementwise, optimiser, loss, other) against the wall time, one line each; the full operator
 tables go to DIR. Where transformers' model runs out of device memory at a batch, its line says so and bertkit's
@@ -43,7 +46,7 @@ figures stand.
                                              [--precisions fp32,bf16] [--device cpu|cuda] [--compile]
                                              [--compile-mode MODE] [--select bool|positions|bucket] [--fuse-qkv]
                                              [--vocab 16000] [--dropout 0.1] [--norm fp32]
-                                             [--inductor-config KEY=VALUE] [--no-peer]
+                                             [--inductor-config 'none;KEY=VALUE'] [--no-peer]
                                              [--profile DIR]
     LD_PRELOAD=libtcmalloc_minimal.so.4 python benchmarks/pretrain_throughput.py   # steadier CPU timings
 """
@@ -197,21 +200,20 @@ def inductor_settings(text: str) -> tuple[tuple[str, object], ...]:
     sub-configs, e.g. triton.cudagraphs), each value a Python literal; ValueError naming what is wrong."""
     import torch._inductor.config as inductor
 
+    if text.strip().lower() == "none":
+        return ()
+    known = inductor.get_config_copy()  # every setting by the (dotted) name inductor.patch takes
     pairs = []
-    for item in filter(None, text.split(",")):
-        key, sep, raw = item.partition("=")
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, raw = (part.strip() for part in item.partition("="))
         if not sep:
             raise ValueError(f"{item!r} is not KEY=VALUE")
+        if key not in known:
+            raise ValueError(f"{key!r} is not a setting of torch._inductor.config")
         try:
             value = ast.literal_eval(raw)
         except (ValueError, SyntaxError):
             raise ValueError(f"{key}: {raw!r} is not a Python literal (True, 4, 'name')") from None
-        try:
-            current = inductor
-            for part in key.split("."):
-                current = getattr(current, part)
-        except AttributeError:
-            raise ValueError(f"{key!r} is not a setting of torch._inductor.config") from None
         pairs.append((key, value))
     return tuple(pairs)
 
@@ -366,8 +368,9 @@ def main() -> None:
     parser.add_argument("--norm", default="fp32",
                         help="bertkit's LayerNorms in fp32 (as autocast runs them) or 'autocast' (in autocast's "
                              "dtype: a bf16 residual stream), or a comma list: one case each")
-    parser.add_argument("--inductor-config", default="", metavar="KEY=VALUE[,...]",
-                        help="torch._inductor.config settings while bertkit's model compiles (with --compile)")
+    parser.add_argument("--inductor-config", default="none", metavar="KEY=VALUE[,...][;...]",
+                        help="torch._inductor.config settings while bertkit's model compiles (with --compile); "
+                             "';' separates sets, each its own case ('none': the defaults)")
     parser.add_argument("--profile", type=Path, default=None,
                         help="then profile a few of bertkit's steps per case: kernel time by kind, tables to DIR")
     parser.add_argument("--no-peer", action="store_true", help="do not run transformers' model")
@@ -387,16 +390,17 @@ def main() -> None:
     if not set(norms) <= {"fp32", "autocast"}:
         parser.error(f"--norm: fp32 or autocast, not {args.norm!r}")
     try:
-        inductor = inductor_settings(args.inductor_config)
+        inductor_sets = [inductor_settings(part) for part in (args.inductor_config or "none").split(";")]
     except ValueError as error:
         parser.error(f"--inductor-config: {error}")
-    if inductor and not args.compile:
+    if any(inductor_sets) and not args.compile:
         parser.error("--inductor-config configures compilation: it needs --compile")
     for case in args.cases.split(","):
         layers, width = (int(x) for x in case.split("x"))
         for precision in precisions:
             for vocab in (int(v) for v in args.vocab.split(",")):
-                for dropout, norm in itertools.product((float(p) for p in args.dropout.split(",")), norms):
+                for dropout, norm, inductor in itertools.product([float(p) for p in args.dropout.split(",")],
+                                                                 norms, inductor_sets):
                     levers = Levers(args.compile_backend if args.compile else None,
                                     args.compile_mode if args.compile else None, args.select,
                                     args.fuse_qkv, vocab, not args.no_peer, dropout, norm, inductor)

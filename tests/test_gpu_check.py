@@ -87,7 +87,8 @@ def test_a_lever_row_reads_dropout_cases_profiles_and_a_peer_out_of_memory():
            "TFLOP/s, MFU 43% of 989 TFLOP/s (datasheet: NVIDIA H200 bf16)\n")
     row = lever_row(log)
     assert row.startswith("12x768 batch 512x128 compiled (inductor), select positions, dropout 0: 731,000 tok/s, "
-                          "MFU 42%, 1.46x BertForMaskedLM (500,000) (profile: wall 90.00 ms/step, kernels 88.00")
+                          "MFU 42%, 1.46x BertForMaskedLM (500,000), compile 30.1 s (profile: wall 90.00 ms/step, "
+                          "kernels 88.00")
     assert row.endswith("12x768 batch 1024x128 compiled (inductor), select positions, dropout 0: 740,000 tok/s, "
                         "MFU 43%, BertForMaskedLM out of device memory at this batch")
 
@@ -210,23 +211,30 @@ def test_the_norm_lever_runs_layernorm_in_autocasts_dtype_and_equals_it_within_b
     torch.testing.assert_close(low.float(), high, atol=0.05, rtol=0.02)  # bf16 input and output rounding
 
 
-def test_inductor_settings_name_real_settings_and_patch_them_for_a_case_only():
+def test_inductor_settings_name_real_settings_and_hold_while_their_case_runs_only(monkeypatch):
     """lever-tuning: `--inductor-config KEY=VALUE,...` names torch._inductor.config settings (dotted for its
-    sub-configs) with Python-literal values; anything else is an error naming it; the settings hold while the
-    case compiles and are undone after it."""
+    sub-configs) with Python-literal values, 'none' the defaults; anything else is an error naming it; `run_case`
+    holds the settings while its case runs (and compiles) and undoes them after it."""
     import torch._inductor.config as inductor
-    from pretrain_throughput import inductor_settings
+    import pretrain_throughput as pt
 
-    pairs = inductor_settings("coordinate_descent_tuning=True,triton.cudagraphs=False")
+    pairs = pt.inductor_settings(" coordinate_descent_tuning = True, triton.cudagraphs=False")
     assert pairs == (("coordinate_descent_tuning", True), ("triton.cudagraphs", False))
-    assert inductor_settings("") == ()
+    assert pt.inductor_settings("none") == pt.inductor_settings("") == ()
     for text, words in (("coordinate_descent_tuning", "is not KEY=VALUE"),
                         ("no_such_setting=1", "'no_such_setting' is not a setting"),
+                        ("triton=1", "'triton' is not a setting"),  # a sub-config, not a setting
+                        ("patch=1", "'patch' is not a setting"),  # the module's own method
                         ("triton.no_such=1", "'triton.no_such' is not a setting"),
                         ("coordinate_descent_tuning=yes", "coordinate_descent_tuning: 'yes' is not a Python literal")):
         with pytest.raises(ValueError, match=words):
-            inductor_settings(text)
+            pt.inductor_settings(text)
     before = inductor.coordinate_descent_tuning
-    with inductor.patch(dict(inductor_settings(f"coordinate_descent_tuning={not before}"))):
-        assert inductor.coordinate_descent_tuning is (not before)
-    assert inductor.coordinate_descent_tuning is before
+    seen = []
+    monkeypatch.setattr(pt, "_timed_case", lambda *args: seen.append(inductor.coordinate_descent_tuning) or "line")
+    tuned = pt.inductor_settings(f"coordinate_descent_tuning={not before}")
+    levers = pt.Levers(compile_backend="inductor", inductor=tuned)
+    assert pt.run_case(2, 32, "fp32", 1, 2, "cpu", levers) == "line"
+    assert pt.run_case(2, 32, "fp32", 1, 2, "cpu", pt.Levers(compile_backend="inductor")) == "line"
+    assert seen == [not before, before] and inductor.coordinate_descent_tuning is before
+    assert f"inductor coordinate_descent_tuning={not before!r}" in levers.label()
