@@ -74,7 +74,8 @@ THROUGHPUT = re.compile(
 LEVER = re.compile(  # any pretrain_throughput.py line, levers and --no-peer included
     r"^(?P<case>\d+x\d+) \([\d.]+M\)(?: vocab (?P<vocab>\d+))? (?P<precision>\w+) batch (?P<batch>\d+x\d+) \w+: "
     r"(?P<who>bertkit[^;]*?) (?P<ours>[\d,]+) tok/s, (?:transformers (?P<hf>[\d,]+) tok/s, ratio (?P<ratio>[\d.]+)|"
-    r"transformers (?:not run|out of device memory)[^;]*); .*?MFU (?P<mfu>\d+)%[^\n]*"
+    r"transformers (?:not run|out of device memory)[^;]*); .*?MFU (?P<mfu>\d+)%"
+    r"(?:[^\n]*?compile cost (?P<cost>-?[\d.]+) s)?[^\n]*"
     r"(?:\n  profile: (?P<profile>[^\n]*))?", re.MULTILINE)
 PROFILED = re.compile(r"^(bare step|bertkit pretrain's loop): \d+ steps, wall ([\d.]+) ms/step, device kernels "
                       r"([\d.]+) ms/step \((\d+)% busy", re.MULTILINE)
@@ -244,9 +245,8 @@ def lever_row(log: str) -> str | None:
             text += f", {m['ratio']}x BertForMaskedLM ({_number(m['hf']):,.0f})"
         elif "out of device memory" in m.group(0):
             text += ", BertForMaskedLM out of device memory at this batch"
-        cost = re.search(r"compile cost (-?[\d.]+) s", m.group(0))
-        if cost:  # what a compile-time lever costs beside what it buys
-            text += f", compile {cost[1]} s"
+        if m["cost"]:  # what a compile-time lever costs beside what it buys
+            text += f", compile {m['cost']} s"
         if m["profile"]:
             text += f" (profile: {m['profile']})"
         found.append(text)

@@ -227,13 +227,14 @@ def run_case(layers: int, width: int, precision: str, steps: int, batch_size: in
         default = attention.FUSE_QKV if attention.FUSE_QKV is not None else device.startswith("cuda")
         levers = dataclasses.replace(levers, fuse_qkv=default)
     default_qkv, attention.FUSE_QKV = attention.FUSE_QKV, levers.fuse_qkv
-    try:
-        if not levers.inductor:
-            return _timed_case(layers, width, precision, steps, batch_size, device, levers, warm, profile_dir)
+    # inductor's settings patched for the whole case: compilation happens lazily, in the first (untimed) steps
+    patched = contextlib.nullcontext()
+    if levers.inductor:
         import torch._inductor.config as inductor
 
-        # patched for the whole case: compilation happens lazily, in the first (untimed) steps
-        with inductor.patch(dict(levers.inductor)):
+        patched = inductor.patch(dict(levers.inductor))
+    try:
+        with patched:
             return _timed_case(layers, width, precision, steps, batch_size, device, levers, warm, profile_dir)
     finally:
         attention.FUSE_QKV = default_qkv
@@ -390,7 +391,7 @@ def main() -> None:
     if not set(norms) <= {"fp32", "autocast"}:
         parser.error(f"--norm: fp32 or autocast, not {args.norm!r}")
     try:
-        inductor_sets = [inductor_settings(part) for part in (args.inductor_config or "none").split(";")]
+        inductor_sets = [inductor_settings(part) for part in args.inductor_config.split(";")]
     except ValueError as error:
         parser.error(f"--inductor-config: {error}")
     if any(inductor_sets) and not args.compile:
