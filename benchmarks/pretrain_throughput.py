@@ -28,7 +28,7 @@ Levers (issue 33), each off by default so that a row says what it turned on:
                                    still fp32 inside the kernel: a bf16 residual stream, half the bytes of the
                                    memory-bound LayerNorm and residual kernels; not in bertkit's model, a lever)
   --inductor-config KEY=VALUE[,...][;...]  torch._inductor.config settings for bertkit's compiled model (names as
-                                   in torch, dotted for sub-configs; values Python literals without commas), e.g.
+                                   in torch, dotted for sub-configs; values Python literals, tuples too), e.g.
                                    coordinate_descent_tuning=True: each pointwise and reduction kernel's block
                                    sizes tuned by measurement (what the max-autotune modes add beside their Triton
                                    GEMMs; minutes more to compile). Sets separated by ';' run one case each, in one
@@ -59,6 +59,7 @@ import contextlib
 import dataclasses
 import itertools
 import os
+import re
 import resource
 import statistics
 import time
@@ -204,7 +205,8 @@ def inductor_settings(text: str) -> tuple[tuple[str, object], ...]:
         return ()
     known = inductor.get_config_copy()  # every setting by the (dotted) name inductor.patch takes
     pairs = []
-    for item in filter(None, (part.strip() for part in text.split(","))):
+    # split at the commas that start the next KEY=, so a value may be a tuple or list: a=(1, 2),b=3
+    for item in filter(None, (part.strip() for part in re.split(r",(?=\s*[A-Za-z_][\w.]*\s*=)", text))):
         key, sep, raw = (part.strip() for part in item.partition("="))
         if not sep:
             raise ValueError(f"{item!r} is not KEY=VALUE")
@@ -301,7 +303,7 @@ def _timed_case(layers: int, width: int, precision: str, steps: int, batch_size:
     peak = peak_flops(torch.device(device), precision)
     achieved = ours_tps * per_token
     cost = "" if levers.compile_backend is None else \
-        f"; compile cost {sum(first) - warm * tokens / ours_tps:.1f} s (first {warm} steps)"
+        f"; compile cost {max(0.0, sum(first) - warm * tokens / ours_tps):.1f} s (first {warm} steps)"
     if hf_oom:
         peer = "transformers out of device memory at this batch"
     elif levers.peer:

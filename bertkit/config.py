@@ -72,7 +72,7 @@ class ModelConfig:
     rotary_base: float = 10000.0  # rotary positions: the frequency base
     share_embeddings: bool = True  # encoder-decoder: one token embedding for source and target
     generator_d_model: int | None = None  # ELECTRA's generator width (train.objective rtd; None: d_model / 4)
-    pad_token_id: int = 0  # the [PAD] id (its embedding row gets no gradient)
+    pad_token_id: int = 0  # the [PAD] id (exports and imports carry it; padded positions are masked, not this row)
     init_std: float = 0.02  # std of the normal initialisation of linear and embedding weights
 
     def __post_init__(self) -> None:
@@ -249,7 +249,9 @@ class TrainConfig:
     keep_checkpoints: int = 2  # checkpoints kept (the best one is kept besides)
     metric: str | None = None  # validation metric that picks the best checkpoint (None: the task's own, e.g. f1)
     patience: int = 0  # early stopping: evaluations without a better `metric` before stopping (0: never stop early)
-    layer_decay: float = 1.0  # layer-wise lr decay: block l (1..L) trains at lr * layer_decay^(L+1-l)
+    # layer-wise lr decay: block l (1..L) trains at lr * layer_decay^(L+1-l), the embeddings at l = 0, the heads at
+    # the full rate (an encoder-decoder's decoder blocks are numbered on from its encoder's)
+    layer_decay: float = 1.0
     # auto: bf16 autocast where the device computes bf16 natively (recent GPUs; CPUs with AVX512-BF16 / AMX whose
     # bf16 GEMM measures faster), else fp32 (bertkit/hardware.py: resolve_precision)
     precision: Precision = "auto"

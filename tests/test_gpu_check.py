@@ -213,13 +213,16 @@ def test_the_norm_lever_runs_layernorm_in_autocasts_dtype_and_equals_it_within_b
 
 def test_inductor_settings_name_real_settings_and_hold_while_their_case_runs_only(monkeypatch):
     """lever-tuning: `--inductor-config KEY=VALUE,...` names torch._inductor.config settings (dotted for its
-    sub-configs) with Python-literal values, 'none' the defaults; anything else is an error naming it; `run_case`
-    holds the settings while its case runs (and compiles) and undoes them after it."""
+    sub-configs) with Python-literal values (tuples and lists too), 'none' the defaults; anything else is an error
+    naming it; `run_case` holds the settings while its case runs (and compiles) and undoes them after it."""
     import torch._inductor.config as inductor
     import pretrain_throughput as pt
 
     pairs = pt.inductor_settings(" coordinate_descent_tuning = True, triton.cudagraphs=False")
     assert pairs == (("coordinate_descent_tuning", True), ("triton.cudagraphs", False))
+    # a value may hold commas (a tuple or list): items split only where the next KEY= starts
+    assert pt.inductor_settings("multi_kernel_hints=[64, 128],cuda.cutlass_dynamic_cluster_shape=(2, 1, 1)") == (
+        ("multi_kernel_hints", [64, 128]), ("cuda.cutlass_dynamic_cluster_shape", (2, 1, 1)))
     assert pt.inductor_settings("none") == pt.inductor_settings("") == ()
     for text, words in (("coordinate_descent_tuning", "is not KEY=VALUE"),
                         ("no_such_setting=1", "'no_such_setting' is not a setting"),

@@ -112,6 +112,9 @@ def build_mask(key_padding: torch.Tensor | None, t_q: int, t_k: int, causal: boo
             return None, True
     mask = None
     if key_padding is not None:
+        if key_padding.shape[-1] != t_k:  # a mask of the new tokens only would broadcast over the cached keys
+            raise ValueError(f"attention_mask covers {key_padding.shape[-1]} positions, the keys are {t_k} "
+                             "(with a KV cache it covers the cached positions and the new ones)")
         mask = key_padding.bool()[:, None, None, :]  # (B, 1, 1, Tk)
         device = key_padding.device
     if causal:

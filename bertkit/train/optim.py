@@ -13,28 +13,47 @@ from bertkit.config import TrainConfig
 from bertkit.train.defaults import DEFAULT_LEARNING_RATE
 
 
-def layer_depth(name: str, n_layers: int) -> int:
-    """Depth of a parameter for layer-wise learning-rate decay: 0 embeddings, 1..L blocks, L + 1 the rest
-    (final norm, heads)."""
-    if ".embeddings." in f".{name}":
+# a backbone's own blocks and embeddings (an encoder-decoder's under encoder./decoder.), after any wrapper's prefix
+# (`_orig_mod.` of torch.compile): a head's blocks (ELECTRA's generator) are not the backbone's
+_BLOCK = re.compile(r"(?:^|\.)backbone\.(?:(encoder|decoder)\.)?blocks\.(\d+)\.")
+_EMBEDDINGS = re.compile(r"(?:^|\.)backbone\.(?:(?:encoder|decoder)\.)?embeddings\.")
+
+
+def decayed_layers(config) -> int:
+    """L of layer-wise decay: the backbone's blocks, an encoder-decoder's decoder stacked on its encoder."""
+    n_layers = getattr(config, "n_layers", 0)
+    if getattr(config, "architecture", "encoder") == "encoder-decoder":
+        n_layers += config.n_decoder_layers
+    return n_layers
+
+
+def layer_depth(name: str, config) -> int:
+    """Depth of a parameter for layer-wise learning-rate decay: 0 the embeddings, 1..L the backbone's blocks (an
+    encoder-decoder's decoder blocks numbered on from its encoder's), L + 1 the rest (final norms, heads, and a
+    head's own blocks: ELECTRA's generator)."""
+    if _EMBEDDINGS.search(name):
         return 0
-    found = re.search(r"\.blocks\.(\d+)\.", name)
-    return int(found.group(1)) + 1 if found else n_layers + 1
+    found = _BLOCK.search(name)
+    if not found:
+        return decayed_layers(config) + 1
+    below = getattr(config, "n_layers", 0) if found.group(1) == "decoder" else 0
+    return below + int(found.group(2)) + 1
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float, layer_decay: float = 1.0) -> list[dict]:
     """Decay matrices only: biases, norm weights (all 1-d tensors) are left alone. With `layer_decay` < 1 every
     depth gets its own learning-rate scale, layer_decay ** (L + 1 - depth): the heads train at the full rate, the
-    embeddings slowest (ELECTRA / BEiT finetuning)."""
-    n_layers = getattr(getattr(model, "config", None), "n_layers", 0)
+    embeddings slowest (ELECTRA / BEiT finetuning), no parameter faster than the peak."""
+    config = getattr(model, "config", None)
+    top = decayed_layers(config) + 1
     groups: dict[tuple[int, bool], dict] = {}
     for name, p in model.named_parameters():
         if not p.requires_grad:
             continue
-        depth = layer_depth(name, n_layers) if layer_decay < 1.0 else n_layers + 1
+        depth = layer_depth(name, config) if layer_decay < 1.0 else top
         decay = p.ndim >= 2
         group = groups.setdefault((depth, decay), {"params": [], "weight_decay": weight_decay if decay else 0.0,
-                                                   "lr_scale": layer_decay ** (n_layers + 1 - depth)})
+                                                   "lr_scale": layer_decay ** (top - depth)})
         group["params"].append(p)
     return [groups[key] for key in sorted(groups, key=lambda k: (k[0], not k[1]))]  # decayed group first
 

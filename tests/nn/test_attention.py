@@ -127,6 +127,9 @@ def test_build_mask_shapes_and_open_rows():
     mask, _ = build_mask(torch.tensor([[1, 1, 0], [0, 0, 0]]), 3, 3, causal=False)
     assert mask.shape == (2, 1, 1, 3)  # padding alone stays a broadcast row, never (B, 1, T, T)
     assert mask[1].all()  # an all-padding row is opened so softmax stays finite
+    # with 3 keys cached, a mask of the 2 new tokens alone would broadcast over the cached keys' padding: refused
+    with pytest.raises(ValueError, match="attention_mask covers 2 positions, the keys are 5"):
+        build_mask(torch.tensor([[1, 1]]), 2, 5, causal=True)
 
 
 def test_all_padding_row_stays_finite():

@@ -13,6 +13,7 @@ from bertkit.nn.model import Model
 from bertkit.text.tokenizer import special_ids
 from bertkit.train.accelerator import make_accelerator
 from bertkit.train.loop import lr_factor, param_groups, train, use_graphs
+from bertkit.train.optim import layer_depth
 from bertkit.tasks.mlm import MLMObjective
 from conftest import tiny, heads
 
@@ -147,6 +148,28 @@ def test_layer_decay_scales_each_depth():
     assert scale[id(named["backbone.embeddings.token.weight"])] == 0.125
     assert sum(p.numel() for g in groups for p in g["params"]) == model.parameter_counts()["total"]
     assert all(g["lr_scale"] == 1.0 for g in param_groups(model, 0.01))
+
+
+def test_layer_decay_numbers_a_decoder_above_its_encoder_and_leaves_a_heads_blocks_alone():
+    """An encoder-decoder's decoder blocks stack on its encoder's (L = 2 + 3), so none trains faster than the peak;
+    ELECTRA's generator blocks belong to a head (full rate), not to the backbone block of the same number."""
+    model = Model(tiny(architecture="encoder-decoder", n_layers=2, n_decoder_layers=3, norm_position="pre"),
+                  heads("lm"))
+    groups = param_groups(model, 0.01, layer_decay=0.5)
+    scale = {id(p): g["lr_scale"] for g in groups for p in g["params"]}
+    named = dict(model.named_parameters())
+    at = {name: scale[id(named[f"backbone.{name}.self_attn.q.weight"])]
+          for name in ("encoder.blocks.0", "encoder.blocks.1", "decoder.blocks.0", "decoder.blocks.2")}
+    assert at == {"encoder.blocks.0": 0.5 ** 5, "encoder.blocks.1": 0.5 ** 4, "decoder.blocks.0": 0.5 ** 3,
+                  "decoder.blocks.2": 0.5}
+    assert scale[id(named["backbone.encoder.embeddings.token.weight"])] == 0.5 ** 6
+    assert max(scale.values()) == 1.0 and scale[id(named["backbone.decoder.final_norm.weight"])] == 1.0
+    assert layer_depth("_orig_mod.backbone.decoder.blocks.2.ffn.w_in.weight", model.config) == 5  # compiled
+    electra = Model(tiny(generator_d_model=16), heads("rtd", "generator"))
+    scale = {id(p): g["lr_scale"] for g in param_groups(electra, 0.01, layer_decay=0.5) for p in g["params"]}
+    named = dict(electra.named_parameters())
+    assert scale[id(named["heads.generator.blocks.0.self_attn.q.weight"])] == 1.0
+    assert scale[id(named["backbone.blocks.0.self_attn.q.weight"])] == 0.25
 
 
 class _Scripted(MLMObjective):
