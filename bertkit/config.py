@@ -232,12 +232,14 @@ class TrainConfig:
     accumulation_steps: int = 1  # micro-steps per optimiser step (global batch = batch_size x processes x this)
     learning_rate: float | None = None  # peak rate; none (auto): 5e-4 for pretraining, from the model's width for
     #                                     finetuning (bertkit/train/defaults.py)
-    weight_decay: float = 0.01  # AdamW; never applied to norms, biases or position tables
+    # AdamW's, on every matrix (embedding, position and token-type tables included, as Google's BERT); never on
+    # norms or biases (the 1-d parameters)
+    weight_decay: float = 0.01
     adam_beta1: float = 0.9  # AdamW's first-moment decay
     adam_beta2: float = 0.98  # AdamW's second-moment decay
     adam_eps: float = 1e-6  # AdamW's epsilon
     schedule: Schedule = "linear"  # decay after warmup; wsd: warmup, stable at the peak, then a linear decay
-    warmup_ratio: float = 0.06  # share of the steps spent warming up linearly from 0
+    warmup_ratio: float = 0.06  # share of the steps spent warming up linearly: step s of w at (s+1)/(w+1) of the peak
     decay_ratio: float = 0.2  # wsd: share of the steps, at the end, spent decaying linearly to 0
     max_grad_norm: float = 1.0  # gradient clipping (0 disables)
     max_steps: int = 1000  # optimiser steps (epochs or max_time may set it or end a run first)

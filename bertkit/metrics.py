@@ -23,7 +23,10 @@ def classification_metrics(gold: list[str], predicted: list[str], labels: list[s
         warnings.simplefilter("ignore")
         result = {
             "accuracy": float(accuracy_score(gold, predicted)),
-            "macro_f1": float(f1_score(gold, predicted, labels=sorted(set(gold)), average="macro", zero_division=0)),
+            # over gold and predicted labels alike (scikit-learn's default): a class the model predicts that this
+            # split lacks has F1 0 and counts, as it does in HF evaluate's f1
+            "macro_f1": float(f1_score(gold, predicted, labels=sorted(set(gold) | set(predicted)), average="macro",
+                                       zero_division=0)),
             "mcc": float(matthews_corrcoef(gold, predicted)) if len(set(gold) | set(predicted)) > 1 else 0.0,
         }
     result["confusion"] = {"labels": order, "matrix": confusion_matrix(gold, predicted, labels=order).tolist()}

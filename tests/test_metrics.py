@@ -15,6 +15,10 @@ def test_classification_metrics_and_confusion_matrix():
     assert result["confusion"]["labels"] == ["neg", "neu", "pos"]
     assert result["confusion"]["matrix"] == [[2, 0, 0], [0, 0, 1], [1, 0, 1]]
     assert -1 <= result["mcc"] <= 1
+    # a class the model predicts that the split lacks counts (F1 0), as in scikit-learn's and HF evaluate's f1:
+    # a: 2/3, b: 2/3, c: 0
+    assert classification_metrics(["a", "a", "b", "b"], ["a", "c", "b", "c"], ["a", "b", "c"])["macro_f1"] == \
+        pytest.approx((2 / 3 + 2 / 3 + 0) / 3)
 
 
 def test_an_unseen_gold_label_is_an_error_with_its_own_row():

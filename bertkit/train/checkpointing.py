@@ -87,7 +87,11 @@ def recover(cfg: TrainConfig, state: TrainState, run_dir: Path, model: Model, op
         reason = ("train.on_bad_steps = stop" if cfg.on_bad_steps == "stop" else
                   "no checkpoint to reload" if checkpoint is None else "already reloaded 3 times")
         raise BertkitError(f"{why} ({reason}); lower train.learning_rate or check the data")
+    # the optimiser's state comes back with the rates of the checkpoint's step; the schedule has moved on since
+    rates = [group["lr"] for group in optimizer.param_groups]
     load_checkpoint(checkpoint, model, optimizer)
+    for group, rate in zip(optimizer.param_groups, rates):
+        group["lr"] = rate
     state.reloads += 1
     state.bad_in_row = 0
     if main:

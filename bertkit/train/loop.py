@@ -178,7 +178,7 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                 if last and state.step < state.total_steps:  # the time budget ended it: a resume knows it is done
                     state.budget_spent = True
                 if state.step % cfg.log_every == 0 and state.window.get("steps"):
-                    info = _log(state, scheduler.get_last_lr()[0], peak, accelerator.num_processes, metrics)
+                    info = _log(state, max(scheduler.get_last_lr()), peak, accelerator.num_processes, metrics)
                     bar.update(task, info=info)
                 if evaluator.due(state, last):
                     evaluation, stop = evaluator(state, ddp_model)

@@ -56,6 +56,10 @@ def test_no_weight_decay_on_norms_and_biases():
     model = Model(tiny(), heads("mlm"))
     decay, no_decay = param_groups(model, 0.01)
     assert all(p.ndim >= 2 for p in decay["params"]) and all(p.ndim < 2 for p in no_decay["params"])
+    # every matrix decays, the embedding, position and token-type tables too (Google's BERT; config.py says so)
+    named = dict(model.named_parameters())
+    for table in ("token", "position", "token_type"):
+        assert any(p is named[f"backbone.embeddings.{table}.weight"] for p in decay["params"]), table
     assert no_decay["weight_decay"] == 0.0
     assert sum(p.numel() for g in (decay, no_decay) for p in g["params"]) == model.parameter_counts()["total"]
 
@@ -102,8 +106,14 @@ def test_too_many_bad_steps_reload_or_stop(tmp_path, packed, sample_tokenizer, m
     with pytest.raises(BertkitError, match="no checkpoint to reload"):
         _run(tmp_path, packed, sample_tokenizer, "none", max_bad_steps=2)
     calls["n"] = 0
+    rates = []  # the rate of every update: the reload brings back the weights, not the checkpoint's step's rate
+    real_step = torch.optim.AdamW.step
+    monkeypatch.setattr(torch.optim.AdamW, "step",
+                        lambda self, *a, **k: rates.append(self.param_groups[0]["lr"]) or real_step(self, *a, **k))
     result, _, _ = _run(tmp_path, packed, sample_tokenizer, "reload", max_bad_steps=2, save_every=2)
     assert result["state"]["reloads"] == 1 and result["state"]["step"] == 6
+    assert rates == pytest.approx([1e-3 * lr_factor(s, 6, 0.06, "linear") for s in range(6)])
+    monkeypatch.setattr(torch.optim.AdamW, "step", real_step)
     calls["n"] = 0
     with pytest.raises(BertkitError, match="on_bad_steps = stop"):
         _run(tmp_path, packed, sample_tokenizer, "stop", max_bad_steps=2, save_every=2, on_bad_steps="stop")
@@ -148,6 +158,13 @@ def test_layer_decay_scales_each_depth():
     assert scale[id(named["backbone.embeddings.token.weight"])] == 0.125
     assert sum(p.numel() for g in groups for p in g["params"]) == model.parameter_counts()["total"]
     assert all(g["lr_scale"] == 1.0 for g in param_groups(model, 0.01))
+
+
+def test_the_logged_rate_under_layer_decay_is_the_peak_groups(tmp_path, packed, sample_tokenizer):
+    """metrics.jsonl's lr is the schedule's rate at full scale (the heads'), not the embeddings' decayed one."""
+    _, records, _ = _run(tmp_path, packed, sample_tokenizer, layer_decay=0.5, max_steps=3, eval_every=100)
+    logged = [r["lr"] for r in records if r["kind"] == "train"]
+    assert logged == pytest.approx([1e-3 * lr_factor(s, 3, 0.06, "linear") for s in range(1, 4)])
 
 
 def test_layer_decay_numbers_a_decoder_above_its_encoder_and_leaves_a_heads_blocks_alone():
