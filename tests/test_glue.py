@@ -41,6 +41,9 @@ def test_every_task_reads_its_real_files(name, rows, first):
     else:
         assert labels == ({"entailment", "not_entailment"} if name == "rte" else {"0", "1"})
     assert all(row[0] for row in train) and all((row[1] is not None) == task.pair for row in train)
+    # texts stripped as finetune's and evaluate's readers strip them: SST-2's every row ends in a space, and dev
+    # scored unstripped fed the model a token its training never had
+    assert all(text == text.strip() for row in train + dev for text in row[:2] if text is not None)
     if name == "mrpc":  # the BOM is gone from the header, and quotes stay inside the text
         assert any('"' in row[0] or '"' in row[1] for row in train)
 

@@ -60,7 +60,9 @@ def test_the_table_shows_a_hit_on_one_line_cut_and_json_keeps_it_whole():
 
 
 def test_build_search_append_and_refuse_other_models(tmp_path, base, sample_tokenizer):
-    corpus = _corpus(tmp_path, "a.txt", SENTENCES[:12] + [""])
+    # every other line with edge spaces: the index embeds and stores its stripped text, so a document's own text
+    # finds it at cosine 1
+    corpus = _corpus(tmp_path, "a.txt", [f"  {s} " if i % 2 else s for i, s in enumerate(SENTENCES[:12])] + [""])
     idx = tmp_path / "idx"
     result = cli_ok("index", "build", "--model", base, corpus, "-o", idx, "--no-progress")
     assert "skipped 1 empty line\n" in result.output

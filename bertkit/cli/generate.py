@@ -20,12 +20,12 @@ def _texts(texts: list[str] | None, input_file: Path | None, what: str) -> list[
     import sys
 
     from bertkit.errors import BertkitError
-    from bertkit.text.tasks import read_lines
+    from bertkit.text.tasks import read_lines, text_lines
 
     if texts and input_file is not None:
         raise BertkitError(f"give {what}s as arguments or with --input, not both")
     if input_file is not None:
-        return sys.stdin.read().splitlines() if str(input_file) == "-" else read_lines(input_file)
+        return text_lines(sys.stdin.read()) if str(input_file) == "-" else read_lines(input_file)
     if not texts:
         raise BertkitError(f"no {what}: give one as an argument or a file with --input")
     return list(texts)

@@ -46,7 +46,7 @@ def _fill(writer: ShardWriter, encoder: SentenceEncoder, files: list[Path], text
         for chunk in chunks(files, text_field, id_field, False, chunk_size):
             texts = [record.text for _, _, record in chunk]
             vectors = normalize_rows(encoder.encode(texts, on_batch=lambda n: bar.advance(task, n)))
-            writer.add(vectors, [record_id(path, record) for _, path, record in chunk], [t.strip() for t in texts])
+            writer.add(vectors, [record_id(path, record) for _, path, record in chunk], texts)
     if writer.count != rows:
         raise BertkitError(f"the corpus changed while being indexed ({rows:,} texts counted, {writer.count:,} read)")
 

@@ -3,9 +3,10 @@
 Each file has its own layout (data/glue/README.md): CoLA has no header row (source, label, original mark, sentence),
 MRPC starts with a UTF-8 byte-order mark and names its columns `Quality #1 ID #2 ID #1 String #2 String`, RTE's
 labels are the strings `entailment` / `not_entailment`, SST-2 has a `sentence label` header. Every reader returns
-the same rows — (text, pair or None, label as a string) — which `bertkit glue` writes as JSONL for ordinary
-`finetune classify` runs (STS-B's 0-5 similarity: `--regression`, the classifier with one output). MNLI, QQP and
-QNLI cannot be had offline.
+the same rows — (text, pair or None, label as a string), texts stripped as every other reader strips them (SST-2's
+end in a space: scored unstripped, dev saw a token training never had) — which `bertkit glue` writes as JSONL for
+ordinary `finetune classify` runs (STS-B's 0-5 similarity: `--regression`, the classifier with one output). MNLI,
+QQP and QNLI cannot be had offline.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def _by_header(path: Path, text: str, pair: str | None, label: str) -> list[Row]
     for number, row in enumerate(rows[1:], start=2):
         if len(row) < len(header):
             raise BertkitError(f"{path}:{number}: {len(row)} columns, the header has {len(header)}")
-        out.append((row[at[text]], row[at[pair]] if pair else None, row[at[label]].strip()))
+        out.append((row[at[text]].strip(), row[at[pair]].strip() if pair else None, row[at[label]].strip()))
     return out
 
 
@@ -54,7 +55,7 @@ def _cola(path: Path) -> list[Row]:
         if len(row) != 4:
             raise BertkitError(f"{path}:{number}: CoLA rows have 4 columns (source, label, mark, sentence), this has "
                                f"{len(row)}")
-        out.append((row[3], None, row[1].strip()))
+        out.append((row[3].strip(), None, row[1].strip()))
     return out
 
 
@@ -66,7 +67,7 @@ def _sts(path: Path) -> list[Row]:
         if len(row) < 7:
             raise BertkitError(f"{path}:{number}: STS-B rows have 7 columns (genre, file, year, id, score, sentence "
                                f"1, sentence 2), this has {len(row)}")
-        out.append((row[5], row[6], row[4].strip()))
+        out.append((row[5].strip(), row[6].strip(), row[4].strip()))
     return out
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -158,10 +158,11 @@ def refuse_respelled(files: list[Path], text_field: str, keep_empty: bool, exist
 
 def chunks(files: list[Path], text_field: str, id_field: str | None, keep_empty: bool, size: int,
            ) -> Iterator[list[tuple[int, Path, Record]]]:
-    """The records to embed, `size` at a time."""
+    """The records to embed, `size` at a time, their texts stripped: what every other reader gives the model (a
+    line's edge spaces are tokens of their own, and the index stores, and queries are, stripped texts)."""
     chunk = []
-    for item in kept_records(files, text_field, id_field, keep_empty):
-        chunk.append(item)
+    for position, path, record in kept_records(files, text_field, id_field, keep_empty):
+        chunk.append((position, path, replace(record, text=record.text.strip())))
         if len(chunk) == size:
             yield chunk
             chunk = []

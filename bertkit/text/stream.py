@@ -4,7 +4,9 @@ packed on the fly, never written to the disk cache.
 The source is the corpus's local files (a builder per format: text, json, csv, parquet) or a Hub dataset
 (`hf:NAME` or `hf:NAME@SPLIT`, for users with internet). Documents are stripped and empty ones skipped, every k-th
 is validation (k = 1 / data.validation_fraction), and the training documents are packed into blocks exactly as the
-cached path packs them (text/packing.py), in the same order — the same blocks for the same corpus (tested).
+cached path packs them (text/packing.py), in the same order — the same blocks for the same corpus (tested), except
+where a .txt line holds a lone carriage return: the text builder reads in text mode, which ends a line there, and
+the cached path does not.
 
 Batches: blocks are served in windows of `data.shuffle_window` global batches, each window shuffled with a seed of
 its own (seed, window), so a step's batch is still a pure function of (seed, step) and the corpus. Reading the
@@ -33,9 +35,11 @@ from bertkit.text.tokenizer import special_ids
 
 HUB_PREFIX = "hf:"
 _DOCS = 256  # documents tokenised together (a resume point sits before each such batch)
-# datasets' builder per file format, read as text/corpus.py reads it (TSV without quote processing: QUOTE_NONE)
-_BUILDERS = {"text": ("text", {}), "jsonl": ("json", {}), "csv": ("csv", {}),
-             "tsv": ("csv", {"sep": "\t", "quoting": 3}), "parquet": ("parquet", {})}
+# datasets' builder per file format, read as text/corpus.py reads it (TSV without quote processing: QUOTE_NONE;
+# no missing values: pandas would read a document "NA", "null" or "nan" as none, and the stream would skip it)
+_TABLE = {"keep_default_na": False, "na_filter": False}
+_BUILDERS = {"text": ("text", {}), "jsonl": ("json", {}), "csv": ("csv", _TABLE),
+             "tsv": ("csv", {"sep": "\t", "quoting": 3, **_TABLE}), "parquet": ("parquet", {})}
 
 
 def open_source(corpus: tuple[str, ...] | list[str]):

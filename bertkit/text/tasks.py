@@ -486,12 +486,22 @@ def _score(path: Path, line: int, raw, max_score: float | None, header: bool) ->
     return score
 
 
+def text_lines(text: str) -> list[str]:
+    """Lines split at \n only, each line's trailing \r removed: str.splitlines() (and text-mode reading) would also
+    split inside a sentence at U+2028, \x85, \x0c or a lone \r, and in a parallel corpus one such split on each
+    side would pair every line between them with the wrong translation."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the final newline ends the last line; it does not start another
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
 def read_lines(path: str | Path) -> list[str]:
-    """A text file's lines (UTF-8, trailing newline and carriage return removed); the file names itself in errors."""
+    """A text file's lines (UTF-8, split as `text_lines` splits); the file names itself in errors."""
     path = resolve_data_path(path)
     need_file(path)
     try:
-        return path.read_text(encoding="utf-8").splitlines()
+        return text_lines(path.read_bytes().decode("utf-8"))  # bytes: text mode would turn a lone \r into a line
     except UnicodeDecodeError as exc:
         raise BertkitError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 

@@ -43,7 +43,9 @@ def layer_depth(name: str, config) -> int:
 def param_groups(model: torch.nn.Module, weight_decay: float, layer_decay: float = 1.0) -> list[dict]:
     """Decay matrices only: biases, norm weights (all 1-d tensors) are left alone. With `layer_decay` < 1 every
     depth gets its own learning-rate scale, layer_decay ** (L + 1 - depth): the heads train at the full rate, the
-    embeddings slowest (ELECTRA / BEiT finetuning), no parameter faster than the peak."""
+    embeddings slowest, no parameter faster than the peak (BEiT's exponents; ELECTRA's code decays everything by one
+    factor more). A head tied to the token embedding (MLM, LM) has no matrix of its own: the tied matrix trains at the
+    embeddings' rate, as one parameter can have one rate."""
     config = getattr(model, "config", None)
     top = decayed_layers(config) + 1
     groups: dict[tuple[int, bool], dict] = {}

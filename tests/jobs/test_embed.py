@@ -11,7 +11,9 @@ from bertkit.embedding import SentenceEncoder
 from conftest import bertkit_capped as _limited
 from conftest import cli_error, cli_invoke, cli_ok
 
-LINES = ["the first review", "", "a second, much longer review about a film and its actors", "third",
+# edge spaces on some lines (WikiText's every line has them): the model gets each text stripped, as every reader
+# gives it, so a row is the embedding of its stripped text
+LINES = [" the first review ", "", "a second, much longer review about a film and its actors", "third\t",
          "   ", "the fifth line is here", "six", "seven seven seven", "eight is the last one"]
 
 
@@ -23,7 +25,7 @@ def _corpus(tmp_path):
 
 def test_chunked_streaming_equals_one_pass_and_maps_skipped_rows(tmp_path, base, monkeypatch):
     corpus = _corpus(tmp_path)
-    expected = SentenceEncoder(base).encode([t for t in LINES if t.strip()])
+    expected = SentenceEncoder(base).encode([t.strip() for t in LINES if t.strip()])
     seen = []
     original = SentenceEncoder.encode
     monkeypatch.setattr(SentenceEncoder, "encode", lambda self, texts, on_batch=None: (
@@ -48,7 +50,7 @@ def test_compiled_embeddings_equal_eager(tmp_path, base):
     from torch._dynamo.utils import counters
 
     corpus = _corpus(tmp_path)
-    expected = SentenceEncoder(base).encode([t for t in LINES if t.strip()])
+    expected = SentenceEncoder(base).encode([t.strip() for t in LINES if t.strip()])
     counters.clear()
     cli_ok("embed", "--model", base, corpus, "-o", tmp_path / "c.npy", "--compile", "--batch-size", "2",
            "--no-progress")
@@ -79,7 +81,7 @@ def test_parquet_rows_carry_file_line_and_id(tmp_path, base):
     assert table.column("id").to_pylist() == [f"d{i}" for i in kept]
     assert table.column("line").to_pylist() == [i + 1 for i in kept]
     vectors = np.array(table.column("embedding").to_pylist(), dtype=np.float32)
-    np.testing.assert_allclose(vectors, SentenceEncoder(base).encode([LINES[i] for i in kept]), atol=1e-5)
+    np.testing.assert_allclose(vectors, SentenceEncoder(base).encode([LINES[i].strip() for i in kept]), atol=1e-5)
 
 
 def test_tsv_quotes_are_text_and_short_rows_are_errors(tmp_path, base):
@@ -150,7 +152,7 @@ def test_layers_pool_every_layer_and_the_last_one_is_the_embedding(tmp_path, bas
     from bertkit.run.directory import load_run
 
     corpus = _corpus(tmp_path)
-    texts = [t for t in LINES if t.strip()]
+    texts = [t.strip() for t in LINES if t.strip()]
     cli_ok("embed", "--model", base, corpus, "-o", tmp_path / "plain.npy", "--no-progress")
     cli_ok("embed", "--model", base, corpus, "-o", tmp_path / "layers.npy", "--layers", "all", "--chunk-size", "3",
            "--batch-size", "2", "--no-progress")

@@ -29,6 +29,15 @@ def _jsonl(path, copies=30, field="text"):
     return path
 
 
+def _tsv(path, copies=30):
+    """A TSV corpus with documents pandas would read as missing values ("NA", "null", "nan"): both paths keep them."""
+    rows = [f"{i}: {line}\t{i}" for i in range(copies) for line in LINES]
+    for at, word in ((3, "NA"), (40, "null"), (90, "nan"), (200, "N/A")):
+        rows.insert(at, f"{word}\t-1")
+    path.write_text("text\tid\n" + "\n".join(rows) + "\n")
+    return path
+
+
 def _streamed(stream: BlockStream) -> tuple[np.ndarray, np.ndarray]:
     ids, starts = [], []
     for block, start, point in stream.blocks(Point()):
@@ -39,9 +48,10 @@ def _streamed(stream: BlockStream) -> tuple[np.ndarray, np.ndarray]:
     return np.stack(ids), np.stack(starts)
 
 
-@pytest.mark.parametrize("kind", ["txt", "jsonl"])
+@pytest.mark.parametrize("kind", ["txt", "jsonl", "tsv"])
 def test_streamed_blocks_are_the_cached_blocks(tmp_path, sample_tokenizer, kind):
-    corpus = repeated_corpus(tmp_path / "c.txt", 30) if kind == "txt" else _jsonl(tmp_path / "c.jsonl")
+    corpus = (repeated_corpus(tmp_path / "c.txt", 30) if kind == "txt" else _jsonl(tmp_path / "c.jsonl")
+              if kind == "jsonl" else _tsv(tmp_path / "c.tsv"))
     dataset, _, key = load_corpus([str(corpus)])
     packed = pack_corpus(dataset, key, sample_tokenizer, block_size=32, validation_fraction=0.05)
     stream = BlockStream([str(corpus)], "text", sample_tokenizer, 32, 0.05)

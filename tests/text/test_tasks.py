@@ -135,6 +135,12 @@ def test_parallel_text_is_read_line_by_line_and_checked(tmp_path):
         read_parallel(src, tgt)
     with pytest.raises(BertkitError, match="no such file"):
         read_parallel(src, tmp_path / "missing.de")
+    # a line separator inside a sentence on each side (U+2028, U+0085: IMDB has thousands) and a lone \r: lines
+    # are split at \n only, so no pair shifts; Windows line ends still read
+    src.write_bytes("A man\u2028in a hat.\r\nTwo dogs run.\r\nA red\rcar.\n".encode())
+    tgt.write_bytes("Ein Mann mit Hut.\nZwei Hunde\u0085rennen.\nEin rotes Auto.\n".encode())
+    pairs, _ = read_parallel(src, tgt)
+    assert [(s[:5], t[:4]) for s, t in pairs] == [("A man", "Ein "), ("Two d", "Zwei"), ("A red", "Ein ")]
 
 
 # ------------------------------------------------------------------------- labels normalised, bad rows counted
