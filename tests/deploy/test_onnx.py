@@ -3,6 +3,7 @@ folder: parity with the run for each run kind, int8 at its looser bound, nothing
 the same outputs from the CLI, one clear line for every bad input, and no training stack on the way."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -75,6 +76,55 @@ def test_every_kind_exports_and_matches_its_run_through_the_python_api(runs, tmp
             key = "score" if kind == "regress" else "label"
             assert [r[key] for r in a] == pytest.approx([r[key] for r in b], abs=1e-3) if kind == "regress" \
                 else [r[key] for r in a] == [r[key] for r in b]
+
+
+def test_an_encoder_without_token_types_exports(tmp_path, sample_tokenizer):
+    """type_vocab_size 0: onnxruntime's embedding fusion made a node with an empty segment input that aborted the
+    process when the parity check ran it (exit 134, the temporary folder left behind)."""
+    save_tokenizer(sample_tokenizer, tmp_path / "tok")
+    cfg = tiny(vocab_size=400, type_vocab_size=0)
+    run = save_run(tmp_path / "run", Model(cfg, heads("mlm")), Config(model=cfg, heads=heads("mlm")),
+                   tmp_path / "tok" / "tokenizer.json")
+    code = ("import sys; from pathlib import Path; from bertkit.deploy.export import export_onnx; "
+            "print(export_onnx(Path(sys.argv[1]), Path(sys.argv[2]), say=lambda line: None)['parity']['min_cosine'])")
+    done = subprocess.run([sys.executable, "-c", code, str(run), str(tmp_path / "onnx")], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]  # in a process of its own: an abort would end the test run
+    assert float(done.stdout.split()[-1]) >= 0.9999
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    ours, theirs = SentenceEncoder(tmp_path / "onnx"), SentenceEncoder(run, precision="fp32")
+    np.testing.assert_allclose(ours.encode(TEXTS[:8]), theirs.encode(TEXTS[:8]), atol=1e-5)
+
+
+@pytest.mark.parametrize("kind, wrong, fp32, int8", [
+    ("regress", lambda r: 0.5 * r, False, False),  # halved: the score vector's cosine is 1.0
+    ("regress", lambda r: r + 0.5, False, False),  # shifted half a point on a 0-5 scale: cosine 0.998
+    ("regress", lambda r: r + 1e-7, True, True),
+    ("classify", lambda r: r[:, ::-1].copy(), False, False),  # every decision flipped, cosine ~0.8-1
+    ("classify", lambda r: r + 1e-7, True, True),
+])
+def test_parity_sees_what_a_cosine_cannot(monkeypatch, kind, wrong, fp32, int8):
+    """A regressor's scores halved or shifted, a classifier's decisions flipped: the cosine alone passed them."""
+    from bertkit.text.features import Encoded
+
+    rng = np.random.default_rng(0)
+    batches = [[Encoded([1, 5, 2], [0, 0, 0])] * n for n in export_module.PROBE_BATCHES]
+    shape = 1 if kind == "regress" else 2
+    reference = [(rng.uniform(0.5, 4.5, (n, 1)) if shape == 1 else
+                  rng.normal(0, 1, (n, 2)) + np.array([[3.0, 0.0]])).astype(np.float32)
+                 for n in export_module.PROBE_BATCHES]
+    got = iter([wrong(r) for r in reference])
+
+    class Graph:  # the export, as onnxruntime would run it
+        def __init__(self, folder, threads=1):
+            pass
+
+        def forward(self, ids, mask, types, output):
+            return next(got)
+
+    monkeypatch.setattr(export_module, "OnnxModel", Graph)
+    result = export_module.parity(None, reference, batches, 0, kind)
+    assert (export_module.passes(result, "fp32"), export_module.passes(result, "int8")) == (fp32, int8), result
 
 
 def test_int8_is_smaller_within_its_bound_and_has_its_own_identity(runs, tmp_path):
