@@ -217,7 +217,8 @@ def eval_curve(run: Path, tokens_per_step_: int) -> list[tuple[float, float]]:
 
 
 def summarise(rows: list[dict]) -> list[dict]:
-    """Per variant (plan order): mean and standard deviation over its finished seeds."""
+    """Per variant (plan order): mean and standard deviation over its finished seeds, and each finished seed's
+    validation loss (`seed_losses`: a Δ against the base pairs the seeds both finished)."""
     by_variant: dict[str, list[dict]] = {}
     for row in rows:
         by_variant.setdefault(row["variant"], []).append(row)
@@ -231,5 +232,6 @@ def summarise(rows: list[dict]) -> list[dict]:
             entry[key] = statistics.fmean(values) if values else None
             entry[f"{key}_std"] = statistics.stdev(values) if len(values) > 1 else None
         entry["downstream_metric"] = next((r["downstream_metric"] for r in ok if r.get("downstream_metric")), None)
+        entry["seed_losses"] = {r["seed"]: r["val_loss"] for r in ok if r.get("val_loss") is not None}
         out.append(entry)
     return out

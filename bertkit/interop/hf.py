@@ -160,16 +160,38 @@ def read_hf_weights(src: str | Path) -> dict[str, torch.Tensor]:
     raise BertkitError(f"{src}: no model.safetensors or pytorch_model.bin")
 
 
+def _untied_decoder(weights: dict[str, torch.Tensor], hf_config: dict) -> bool:
+    """Whether the checkpoint's MLM decoder is a matrix (or bias) of its own, not the word embeddings (and
+    cls.predictions.bias) that bertkit's MLM head is tied to."""
+    decoder, bias = weights.get("cls.predictions.decoder.weight"), weights.get("cls.predictions.decoder.bias")
+    if decoder is None:
+        return False  # saved once: tied
+    if hf_config.get("tie_word_embeddings") is False:
+        return True
+    embeddings = weights.get("bert.embeddings.word_embeddings.weight", weights.get("embeddings.word_embeddings.weight"))
+    shared_bias = weights.get("cls.predictions.bias")
+    return (embeddings is None or not torch.equal(decoder, embeddings)
+            or (bias is not None and shared_bias is not None and not torch.equal(bias, shared_bias)))
+
+
 def model_from_hf(src: str | Path) -> tuple[Model, list[str]]:
-    """Build a bertkit Model holding an HF BERT folder's weights. Returns the model and the skipped HF keys."""
+    """Build a bertkit Model holding an HF BERT folder's weights. Returns the model and the skipped HF keys (an
+    untied MLM decoder among them, first: its head is left out, as bertkit's MLM head is tied to the embeddings)."""
     hf_config = read_hf_config(src)
     config_from_hf(hf_config)  # refuse a non-BERT folder before reading its weights
+    weights = read_hf_weights(src)
+    untied = _untied_decoder(weights, hf_config)
     state, skipped = {}, []
-    for key, tensor in read_hf_weights(src).items():
+    if untied:
+        skipped.append("cls.predictions (its decoder is not tied to the word embeddings, which bertkit's MLM head "
+                       "is: the head is left out, the encoder imported)")
+    for key, tensor in weights.items():
         target = hf_to_bertkit_key(key)
         if target is None:
             if not key.endswith(_IGNORED):
                 skipped.append(key)
+            continue
+        if untied and target.startswith("heads.mlm."):
             continue
         state[target] = tensor.float()
     heads = tuple(h for h in ("mlm", "pooler") if f"heads.{h}.dense.weight" in state)

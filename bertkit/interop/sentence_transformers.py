@@ -74,7 +74,22 @@ def read_sentence_config(src: str | Path) -> tuple[Path, SentenceConfig] | None:
         raise BertkitError("import-hf: sentence_bert_config.json has do_lower_case = true (lower-casing outside the "
                            "tokenizer), which bertkit does not reproduce")
     return transformer, SentenceConfig(pooling=pooling, normalize=normalize,
-                                       max_seq_length=settings.get("max_seq_length"))
+                                       max_seq_length=settings.get("max_seq_length") or _window(transformer, src))
+
+
+def _window(transformer: Path, src: Path) -> int | None:
+    """Without a max_seq_length, sentence-transformers embeds within min(max_position_embeddings, the tokenizer's
+    model_max_length): that length where the tokenizer's is the shorter, else None (the model's own)."""
+    limit = None
+    for folder in (transformer, src):
+        if (folder / "tokenizer_config.json").is_file():
+            limit = _json(folder / "tokenizer_config.json").get("model_max_length")
+            break
+    positions = _json(transformer / "config.json").get("max_position_embeddings") \
+        if (transformer / "config.json").is_file() else None
+    if isinstance(limit, (int, float)) and isinstance(positions, int) and 0 < limit < positions:
+        return int(limit)
+    return None
 
 
 def export_sentence_transformers(run: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import statistics
 from pathlib import Path
 
 from bertkit.ablation import COLUMNS, eval_curve, row_variant, summarise, variant_folder
@@ -62,6 +63,16 @@ def _fmt(value, std=None, digits: int = 3, scale: float = 1.0) -> str:
     return text + (f" ± {std * scale:.{digits}f}" if std is not None else "")
 
 
+def _paired_delta(variant: dict, base: dict) -> str:
+    """Δ validation loss against the base over the seeds both finished (a seed failed on one side would
+    otherwise compare different seed sets: the base's hard seed against the variant's missing one)."""
+    mine, theirs = variant.get("seed_losses") or {}, base.get("seed_losses") or {}
+    both = [seed for seed in mine if seed in theirs]
+    if not both:  # summaries without per-seed losses (older callers): the means
+        return f"{variant['val_loss'] - base['val_loss']:+.3f}" if not mine else "–"
+    return f"{statistics.fmean(mine[s] - theirs[s] for s in both):+.3f}"
+
+
 def _count(value: float) -> str:
     return f"{value / 1e6:.2f} M" if value >= 1e6 else f"{value / 1e3:.1f} k"
 
@@ -80,6 +91,7 @@ def markdown_table(summary: list[dict], task: str, baseline: dict | None = None,
         head.append(f"downstream {metric or 'metric'} %{n}")  # n: the validation examples it is scored on
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     ok = [s for s in summary if s["val_loss"] is not None]
+    seeds = max((s["seeds"] for s in summary), default=0)
     best_loss = min((s["val_loss"] for s in ok), default=None)
     for s in summary:
         if s["status"] != "ok":
@@ -90,16 +102,18 @@ def markdown_table(summary: list[dict], task: str, baseline: dict | None = None,
         loss = _fmt(s["val_loss"], s["val_loss_std"])
         if s["val_loss"] == best_loss and len(ok) > 1:
             loss = f"**{loss}**"
-        delta = "–" if base is None or s is base or s["val_loss"] is None else \
-            f"{s['val_loss'] - base['val_loss']:+.3f}"
-        cells = [s["variant"], _count(s["params"]), _fmt(s["tokens_per_s"], None, 0),
+        delta = "–" if base is None or s is base or s["val_loss"] is None else _paired_delta(s, base)
+        name = s["variant"] if s["seeds"] >= seeds else f"{s['variant']} ({s['seeds']}/{seeds} seeds)"
+        cells = [name, _count(s["params"]), _fmt(s["tokens_per_s"], None, 0),
                  _count(s["tokens"]), loss, delta,
                  _fmt(s["val_accuracy"], s["val_accuracy_std"], 1, 100)]
         if task == "classify":
             cells.append(_fmt(s["downstream"], s["downstream_std"], 1, 100))
         lines.append("| " + " | ".join(cells) + " |")
-    seeds = max((s["seeds"] for s in summary), default=0)
-    note = f"\nMean ± standard deviation over {seeds} seeds." if seeds > 1 else ""
+    note = f"\nMean ± standard deviation over {seeds} seeds" if seeds > 1 else ""
+    if note:
+        note += ("; Δ loss is the mean of the per-seed differences over the seeds both runs finished." if
+                 any(s["seeds"] < seeds for s in summary if s["status"] == "ok") else ".")
     if baseline and "val_loss" in baseline:
         token = "masked token" if loss_kind == "MLM" else "next token"
         note += (f"\nUnigram baseline (predicting every {token} by its corpus frequency): loss "

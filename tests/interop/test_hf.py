@@ -97,6 +97,24 @@ def test_pytorch_bin_with_prefix_and_mlm_head(tmp_path):
     assert (logits - expected.logits[mask.bool()]).abs().max().item() <= ATOL
 
 
+def test_an_untied_mlm_decoder_leaves_the_head_out_and_says_so(tmp_path):
+    """tie_word_embeddings false: the decoder is a matrix of its own, which bertkit's tied MLM head cannot hold;
+    imported tied, the logits were wrong (max diff 9.5, argmax agreement 0) with nothing said."""
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, tie_word_embeddings=False)
+    mlm = BertForMaskedLM(cfg).eval()
+    cfg.save_pretrained(tmp_path)
+    torch.save(mlm.state_dict(), tmp_path / "pytorch_model.bin")
+    assert not torch.equal(mlm.cls.predictions.decoder.weight, mlm.bert.embeddings.word_embeddings.weight)
+    ours, skipped = model_from_hf(tmp_path)
+    assert ours.head_config.names == () and "not tied to the word embeddings" in skipped[0]
+    ids, mask, _ = _batch(120, seed=1)
+    with torch.no_grad():  # the encoder itself is imported
+        assert _max_diff_on_real_tokens(ours(ids, mask).last_hidden_state,
+                                        mlm.bert(input_ids=ids, attention_mask=mask).last_hidden_state, mask) <= ATOL
+
+
 def test_real_minilm_weights_give_the_same_hidden_states(minilm_dir):
     hf = BertModel.from_pretrained(str(minilm_dir)).eval()
     ours, _ = model_from_hf(minilm_dir)

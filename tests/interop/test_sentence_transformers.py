@@ -83,6 +83,23 @@ def test_minilm_round_trips_through_export(minilm_run, tmp_path):
                                   SentenceEncoder(minilm_run).encode(sentences))
 
 
+def test_without_max_seq_length_the_window_is_sentence_transformers(minilm_dir, tmp_path):
+    """No max_seq_length: sentence-transformers embeds within min(max_position_embeddings, the tokenizer's
+    model_max_length); bertkit took the model's 512 and embedded long texts otherwise (cosine 0.83)."""
+    import shutil
+
+    folder = shutil.copytree(minilm_dir, tmp_path / "st")
+    for name in ("sentence_bert_config.json",):
+        (folder / name).unlink(missing_ok=True)
+    tokenizer = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**tokenizer, "model_max_length": 128}))
+    import_hf(folder, tmp_path / "run")
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["sentence"]["max_seq_length"] == 128
+    (folder / "tokenizer_config.json").write_text(json.dumps({**tokenizer, "model_max_length": 1000000}))
+    import_hf(folder, tmp_path / "longer")  # the tokenizer's limit is not the shorter: the model's own window
+    assert json.loads((tmp_path / "longer" / "config.json").read_text())["sentence"]["max_seq_length"] is None
+
+
 def test_unsupported_modules_are_refused_by_name(minilm_dir, tmp_path):
     import shutil
 

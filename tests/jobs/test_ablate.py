@@ -55,6 +55,33 @@ def _plan(vary, grid=False):
     return build_plan(lambda changes: load_recipe("tiny", changes), parse_vary(vary), grid)
 
 
+def _row(variant, seed, loss, status="ok"):
+    """One ablation.csv row, as the report reads it."""
+    return {"variant": variant, "changes": "" if variant == "base" else "model.positions=rotary", "seed": seed,
+            "status": status, "params": 1e6, "steps": 100, "tokens": 1e6, "train_seconds": 10, "tokens_per_s": 1e5,
+            "val_loss": loss, "val_accuracy": 0.3 if status == "ok" else None, "downstream_metric": None,
+            "downstream": None, "downstream_examples": None, "message": None if status == "ok" else "diverged"}
+
+
+def test_a_failed_seed_keeps_the_delta_paired_and_the_row_says_how_many_seeds():
+    """Seed 2 is hard for both; the variant is 0.05 better on each seed it finished and failed seed 2: comparing
+    its 2-seed mean with the base's 3-seed one read -0.247."""
+    from bertkit.ablation import summarise
+    from bertkit.jobs.ablate_report import markdown_table
+
+    rows = [_row("base", 0, 5.00), _row("base", 1, 5.02), _row("base", 2, 5.60),
+            _row("positions=rotary", 0, 4.95), _row("positions=rotary", 1, 4.97),
+            _row("positions=rotary", 2, None, "failed")]
+    table = markdown_table(summarise(rows), "pretrain", None, rows)
+    line = next(line for line in table.splitlines() if line.startswith("| positions=rotary"))
+    assert line.startswith("| positions=rotary (2/3 seeds) |") and "| -0.050 |" in line
+    assert "Δ loss is the mean of the per-seed differences over the seeds both runs finished" in table
+    complete = rows[:5] + [_row("positions=rotary", 2, 5.55)]  # every seed: the paired mean is the means' difference
+    line = next(line for line in markdown_table(summarise(complete), "pretrain", None, complete).splitlines()
+                if line.startswith("| positions=rotary |"))
+    assert f"| {(4.95 + 4.97 + 5.55 - 5.00 - 5.02 - 5.60) / 3:+.3f} |" in line
+
+
 def test_one_change_at_a_time_skips_the_base_value_and_keeps_invalid_variants():
     plan = _plan(["positions=learned,rotary,none", "n_heads=2,3", "norm_position=pre"])
     names = [v.name for v in plan.variants]
