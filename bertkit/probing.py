@@ -115,7 +115,9 @@ def split_by_sentence(flat: list[str], kept: list[list[bool]]) -> list[list[str]
 
 
 def score(task: str, gold: list[list[str]], predicted_flat: list[str], kept: list[list[bool]]) -> dict[str, float]:
-    """accuracy over words with a state; for span tasks also F1 over entities / chunks (seqeval, IOB2)."""
+    """accuracy over words with a state; for span tasks also F1 over entities / chunks (seqeval's default,
+    conlleval-style mode: a probe's unconstrained I-X after O starts an entity, as conlleval counts it; finetuned
+    taggers are scored strict IOB2 after constrained decoding, so the two F1s are not on one scale)."""
     gold_flat = kept_items(gold, kept)
     result = {"accuracy": float(np.mean(np.array(gold_flat, dtype=object) == np.array(predicted_flat, dtype=object)))}
     if TASKS[task][1] == "f1":
