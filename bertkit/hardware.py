@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import platform
+import re
 import time
 import typing
 from dataclasses import asdict, dataclass
@@ -26,14 +27,17 @@ from bertkit.config import Precision
 from bertkit.errors import ConfigError
 from bertkit.paths import cache_root
 
-# Dense (no sparsity) peaks in TFLOP/s by precision, from NVIDIA's datasheets; the first name found in
-# torch.cuda.get_device_name() wins, so "H100 PCIe" comes before "H100".
+# Dense (no sparsity: half the datasheets' starred figures) peaks in TFLOP/s by precision, from NVIDIA's datasheets;
+# the first name found as whole words in torch.cuda.get_device_name() wins, so "H100 PCIe" comes before "H100".
 GPU_PEAKS = (
     ("H100 PCIe", {"bf16": 756.0, "fp16": 756.0, "tf32": 378.0, "fp32": 51.2}),
+    ("H100 NVL", {"bf16": 835.5, "fp16": 835.5, "tf32": 417.5, "fp32": 60.0}),
     ("H100", {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9}),
+    ("H200 NVL", {"bf16": 835.5, "fp16": 835.5, "tf32": 417.5, "fp32": 60.0}),
     ("H200", {"bf16": 989.4, "fp16": 989.4, "tf32": 494.7, "fp32": 66.9}),
     ("A100", {"bf16": 312.0, "fp16": 312.0, "tf32": 156.0, "fp32": 19.5}),
     ("L40S", {"bf16": 362.1, "fp16": 362.1, "tf32": 183.0, "fp32": 91.6}),
+    ("L40", {"bf16": 181.0, "fp16": 181.0, "tf32": 90.5, "fp32": 90.5}),
     ("L4", {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3}),
 )
 _GEMM_SIZE = 1024  # big enough to reach a core's steady rate, small enough for emulated bf16 (~1 s on AVX2)
@@ -115,7 +119,8 @@ def _datasheet(device: torch.device, precision: str) -> Peak | None:
     if precision == "fp32" and tf32_matmuls():
         precision = "tf32"  # fp32 matmuls then run on the tensor cores
     for part, peaks in GPU_PEAKS:
-        if part in name:
+        # whole words: "L4" is not in "NVIDIA L40", nor "A100" in "RTX A1000" (each took the other's peak)
+        if re.search(rf"(?<![A-Za-z0-9]){re.escape(part)}(?![A-Za-z0-9])", name):
             return Peak(peaks[precision] * 1e12, f"datasheet: {name} {precision}")
     return None
 

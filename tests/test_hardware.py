@@ -48,6 +48,13 @@ def test_known_gpus_use_their_datasheet(monkeypatch):
     assert tf32.flops == pytest.approx(494.7e12) and "tf32" in tf32.source
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 PCIe")
     assert hardware._datasheet(torch.device("cuda"), "bf16").flops == pytest.approx(756e12)
+    # whole names: an L40 is not an L4, an RTX A1000 not an A100, an NVL not the SXM part (each took the other's)
+    for name, bf16 in (("NVIDIA L40", 181.0e12), ("NVIDIA L4", 121.0e12), ("NVIDIA L40S", 362.1e12),
+                       ("NVIDIA H100 NVL", 835.5e12), ("NVIDIA H200 NVL", 835.5e12), ("NVIDIA H200", 989.4e12),
+                       ("NVIDIA A100-SXM4-80GB", 312e12), ("NVIDIA RTX A1000", None)):
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None, name=name: name)
+        sheet = hardware._datasheet(torch.device("cuda"), "bf16")
+        assert (sheet and sheet.flops) == (bf16 and pytest.approx(bf16)), name
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Some Future GPU")
     assert hardware._datasheet(torch.device("cuda"), "bf16") is None  # measured instead
 

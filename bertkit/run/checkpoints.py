@@ -261,15 +261,18 @@ def best_weights(run_dir: Path) -> Path | None:
     return path if path.is_file() else None
 
 
-def drop_newer_best(run_dir: Path, step: int) -> None:
-    """On resume: best weights saved after the checkpoint we resume from are not in the resumed state's history;
-    drop them (the replayed evaluations write them again) so results and weights never disagree."""
+def newer_best(run_dir: Path, step: int) -> bool:
+    """On resume: whether the kept best weights were saved after the checkpoint of `step` (or are damaged). They
+    are then not in the resumed state's history, and the best that history names was overwritten by them."""
     path = Path(run_dir) / CHECKPOINTS / BEST / STATE_FILE
     if not path.is_file():
-        return
+        return False
     try:
-        newer = json.loads(path.read_text(encoding="utf-8"))["step"] > step
+        return json.loads(path.read_text(encoding="utf-8"))["step"] > step
     except (json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
-        newer = True  # a damaged best is no best: the replay writes it again
-    if newer:
-        shutil.rmtree(path.parent, ignore_errors=True)
+        return True  # a damaged best is no best: the replay writes it again
+
+
+def drop_best(run_dir: Path) -> None:
+    """Remove the kept best weights (see `newer_best`)."""
+    shutil.rmtree(Path(run_dir) / CHECKPOINTS / BEST, ignore_errors=True)

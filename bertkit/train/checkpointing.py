@@ -12,7 +12,7 @@ from rich.console import Console
 from bertkit.config import TrainConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
-from bertkit.run.checkpoints import (drop_newer_best, is_sharded_checkpoint, latest_checkpoint, load_checkpoint,
+from bertkit.run.checkpoints import (drop_best, newer_best, is_sharded_checkpoint, latest_checkpoint, load_checkpoint,
                                      rng_state, save_checkpoint, save_shards, set_rng_state)
 from bertkit.run.directory import RESULTS_FILE, record_train
 from bertkit.train.budget import planned_total
@@ -48,10 +48,18 @@ def restore(checkpoint: Path, cfg: TrainConfig, model: Model, optimizer, schedul
     state.processes = state.processes or len(rngs)  # a checkpoint from before the record: one state per process
     if state.stream and hasattr(objective, "seek"):  # a streamed corpus: seek, never replay the stream
         objective.seek(state.stream, state.step)
+    # best weights kept after this checkpoint overwrote the ones its state calls best: that best is gone, so the
+    # replayed evaluations start the best over (else a run could report a best step whose weights no longer exist,
+    # and ship its last weights as if they were it); every process reads this before the main one drops them
+    dropped = newer_best(run_dir, state.step)
+    accelerator.wait_for_everyone()
+    if dropped:
+        state.best_value, state.best_step, state.stale_evals = None, 0, 0
     if main:  # the checkpoint loaded: now the run directory may say that the run goes on
         (Path(run_dir) / RESULTS_FILE).unlink(missing_ok=True)  # its presence always means "finished"
         record_train(run_dir, cfg)  # the (possibly extended) limits
-        drop_newer_best(run_dir, state.step)
+        if dropped:
+            drop_best(run_dir)
         console.print(f"resuming from {checkpoint.name} (step {state.step} of {state.total_steps})")
     return state
 

@@ -227,6 +227,45 @@ def test_best_checkpoint_is_kept_and_patience_stops_early(tmp_path, packed, samp
               progress=False, metric="nope")
 
 
+def test_a_resume_whose_replay_scores_otherwise_never_names_a_best_whose_weights_are_gone(tmp_path, packed,
+                                                                                            sample_tokenizer):
+    """Killed after best/ was overwritten by a step past the checkpoint: the resumed state's best (step 1) has no
+    weights left. A replay that scores otherwise (a GPU, another precision or process count) reported best step 1
+    and shipped the last weights as the model."""
+    from safetensors.torch import load_file
+
+    from bertkit.train.loop import train_best
+
+    class Killed(Exception):
+        pass
+
+    class Scripted(MLMObjective):
+        def evaluate(self, model):
+            self.calls = getattr(self, "calls", 0) + 1
+            if self.scores[self.calls - 1] is None:
+                raise Killed()
+            return {"val_loss": 1.0, "score": self.scores[self.calls - 1]}
+
+    cfg = TrainConfig(batch_size=8, max_steps=6, log_every=1, eval_every=1, save_every=2, learning_rate=1e-3)
+    out = tmp_path / "run"
+    out.mkdir()
+
+    def run(scores, resume):
+        objective = Scripted(packed, special_ids(sample_tokenizer), 400, DataConfig(block_size=32), cfg)
+        objective.scores = scores
+        return train_best(Model(tiny(vocab_size=400), heads("mlm")), objective, cfg, out, make_accelerator("fp32"),
+                          "score", resume=resume, progress=False)
+
+    with pytest.raises(Killed):  # best 0.7 at step 1, the step-2 checkpoint, then 0.9 at step 3 overwrites best/
+        run([0.7, 0.5, 0.9, None], False)
+    summary, _ = run([0.6] * 5, True)  # resumed at step 2; the replay scores 0.6 at steps 3-6
+    assert summary["best_step"] == 3  # the replay's first evaluation: the best begins again, its weights kept
+    kept = json.loads((out / "checkpoints" / "best" / "state.json").read_text())
+    assert kept["step"] == 3 and kept["value"] == 0.6
+    final, best = load_file(out / "model.safetensors"), load_file(out / "checkpoints" / "best" / "model.safetensors")
+    assert all(torch.equal(final[k], best[k]) for k in final)
+
+
 @pytest.mark.slow
 def test_compiled_training_matches_eager_and_resumes_exactly(tmp_path, packed, sample_tokenizer):
     """train.compile = on trains through torch.compile (inductor): the same losses as eager (to float rounding:
