@@ -39,8 +39,12 @@ GPU_PEAKS = (
     ("L40S", {"bf16": 362.1, "fp16": 362.1, "tf32": 183.0, "fp32": 91.6}),
     ("L40", {"bf16": 181.0, "fp16": 181.0, "tf32": 90.5, "fp32": 90.5}),
     ("L4", {"bf16": 121.0, "fp16": 121.0, "tf32": 60.0, "fp32": 30.3}),
+    ("B200", {"bf16": 2250.0, "fp16": 2250.0, "tf32": 1125.0, "fp32": 75.0}),
 )
 _GEMM_SIZE = 1024  # big enough to reach a core's steady rate, small enough for emulated bf16 (~1 s on AVX2)
+# a GPU missing from GPU_PEAKS: a 1024² product takes about as long as its launch there (an H100 does it in ~2 µs),
+# so its measured "peak" would be far too low and the MFU several times too high; 8192² runs ~1 ms at the peak
+_GPU_GEMM_SIZE = 8192
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 _MEMO: dict[str, "Peak"] = {}
 _NATIVE_BF16_FLAGS = {"avx512_bf16", "amx_bf16"}  # /proc/cpuinfo flags of CPUs that compute bf16 in hardware
@@ -140,7 +144,8 @@ def peak_flops(device: torch.device, precision: str) -> Peak:
         known = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         known = {}
-    measured = Peak(gemm_flops(device, precision), f"measured: best {_GEMM_SIZE}² {precision} GEMM on {machine}")
+    size = _GPU_GEMM_SIZE if device.type == "cuda" else _GEMM_SIZE
+    measured = Peak(gemm_flops(device, precision, size), f"measured: best {size}² {precision} GEMM on {machine}")
     stored = known.get(key)
     peak = Peak(**stored) if isinstance(stored, dict) and stored.get("flops", 0) >= measured.flops else measured
     if peak is measured:
