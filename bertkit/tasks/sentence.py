@@ -73,7 +73,7 @@ class SentenceObjective:
         for s, side in enumerate(self.sides):
             out[f"ids_{s}"] = pad_sequences([side[r].input_ids for r in rows], self.pad_id)
             out[f"len_{s}"] = torch.tensor([len(side[r].input_ids) for r in rows])
-        if self.criterion.target_dtype is not None:
+        if self.criterion.target_dtype is not None and self.targets is not None:
             out["target"] = torch.tensor([self.targets[r] for r in rows], dtype=self.criterion.target_dtype)
         return out
 

@@ -5,13 +5,17 @@ extra FLOPs, and its validation metrics on embedded validation sides.
 - cosine   (Reimers & Gurevych 2019, regression): mean squared error of cos(u, v) against score / max_score;
 - mnrl     (multiple negatives ranking, Henderson et al. 2017): cross-entropy of scale * cos(a_i, c_j) over every
            positive (and hard negative) c_j of the micro-batch — of every process's micro-batch when
-           `sentence_loss.cross_process_negatives` — the i-th positive being the right answer;
+           `sentence_loss.cross_process_negatives` — the i-th positive being the right answer; a candidate with the
+           i-th positive's text, or the positive of a row with the i-th anchor's text, is no negative and is masked
+           (sentence-transformers keeps such duplicates out of a batch; an epoch wrapping mid-batch repeats rows);
 - softmax  (SBERT's NLI objective): cross-entropy of a linear classifier over (u, v, |u - v|).
 
 Adding a loss: a class here with the same members, one entry in `LOSSES`, and its name in `config.SentenceLoss`.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 import torch
@@ -81,14 +85,27 @@ class CosineLoss(SentenceLoss):
         return pair_scores(embedded[0], embedded[1], np.asarray(gold))
 
 
+def text_key(text: str) -> int:
+    """A text's 64-bit key, the same in every process (Python's hash is salted per process)."""
+    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little", signed=True)
+
+
 class MNRLoss(SentenceLoss):
-    """In-batch ranking: every other positive (and every hard negative) of the micro-batch is a negative."""
+    """In-batch ranking: every other positive (and every hard negative) of the micro-batch is a negative, except a
+    duplicate of the row's own positive (or a positive of the same anchor text), which is masked."""
 
     name = "mnrl"
     metric_names = ("val_loss", "accuracy", "mrr")
     default_metric = "accuracy"
     negatives = True
     in_batch = True
+    target_dtype = torch.long  # per pair, each side's text key (anchor, positive[, negative]): duplicates found
+
+    def targets(self, examples, max_score, gold):
+        if gold:
+            return None  # validation ranks by position (`ranking_scores`)
+        return [[text_key(e.text), text_key(e.pair)] + ([text_key(e.negative)] if e.negative else [])
+                for e in examples]
 
     def flops(self, d_model, num_labels, rows, sides):
         return 2 * rows * (sides - 1) * rows * self.world * d_model  # the (B, W * (k - 1) * B) similarity matrix
@@ -96,10 +113,24 @@ class MNRLoss(SentenceLoss):
     def loss(self, out, target, rows):
         emb = F.normalize(out.pooled.float(), dim=-1)  # (k * B, D)
         candidates, start = emb[rows:], 0  # (((k - 1) * B, D): this micro-batch's positives, then its negatives
+        keys = target  # (B, k) text keys (anchor, positive[, negative]); None: nothing masked
+        if keys is not None:
+            sides = keys.shape[1] - 1
+            found = keys[:, 1:].T.reshape(-1)  # ((k - 1) * B,) each candidate's text, in `candidates` order
+            anchors = keys[:, 0].repeat(sides)  # the anchor of each candidate's row
         if self.world > 1:  # every process's candidates, in rank order; gradients return to whoever embedded them
             candidates, start = gather_rows(candidates)  # (W * (k - 1) * B, D)
+            if keys is not None:
+                found, anchors = gather_rows(found)[0], gather_rows(anchors)[0]
         scores = self.scale * emb[:rows] @ candidates.T  # (B, W * (k - 1) * B): every positive and negative
         gold = start + torch.arange(rows, device=scores.device)  # this process's positives
+        if keys is not None:
+            # a candidate is no negative where it is this row's positive text, or (on a positive side) the positive
+            # of a row with this row's anchor text: a duplicate pair, or a row an epoch's wrap repeated
+            positive = torch.arange(found.shape[0], device=scores.device) % (sides * rows) < rows  # (W*(k-1)*B,)
+            same = (found[None, :] == keys[:, 1:2]) | (positive[None, :] & (anchors[None, :] == keys[:, :1]))
+            same[torch.arange(rows, device=scores.device), gold] = False
+            scores = scores.masked_fill(same, float("-inf"))
         return F.cross_entropy(scores, gold, reduction="sum"), {"accuracy": (scores.argmax(-1) == gold).sum()}
 
     def evaluate(self, model, embedded, gold):

@@ -105,3 +105,24 @@ def test_ranking_scores_by_hand():
     result = ranking_scores(anchors, candidates, scale=1.0, chunk=2)
     assert result["accuracy"] == pytest.approx(1 / 3)
     assert result["mrr"] == pytest.approx((1 / 2 + 1 / 3 + 1) / 3)
+
+
+def test_mnrl_masks_a_duplicate_of_the_rows_positive_instead_of_ranking_it_as_a_negative():
+    """Two rows with the same pair (or one row an epoch's wrap repeated): each row's positive is also the other
+    row's candidate, which is no negative. Unmasked, the loss could not fall below 2 log 2 and accuracy read 1/2."""
+    from types import SimpleNamespace
+
+    from bertkit.tasks.sentence_losses import MNRLoss
+    from bertkit.text.tasks import SentencePair
+
+    loss = MNRLoss(scale=20.0)
+    pairs = [SentencePair("a dog runs", "a dog is running"), SentencePair("a dog runs", "a dog is running"),
+             SentencePair("rain today", "it rains")]
+    keys = torch.tensor(loss.targets(pairs, 5.0, False))  # (B, 2): anchor, positive
+    anchor = F.normalize(torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]]), dim=-1)
+    out = SimpleNamespace(pooled=torch.cat([anchor, anchor]))  # every positive equals its anchor
+    total, stats = loss.loss(out, keys, 3)
+    # each duplicate row ranks its own positive against the third row's only: log(1 + e^-20) per row
+    assert total.item() == pytest.approx(3 * np.log1p(np.exp(-20.0)), abs=1e-6) and stats["accuracy"].item() == 3
+    unmasked, stats = loss.loss(out, None, 3)
+    assert unmasked.item() > 2 * np.log(2) - 1e-6 and stats["accuracy"].item() == 2
