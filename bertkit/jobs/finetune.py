@@ -119,7 +119,8 @@ def _examples(config: Config, task_config, task: FinetuneTask, out: Path, resume
     if task_config.validation_file is not None:
         train_examples, validation = examples, task.read(config, task_config.validation_file, skip_bad_lines, warn)
     else:
-        train_examples, validation = hold_out(examples, task_config.validation_split, config.train.seed)
+        train_examples, validation = hold_out(examples, task_config.validation_split, config.train.seed,
+                                              task.example_labels)
     unknown = sorted({label for e in train_examples for label in task.example_labels(e)} - set(labels))
     if unknown:  # only on resume: the training file changed since the run began
         raise BertkitError(f"{task_config.train_file}: labels {', '.join(unknown[:5])} are not in "

@@ -522,15 +522,27 @@ def read_parallel(source: str | Path, target: str | Path) -> tuple[list[tuple[st
 
 
 
-def hold_out(examples: list, fraction: float, seed: int) -> tuple[list, list]:
-    """Hold out a seeded `fraction` of the training examples for validation (at least one, and one left)."""
+def hold_out(examples: list, fraction: float, seed: int,
+             labels_of: Callable[[object], list[str]] | None = None) -> tuple[list, list]:
+    """Hold out a seeded `fraction` of the training examples for validation (at least one, and one left). With
+    `labels_of` (an example's labels), a label the draw put in validation only goes back to training with one of its
+    examples (the first held), so that training sees every label (a rare class held out whole was never learned and
+    all its validation rows were errors); every other draw is unchanged."""
     if len(examples) < 2:
         raise BertkitError("need at least 2 training examples to hold one out for validation (or give a validation "
                            "file)")
     order = np.random.default_rng([seed, 17]).permutation(len(examples))
     held = max(1, round(fraction * len(examples)))
-    keep = sorted(order[held:].tolist())
-    return [examples[i] for i in keep], [examples[i] for i in sorted(order[:held].tolist())]
+    kept, out = order[held:].tolist(), order[:held].tolist()
+    if labels_of is not None:
+        trained = {label for i in kept for label in labels_of(examples[i])}
+        for i in list(out):
+            missing = set(labels_of(examples[i])) - trained
+            if missing and len(out) > 1:
+                out.remove(i)
+                kept.append(i)
+                trained |= set(labels_of(examples[i]))
+    return [examples[i] for i in sorted(kept)], [examples[i] for i in sorted(out)]
 
 
 NAMED = ("sentence1", "sentence2", "score")

@@ -281,3 +281,23 @@ def test_pairs_missing_scores_and_labels_are_counted_and_labels_canonical(tmp_pa
     assert warnings[0].startswith("skipped 3 of 10 rows: 2 with no score")
     labelled = read_pairs(path, "sentence1", "sentence2", "label", "label", skip_bad_lines=True)
     assert [p.label for p in labelled] == ["0", "1", "0", "0", "0", "1", "1", "0", "1"]  # true and "0.0" canonical
+
+
+def test_a_held_out_split_never_keeps_a_label_from_training():
+    """20 rows, one of a rare class, 10% held out: some seeds put the rare row in validation only, so training
+    never saw the class and its validation rows were all errors. It goes back to training; other draws stay."""
+    from bertkit.text.tasks import hold_out
+
+    rows = [("common", i) for i in range(19)] + [("rare", 19)]
+    labels_of = lambda row: [row[0]]  # noqa: E731
+    moved = 0
+    for seed in range(50):
+        plain_train, plain_validation = hold_out(rows, 0.1, seed)
+        train, validation = hold_out(rows, 0.1, seed, labels_of)
+        assert ("rare", 19) in train and validation  # every label trained, something still held out
+        if ("rare", 19) in plain_validation:
+            moved += 1
+            assert validation == [r for r in plain_validation if r[0] != "rare"]
+        else:
+            assert (train, validation) == (plain_train, plain_validation)  # the usual draw, unchanged
+    assert moved >= 1  # the case did occur among the seeds
