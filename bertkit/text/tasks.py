@@ -283,8 +283,8 @@ def read_labelled(path: str | Path, text_column: str = "text", label_column: str
                   text_pair_column: str | None = None, skip_bad_lines: bool | None = None,
                   warn: Callable[[str], None] | None = None, scores: bool = False) -> list[LabelledText]:
     """Classification examples from CSV / TSV / JSONL, their labels canonical class names (`canonical_label`: 1,
-    "1", 1.0 and true are all "1"). Rows with an empty text or no label are refused with their count; with
-    `skip_bad_lines` they are skipped and the count goes to `warn` (None: the caller cannot skip them). With
+    "1", 1.0 and true are all "1"). Rows with an empty text (or text pair) or no label are refused with their count;
+    with `skip_bad_lines` they are skipped and the count goes to `warn` (None: the caller cannot skip them). With
     `scores` the labels are numbers (regression): integers and fractions may mix."""
     path = Path(path)
     rows, lines, bad = _task_rows(path, {"text": text_column, "label": label_column, "text pair": text_pair_column},
@@ -292,13 +292,15 @@ def read_labelled(path: str | Path, text_column: str = "text", label_column: str
     examples, labels = [], LabelKinds(path)
     for row, line in zip(rows, lines):
         text = _text(row.get(text_column))
+        pair = None if text_pair_column is None else _text(row.get(text_pair_column))
         if not text:  # an empty text would teach the classifier what [CLS] [SEP] alone means
             bad.add("an empty text", line)
+        elif pair == "":  # a pair task's row with one side missing: the same, for the second segment
+            bad.add("an empty text pair", line)
         elif (label := labels.read(row.get(label_column), line)) is None:
             bad.add("no label", line)
         else:
-            examples.append(LabelledText(text, None if text_pair_column is None else
-                                         _text(row.get(text_pair_column)), label))
+            examples.append(LabelledText(text, pair, label))
     if not scores:
         labels.check()
     return _finish(path, examples, bad, skip_bad_lines, warn, "examples")

@@ -233,6 +233,12 @@ def test_empty_texts_are_refused_or_skipped_with_their_count(tmp_path):
     assert [e.text for e in examples][:3] == ["two\nlines", "text 0", "text 2"] and len(examples) == 7
     assert warnings == [f"skipped 4 of 11 rows: 3 with an empty text ({tmp_path / 'a.csv'}:5 first), 1 with no label "
                         f"({tmp_path / 'a.csv'}:13 first)"]
+    # a pair task's row with an empty second text is as bad as one with an empty first (it was read as pair '')
+    (tmp_path / "p.csv").write_text("text,pair,label\na,b,1\nc, ,0\nd,e,0\n")
+    with pytest.raises(BertkitError, match=r"p.csv:3: 1 of the file's 3 rows has an empty text pair"):
+        read_labelled(tmp_path / "p.csv", text_pair_column="pair", skip_bad_lines=False)
+    pairs = read_labelled(tmp_path / "p.csv", text_pair_column="pair", skip_bad_lines=True, warn=warnings.append)
+    assert [(e.text, e.pair) for e in pairs] == [("a", "b"), ("d", "e")]
 
 
 def test_rows_with_more_fields_than_the_header_are_refused_or_skipped_with_their_count(tmp_path):
