@@ -49,7 +49,7 @@ OPSET = 18
 MIN_COSINE = {"fp32": 0.9999, "int8": 0.99}
 FLOOR_COSINE = 0.95
 # and what a cosine cannot see: a regressor's largest score error in units of its scores' spread (int8 measured
-# 0.058 on a 500-step STS-B cell), a classifier's or tagger's decisions kept (int8 kept all 40 of an SST-2 cell's)
+# 0.058 on a 400-step STS-B cell), a classifier's or tagger's decisions kept (int8 kept all 40 of an SST-2 cell's)
 MAX_DIFF_IN_SPREADS = {"fp32": 1e-3, "int8": 0.25}
 SAME_DECISION = {"fp32": 1.0, "int8": 0.9}
 PROBE_BATCHES = (1, 7, 32)
