@@ -66,11 +66,9 @@ def _fmt(value, std=None, digits: int = 3, scale: float = 1.0) -> str:
 def _paired_delta(variant: dict, base: dict) -> str:
     """Δ validation loss against the base over the seeds both finished (a seed failed on one side would
     otherwise compare different seed sets: the base's hard seed against the variant's missing one)."""
-    mine, theirs = variant.get("seed_losses") or {}, base.get("seed_losses") or {}
+    mine, theirs = variant["seed_losses"], base["seed_losses"]
     both = [seed for seed in mine if seed in theirs]
-    if not both:  # summaries without per-seed losses (older callers): the means
-        return f"{variant['val_loss'] - base['val_loss']:+.3f}" if not mine else "–"
-    return f"{statistics.fmean(mine[s] - theirs[s] for s in both):+.3f}"
+    return f"{statistics.fmean(mine[s] - theirs[s] for s in both):+.3f}" if both else "–"
 
 
 def _count(value: float) -> str:

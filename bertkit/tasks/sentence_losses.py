@@ -15,8 +15,6 @@ Adding a loss: a class here with the same members, one entry in `LOSSES`, and it
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -27,6 +25,7 @@ from bertkit.metrics import classification_metrics, correlation_metrics
 from bertkit.nn.distributed import gather_rows
 from bertkit.nn.heads import HeadInput
 from bertkit.nn.model import Model
+from bertkit.text.records import id_hash
 
 
 class SentenceLoss:
@@ -85,11 +84,6 @@ class CosineLoss(SentenceLoss):
         return pair_scores(embedded[0], embedded[1], np.asarray(gold))
 
 
-def text_key(text: str) -> int:
-    """A text's 64-bit key, the same in every process (Python's hash is salted per process)."""
-    return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "little", signed=True)
-
-
 class MNRLoss(SentenceLoss):
     """In-batch ranking: every other positive (and every hard negative) of the micro-batch is a negative, except a
     duplicate of the row's own positive (or a positive of the same anchor text), which is masked."""
@@ -104,8 +98,8 @@ class MNRLoss(SentenceLoss):
     def targets(self, examples, max_score, gold):
         if gold:
             return None  # validation ranks by position (`ranking_scores`)
-        return [[text_key(e.text), text_key(e.pair)] + ([text_key(e.negative)] if e.negative else [])
-                for e in examples]
+        # id_hash: a 64-bit key, the same in every process (Python's hash is salted per process)
+        return [[id_hash(e.text), id_hash(e.pair)] + ([id_hash(e.negative)] if e.negative else []) for e in examples]
 
     def flops(self, d_model, num_labels, rows, sides):
         return 2 * rows * (sides - 1) * rows * self.world * d_model  # the (B, W * (k - 1) * B) similarity matrix
