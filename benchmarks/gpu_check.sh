@@ -203,7 +203,7 @@ why_not() { echo "${NO_DATASETS:-$NO_DATA}"; }  # the reason a text step cannot 
 
 # ---- the steps (--smoke: the same at tiny sizes on the CPU)
 if [ "$SMOKE" = 1 ]; then
-    SHAPE=(--device cpu --cases 2x64 --batch-size 4 --steps 3 --precisions bf16,fp32)
+    SHAPE=(--device cpu --cases 2x64 --batch-size 4 --seq-len 32 --steps 3 --precisions bf16,fp32)
     COMPILE=(--compile --compile-backend eager)
     PRETRAIN=(--recipe tiny --max-time 5s --max-steps 1000000 --set train.batch_size=8 --set model.vocab_size=1000)
     AUTOTUNE=default  # the eager backend has no modes
@@ -215,10 +215,10 @@ if [ "$SMOKE" = 1 ]; then
     LOOP=(--device cpu --recipe tiny --batch-size 8 --steps 20 --log-every 5 --bare-steps 6 --vocab-size 1000)
     EMBED=(--device cpu --sentences 200 --repeats 1 --model built --built-shape 2x64)
     DEMO_TIME=2s
-    B256=(--device cpu --cases 2x64 --batch-size 8 --steps 3 --precisions bf16)
-    MINI=(--device cpu --cases 2x64 --batch-size 4 --steps 3 --precisions bf16)
-    B512=(--device cpu --cases 2x64 --batch-size 8 --steps 3 --precisions bf16)
-    B1024=(--device cpu --cases 2x64 --batch-size 16 --steps 3 --precisions bf16)
+    B256=(--device cpu --cases 2x64 --batch-size 8 --seq-len 32 --steps 3 --precisions bf16)
+    MINI=(--device cpu --cases 2x64 --batch-size 4 --seq-len 32 --steps 3 --precisions bf16)
+    B512=(--device cpu --cases 2x64 --batch-size 8 --seq-len 32 --steps 3 --precisions bf16)
+    B1024=(--device cpu --cases 2x64 --batch-size 16 --seq-len 32 --steps 3 --precisions bf16)
     PROFILE_LOOP=(--device cpu --recipe tiny --batch-size 8 --steps 10 --log-every 5 --bare-steps 4 --vocab-size 1000)
     GRAPHS_LOOP=(--device cpu --recipe tiny --batch-size 8 --steps 10 --log-every 5 --bare-steps 4 --vocab-size 1000
                  --set train.cuda_graphs=true)  # compile off on a CPU: the line says graphs are off, and why

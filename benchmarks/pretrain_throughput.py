@@ -1,11 +1,12 @@
 """MLM pretraining throughput: bertkit vs transformers.BertForMaskedLM, same config, same batches, one run.
 
-Each case builds both models with the same shape (post-norm BERT, GELU, learned positions, vocab 16k, seq 128),
-feeds them identical masked batches (15%, 80/10/10), and times full training steps (forward, backward, AdamW)
-alternating ours and HF's step by step, so drift in the machine's speed hits both alike. Prints one line per case
-ending in `ratio X.XX` (bertkit tokens/s ÷ HF tokens/s), bertkit's model TFLOP/s and MFU (`bertkit.nn.flops`
-against `bertkit.hardware.peak_flops`: a GPU's datasheet, or the best measured GEMM at that precision on this CPU),
-and the peak RSS of the process. The first line names the machine, the second the precisions and why.
+Each case builds both models with the same shape (post-norm BERT, GELU, learned positions, vocab 16k, rows of 128
+tokens unless --seq-len says otherwise), feeds them identical masked batches (15%, 80/10/10), and times full training
+steps (forward, backward, AdamW) alternating ours and HF's step by step, so drift in the machine's speed hits both
+alike. Prints one line per case ending in `ratio X.XX` (bertkit tokens/s ÷ HF tokens/s), bertkit's model TFLOP/s
+and MFU (`bertkit.nn.flops` against `bertkit.hardware.peak_flops`: a GPU's datasheet, or the best measured GEMM at
+that precision on this CPU), and the peak RSS of the process. The first line names the machine, the second the
+precisions and why.
 
 The default precision is what `train.precision = "auto"` picks on the device (`bertkit.hardware.resolve_precision`:
 bf16 on recent GPUs and on CPUs with native bf16, fp32 elsewhere: an AVX2-only CPU emulates bf16, ~40x slower).
@@ -42,7 +43,7 @@ attention, fused elementwise, optimiser, loss, other) against the wall time, one
 tables go to DIR. Where transformers' model runs out of device memory at a batch, its line says so and bertkit's
 figures stand.
 
-    python benchmarks/pretrain_throughput.py [--steps 20] [--batch-size 32] [--cases 4x256,4x512]
+    python benchmarks/pretrain_throughput.py [--steps 20] [--batch-size 32] [--seq-len 128] [--cases 4x256,4x512]
                                              [--precisions fp32,bf16] [--device cpu|cuda] [--compile]
                                              [--compile-mode MODE] [--select bool|positions|bucket] [--fuse-qkv]
                                              [--vocab 16000] [--dropout 0.1] [--norm fp32]
@@ -221,10 +222,11 @@ def inductor_settings(text: str) -> tuple[tuple[str, object], ...]:
 
 
 def run_case(layers: int, width: int, precision: str, steps: int, batch_size: int, device: str,
-             levers: Levers = Levers(), warm: int = 2, profile_dir: Path | None = None) -> str:
-    """One shape at one precision: bertkit's step (with `levers`) and HF's (unless `levers.peer` is off),
-    alternated for `warm` untimed and `steps` timed steps; the result line (and with `profile_dir`, a profile of
-    bertkit's step after it). `levers.fuse_qkv` None: what bertkit does on `device` (one product on a GPU)."""
+             levers: Levers = Levers(), warm: int = 2, profile_dir: Path | None = None, seq: int = SEQ) -> str:
+    """One shape at one precision: bertkit's step (with `levers`) and HF's (unless `levers.peer` is off) on
+    (batch_size, seq) batches, alternated for `warm` untimed and `steps` timed steps; the result line (and with
+    `profile_dir`, a profile of bertkit's step after it). `levers.fuse_qkv` None: what bertkit does on `device`
+    (one product on a GPU)."""
     if levers.fuse_qkv is None:
         default = attention.FUSE_QKV if attention.FUSE_QKV is not None else device.startswith("cuda")
         levers = dataclasses.replace(levers, fuse_qkv=default)
@@ -237,13 +239,13 @@ def run_case(layers: int, width: int, precision: str, steps: int, batch_size: in
         patched = inductor.patch(dict(levers.inductor))
     try:
         with patched:
-            return _timed_case(layers, width, precision, steps, batch_size, device, levers, warm, profile_dir)
+            return _timed_case(layers, width, precision, steps, batch_size, device, levers, warm, profile_dir, seq)
     finally:
         attention.FUSE_QKV = default_qkv
 
 
 def _timed_case(layers: int, width: int, precision: str, steps: int, batch_size: int, device: str,
-                levers: Levers, warm: int, profile_dir: Path | None) -> str:
+                levers: Levers, warm: int, profile_dir: Path | None, seq: int) -> str:
     """`run_case` with q/k/v set as `levers.fuse_qkv` says."""
     torch.manual_seed(0)
     ours, hf = _models(layers, width, device, levers.vocab, levers.dropout, levers.peer)
@@ -253,7 +255,7 @@ def _timed_case(layers: int, width: int, precision: str, steps: int, batch_size:
         ours.compile(backend=levers.compile_backend, mode=levers.compile_mode)
     opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)
             for name, m in (("ours", ours), ("hf", hf)) if m is not None}
-    host = masked_batches(steps + warm, batch_size, levers.vocab)
+    host = masked_batches(steps + warm, batch_size, levers.vocab, seq)
     batches = [(i.to(device), l.to(device)) for i, l in host]
     bucket = BUCKET if levers.select == "bucket" else 0
     selections = [tuple(t.to(device) for t in masked_positions(labels, bucket)) for _, labels in host]
@@ -294,12 +296,12 @@ def _timed_case(layers: int, width: int, precision: str, steps: int, batch_size:
         _profile(profile_dir, levers, f"{layers}x{width} v{levers.vocab} b{batch_size} {precision}",
                  lambda i: ours_step(warm + i % steps, *batches[warm + i % steps]), autocast, sync,
                  torch.device(device))
-    tokens = batch_size * SEQ
+    tokens = batch_size * seq
     ours_tps = tokens / statistics.median(times["ours"])
     params = sum(p.numel() for p in ours.parameters()) / 1e6
     # model FLOPs of the task (the MLM head on masked positions only, as bertkit computes it), per token
     masked = statistics.mean(int((labels != IGNORE_INDEX).sum()) for _, labels in batches)
-    per_token = train_flops(ours.config, "mlm", batch_size, SEQ, masked=round(masked)) / tokens
+    per_token = train_flops(ours.config, "mlm", batch_size, seq, masked=round(masked)) / tokens
     peak = peak_flops(torch.device(device), precision)
     achieved = ours_tps * per_token
     cost = "" if levers.compile_backend is None else \
@@ -312,7 +314,7 @@ def _timed_case(layers: int, width: int, precision: str, steps: int, batch_size:
     else:
         peer = "transformers not run (--no-peer)"
     vocab = "" if levers.vocab == VOCAB else f" vocab {levers.vocab}"
-    return (f"{layers}x{width} ({params:.1f}M){vocab} {precision} batch {batch_size}x{SEQ} {device}: "
+    return (f"{layers}x{width} ({params:.1f}M){vocab} {precision} batch {batch_size}x{seq} {device}: "
             f"{levers.label()} {ours_tps:,.0f} tok/s, {peer}; "
             f"bertkit {per_token / 1e6:.1f} MFLOP/token = {achieved / 1e12:.3g} TFLOP/s, "
             f"MFU {achieved / peak.flops:.0%} of {peak.flops / 1e12:.3g} TFLOP/s ({peak.source.split(' on ')[0]})"
@@ -377,6 +379,8 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, default=None,
                         help="then profile a few of bertkit's steps per case: kernel time by kind, tables to DIR")
     parser.add_argument("--no-peer", action="store_true", help="do not run transformers' model")
+    parser.add_argument("--seq-len", type=int, default=SEQ,
+                        help=f"tokens per row (default {SEQ}, BERT's first pretraining phase; at most 512)")
     parser.add_argument("--warm", type=int, default=None, help="untimed first steps (default 2; 3 with --compile)")
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -388,6 +392,8 @@ def main() -> None:
         precisions, why = args.precisions.split(","), "as given (--precisions)"
     print(f"precision {','.join(precisions)} ({why}); bertkit "
           + (f"compiled ({args.compile_backend})" if args.compile else "eager"), flush=True)
+    if not 2 <= args.seq_len <= 512:
+        parser.error(f"--seq-len: 2 to 512 (the models' position tables), not {args.seq_len}")
     warm = args.warm if args.warm is not None else (3 if args.compile else 2)
     norms = args.norm.split(",")
     if not set(norms) <= {"fp32", "autocast"}:
@@ -408,7 +414,7 @@ def main() -> None:
                                     args.compile_mode if args.compile else None, args.select,
                                     args.fuse_qkv, vocab, not args.no_peer, dropout, norm, inductor)
                     print(run_case(layers, width, precision, args.steps, args.batch_size, args.device, levers,
-                                   warm, args.profile), flush=True)
+                                   warm, args.profile, args.seq_len), flush=True)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS {peak:,.0f} MB")
 
