@@ -37,7 +37,7 @@ import numpy as np
 
 from bertkit.errors import BertkitError
 from bertkit.index_codec import (DTYPE, REFINE_SUFFIX, SUFFIX, add_ivf, binary_flat, build_ivf, default_rescore,
-                                 gather_rows, hamming_candidates, int8_flat, rotate, row_bytes, row_width)
+                                 gather_rows, hamming_candidates, int8_flat, rotate, row_bytes, row_width, searched)
 from bertkit.index_codec import rescore as _rescore
 from bertkit.index_files import (FORMAT, INDEX_FILE, VERSION, file_number, next_number,  # noqa: F401 (re-exported)
                                  read_meta, remove_leftovers, shard_files, write_meta)
@@ -176,8 +176,9 @@ class VectorIndex:
                rescore: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k rows by cosine similarity for each query (Q, D) -> scores (Q, k'), rows (Q, k'), with
         k' = min(k, count). Queries are normalised here (the stored vectors already are). `exact` None: the
-        index's backend; True forces numpy over every vector. int8 vectors are scored by the float query against
-        their dequantized values; binary ones are found by Hamming distance, `rescore` × k candidates per query, and
+        index's backend; True scores every stored vector (numpy over float32 ones or a float32 copy; FAISS's flat
+        index over int8 / binary codes). int8 vectors are scored by the float query against their dequantized
+        values; binary ones are found by Hamming distance, `rescore` × k candidates per query, and
         ranked by the float query against their sign vectors (index_codec). An index with a refine copy on disk
         (`index build --refine`) takes `rescore` × k candidates from its codes either way and ranks them by the
         float query against that copy. `rescore` None: the index's default (index_codec.default_rescore)."""
@@ -198,7 +199,7 @@ class VectorIndex:
             return self._exact(self.vectors(), queries, k, "vectors")
         index = self.faiss_index()
         index.nprobe = min(nprobe or self.meta["faiss"]["nprobe"], index.nlist)
-        return self._checked(*index.search(queries, k), _UNIT)
+        return self._checked(*searched(index, queries, k), _UNIT)
 
     def _exact(self, shards: list[np.ndarray], queries: np.ndarray, k: int, key: str) -> tuple[np.ndarray, np.ndarray]:
         """Exact float32 search over `shards` (the vectors, or a float32 refine copy: `key` names the file)."""
@@ -226,7 +227,7 @@ class VectorIndex:
             rows = hamming_candidates(index, queries, wanted)
         else:
             turned = np.ascontiguousarray(rotate(queries, self.calibration))  # the codes' basis (same products)
-            scores, rows = self._checked(*index.search(turned, wanted), _INT8_UNIT)
+            scores, rows = self._checked(*searched(index, turned, wanted), _INT8_UNIT)
             if not self.refine:
                 return scores, rows
         if self.refine:  # the candidates rescored from the finer copy on disk (checked as FAISS's scores are)
@@ -373,7 +374,7 @@ def exact_search(shards: list[np.ndarray], queries: np.ndarray, k: int) -> tuple
                 best_scores = np.take_along_axis(best_scores, keep, 1)
                 best_rows = np.take_along_axis(best_rows, keep, 1)
         base += len(shard)
-    order = np.argsort(-best_scores, axis=1, kind="stable")
+    order = np.lexsort((best_rows, -best_scores), axis=1)  # best first; equal scores by row, whatever the layout
     return np.take_along_axis(best_scores, order, 1), np.take_along_axis(best_rows, order, 1)
 
 

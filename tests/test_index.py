@@ -30,6 +30,18 @@ def test_exact_search_is_brute_force_over_shards_and_chunks(monkeypatch):
     np.testing.assert_allclose(scores, np.take_along_axis(queries @ everything.T, brute, 1), atol=1e-6)
 
 
+def test_equal_scores_come_in_row_order_whatever_the_layout(monkeypatch):
+    """Duplicate texts score alike; their order was argpartition's, so it changed with the shards and chunks
+    (review, 2026-11-28). Equal scores now come by row."""
+    vectors = _unit(12, 8, 4)
+    queries = vectors[[3, 7]]
+    for chunk, shards in ((7, [vectors, vectors, vectors]), (5, [np.concatenate([vectors, vectors]), vectors]),
+                          (1 << 17, [vectors, vectors, vectors])):
+        monkeypatch.setattr(index_module, "_EXACT_CHUNK", chunk)
+        scores, rows = exact_search(shards, queries, k=3)
+        assert rows.tolist() == [[3, 15, 27], [7, 19, 31]] and np.ptp(scores, axis=1).max() < 1e-6
+
+
 def test_faiss_probing_every_list_equals_exact(tmp_path):
     vectors = _unit(600, 16, 0)
     index = build_faiss([vectors[:400], vectors[400:]], 16, nlist=8)
@@ -190,6 +202,14 @@ def test_the_same_file_under_another_path_is_not_added_twice(tmp_path, base, mon
             f"error: {spelling}:1: already in the index as 'a.txt:1' (all 6 document(s) with the same file name, lines "
             "and texts: the same file under another path); nothing added: add only what the index lacks (to index "
             "these texts again, give them ids with --id-field)")
+    assert VectorIndex("idx").count == 6
+    # the file grew since (review, 2026-11-28: its 6 indexed lines were indexed a second time, each search then
+    # finding a document twice): refused too, saying so
+    _corpus(tmp_path, "a.txt", SENTENCES[:8])
+    assert cli_error("index", "add", "idx", str(tmp_path / "a.txt"), "--no-progress") == (
+        f"error: {tmp_path / 'a.txt'}:1: already in the index as 'a.txt:1' (6 of its 8 document(s) (the file grew "
+        "since) with the same file name, lines and texts: the same file under another path); nothing added: add "
+        "only what the index lacks (to index these texts again, give them ids with --id-field)")
     assert VectorIndex("idx").count == 6
     # the same name elsewhere: another file, though two of its lines are the same (a shared title, say)
     (tmp_path / "b").mkdir()

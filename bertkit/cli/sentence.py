@@ -179,8 +179,9 @@ def search(index: Annotated[Path, typer.Argument(help="An index directory from `
            k: Annotated[int, typer.Option("-k", "--top-k", help="Results per query.")] = 5,
            model: Annotated[Path | None, typer.Option("--model", "-m", help="The index's model, if it moved.")]
            = None,
-           exact: Annotated[bool | None, typer.Option("--exact/--approximate", help="Force exact search (or the "
-                                                      "FAISS index); default: the index's backend.")] = None,
+           exact: Annotated[bool | None, typer.Option("--exact/--approximate", help="Score every stored vector "
+                                                      "(or probe the FAISS index); default: the index's "
+                                                      "backend.")] = None,
            nprobe: Annotated[int | None, typer.Option(help="FAISS: lists searched per query (default: the "
                                                                   "index's).")] = None,
            truncate: Annotated[bool, typer.Option(help="Search with the first max_length tokens of a longer "

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -25,7 +26,8 @@ from bertkit.errors import BertkitError
 from bertkit.index import (BACKENDS, FORMAT, INDEX_FILE, VERSION, Hit, ShardWriter, VectorIndex, add_to_faiss,
                            build_faiss, index_lock, ivf_params, next_number, read_meta, remove_leftovers,
                            resolve_backend, shard_vectors, write_faiss, write_meta)
-from bertkit.index_codec import REFINE_SUFFIX, REFINES, SUFFIX, calibrate, check_precision, compress_shard, row_bytes
+from bertkit.index_codec import (MAX_CLIPPED, REFINE_SUFFIX, REFINES, SUFFIX, calibrate, check_precision,
+                                 clipped_share, compress_shard, row_bytes)
 from bertkit.index_files import version_of
 from bertkit.paths import path_list
 from bertkit.run.files import atomic_dir, content_digest, disk_errors, fsync_dir
@@ -255,7 +257,10 @@ def add(job: IndexAddJob, console: Console | None = None) -> IndexAddResult:
             try:
                 _fill(writer, encoder, files, text_field, id_field, found.rows, job.chunk_size, job.progress,
                       console)
-                shard = compress_shard(index.path, writer.close(), index.dim, index.precision, index.calibration,
+                written = writer.close()
+                if index.calibration is not None:
+                    _refuse_clipped(shard_vectors(index.path, written, index.dim), index)
+                shard = compress_shard(index.path, written, index.dim, index.precision, index.calibration,
                                        index.refine)
                 meta["shards"] = meta["shards"] + [shard]
                 meta["count"] = meta["count"] + shard["count"]
@@ -286,6 +291,19 @@ def add(job: IndexAddJob, console: Console | None = None) -> IndexAddResult:
     console.print(f"added {shard['count']:,} vectors to {path}: {meta['count']:,} in all, {meta['backend']} search")
     return IndexAddResult(out=Path(path), added=shard["count"], count=meta["count"], backend=meta["backend"],
                           empty=found.empty, truncated=encoder.truncated)
+
+
+def _refuse_clipped(vectors: np.ndarray, index: VectorIndex) -> None:
+    """New vectors that fall outside an int8 index's calibrated ranges (more than MAX_CLIPPED of their coordinates)
+    are refused: clipped into them, they lose most of their recall, a float32 copy's too (index_codec)."""
+    share = clipped_share(vectors, index.calibration)
+    if share > MAX_CLIPPED:
+        sample = index.calibration.get("sample")
+        built = f"on its first {sample:,} vector(s)" if sample else "when it was built"
+        raise BertkitError(f"{index.path}: {share:.1%} of the new vectors' coordinates fall outside the int8 ranges "
+                           f"calibrated {built} (at most {MAX_CLIPPED:.0%}): clipped into them, they would lose "
+                           "most of their recall; nothing added; build the index again over every file "
+                           "(`bertkit index build --overwrite`), whose ranges then fit them all")
 
 
 def _committed(path: Path, docs: str) -> bool:

@@ -136,24 +136,28 @@ def refuse_respelled(files: list[Path], text_field: str, keep_empty: bool, exist
         return
     rows = [row for entries in candidates.values() for row, _ in entries]
     texts = dict(zip(rows, existing_texts(rows)))
-    # a file is the same file only when every one of its records matches (two README.txt files sharing a title
-    # line are two files)
-    seen: dict[Path, list] = {}  # path -> [records, matched, first match]
+    # a file is the same file when each of its records that has an indexed one at its file name and line has the
+    # same text: every record (the file as it was), or its indexed lines and then new ones (a file that grew since).
+    # Two README.txt files sharing a title line, whose next lines differ, are two files.
+    seen: dict[Path, list] = {}  # path -> [records, records with an indexed counterpart, matched, first match]
     for _, path, record in kept_records(files, text_field, None, keep_empty):
-        tally = seen.setdefault(path, [0, 0, None])
+        tally = seen.setdefault(path, [0, 0, 0, None])
         tally[0] += 1
-        for row, key in candidates.get(place(path.name, record.number), ()):
+        entries = candidates.get(place(path.name, record.number), ())
+        tally[1] += bool(entries)
+        for row, key in entries:
             if texts[row] == record.text.strip():  # the index keeps texts stripped
-                tally[1] += 1
-                tally[2] = tally[2] or (record.number, key)
+                tally[2] += 1
+                tally[3] = tally[3] or (record.number, key)
                 break
-    for path, (total, matched, example) in seen.items():
-        if total and matched == total:
+    for path, (total, placed, matched, example) in seen.items():
+        if matched and matched == placed:
             number, key = example
-            raise BertkitError(f"{path}:{number}: already in the index as {key!r} (all {total:,} document(s) with "
-                               "the same file name, lines and texts: the same file under another path); nothing "
-                               "added: add only what the index lacks (to index these texts again, give them ids "
-                               "with --id-field)")
+            what = (f"all {total:,} document(s)" if matched == total else
+                    f"{matched:,} of its {total:,} document(s) (the file grew since)")
+            raise BertkitError(f"{path}:{number}: already in the index as {key!r} ({what} with the same file name, "
+                               "lines and texts: the same file under another path); nothing added: add only what "
+                               "the index lacks (to index these texts again, give them ids with --id-field)")
 
 
 def chunks(files: list[Path], text_field: str, id_field: str | None, keep_empty: bool, size: int,
