@@ -3,7 +3,8 @@ beam search translation (encoder-decoder), with or without a KV cache.
 
 Both run on `Stepper`, which gives the next-token logits of a batch of growing sequences: with the cache it feeds
 only the new tokens (keys/values of earlier positions and the encoder's cross-attention keys/values are reused);
-without it, the whole prefix every step. The two are tested to pick exactly the same tokens.
+without it, the whole prefix every step. The two are tested to pick exactly the same tokens in fp32 (in bf16 a
+near-tie may fall either way with the shapes, as with the batch size).
 """
 
 from __future__ import annotations

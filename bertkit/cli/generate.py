@@ -161,8 +161,12 @@ def evaluate_seq2seq(run: Annotated[Path, typer.Argument(help="An encoder-decode
                      = None,
                      overwrite: Annotated[bool, typer.Option(help="Replace an existing --hypotheses file.")]
                      = False,
+                     precision: PrecisionOption = "auto",
                      json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Corpus BLEU and chrF (sacrebleu) of a run's translations of --source against --target.
+
+    In bf16 a near-tie between two tokens can fall either way with the batch's padded shape, so a few translations
+    (and the score's last digit) may change with --batch-size; --precision fp32 gives the same at every batch size.
 
     Example: bertkit evaluate-seq2seq runs/multi30k --source multi30k/test_2016_flickr.en
     --target multi30k/test_2016_flickr.de --beam 4
@@ -170,11 +174,11 @@ def evaluate_seq2seq(run: Annotated[Path, typer.Argument(help="An encoder-decode
     from bertkit.jobs import translate as job
 
     result = job.evaluate(job.EvaluateSeq2SeqJob(run, source, target, beam, length_penalty, max_new_tokens,
-                                                 batch_size, hypotheses, overwrite))
+                                                 batch_size, hypotheses, overwrite, precision))
     if json_out:
         typer.echo(to_json(result, indent=None))
         return
-    typer.echo(f"{result.sentences:,} sentences, beam {beam}: BLEU {result.bleu:.2f}  chrF "
+    typer.echo(f"{result.sentences:,} sentences, beam {beam}, {result.precision}: BLEU {result.bleu:.2f}  chrF "
                f"{result.chrf:.2f}  ({result.seconds:.1f} s)")
     typer.echo(f"  {result.bleu_signature}")
 

@@ -10,7 +10,7 @@ import torch
 
 from bertkit.errors import BertkitError, a_or_an
 from bertkit.run.directory import load_run
-from bertkit.text.tokenizer import MASK, load_run_tokenizer, special_ids
+from bertkit.text.tokenizer import MASK, continuation, load_run_tokenizer, special_ids
 
 
 @dataclass(frozen=True)
@@ -80,11 +80,14 @@ def run(job: FillMaskJob) -> FillMaskResult:
     positions = selected[0].nonzero().flatten().tolist()
     results = []
     for mask_index, position in enumerate(positions):
+        # a guess's sequence is the text with this mask's span (its offsets: a space before it included) replaced by
+        # the token as it reads after the text before it, every other character as given. Decoding the filled ids
+        # skipped the other masks, so '[MASK] Citizen: [MASK] will go.' read ', Citizen: will go.'
+        start, end = encoding.offsets[position]
         options = []
         for score, token_id in zip(scores[mask_index].tolist(), candidates[mask_index].tolist()):
-            filled = list(encoding.ids)
-            filled[position] = token_id
-            options.append(Guess(tokenizer.decode([token_id]).strip(), token_id, score,
-                                 tokenizer.decode(filled).strip()))
+            word = continuation(tokenizer, encoding.ids[:position], [token_id])
+            sequence = (job.text[:start] + word + job.text[end:]).strip()
+            options.append(Guess(tokenizer.decode([token_id]).strip(), token_id, score, sequence))
         results.append(options)
     return FillMaskResult(results)

@@ -22,7 +22,7 @@ from bertkit.hardware import autocast, resolve_precision
 from bertkit.nn.model import Model
 from bertkit.run.directory import load_run
 from bertkit.text.tasks import read_lines
-from bertkit.text.tokenizer import load_run_tokenizer, special_ids
+from bertkit.text.tokenizer import continuation, load_run_tokenizer, special_ids
 
 
 def load_lm(run: Path, device: str | torch.device | None = None, need: str = "generation") -> tuple[Model, Tokenizer]:
@@ -114,8 +114,9 @@ def run(job: GenerateJob, console: Console | None = None) -> GenerateResult:
         with autocast(model.device, chosen):
             new = generate(model, ids[start:start + batch_size], max_new_tokens, special.sep, special.pad,
                            job.sampling, None if seed is None else [row_seed(seed, i) for i in rows], job.cache)
-        for prompt, tokens in zip(prompts[start:start + batch_size], new):
-            results.append(Continuation(prompt, tokenizer.decode(tokens), len(tokens)))
+        for prompt, given, tokens in zip(prompts[start:start + batch_size], ids[start:start + batch_size], new):
+            # decoded after the prompt's ids: alone, a Metaspace tokenizer's first new word lost its space
+            results.append(Continuation(prompt, continuation(tokenizer, given, tokens), len(tokens)))
     return GenerateResult(results, cut)
 
 

@@ -112,7 +112,9 @@ def _pairs(config: Config, console: Console) -> tuple[list, list]:
         pairs = pairs[:task.max_train_examples]
     if text.validation_source is not None:
         train_pairs = pairs
-        validation, _ = read_parallel(text.validation_source, text.validation_target)
+        validation, dropped = read_parallel(text.validation_source, text.validation_target)
+        if dropped:  # validation scores are over the other pairs: say so, as for training
+            console.print(f"[yellow]skipped {dropped:,} validation pair(s) with an empty side")
     else:
         train_pairs, validation = hold_out(pairs, task.validation_split, config.train.seed)
     if skipped:

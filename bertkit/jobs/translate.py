@@ -13,7 +13,7 @@ from bertkit.errors import BertkitError
 from bertkit.metrics import translation_metrics
 from bertkit.run.files import atomic_file
 from bertkit.run.outputs import TEXT, claim
-from bertkit.text.tasks import read_parallel
+from bertkit.text.tasks import parallel_rows
 from bertkit.translation import Translator
 
 
@@ -26,6 +26,9 @@ def _check_out(out: Path | None, overwrite: bool, inputs: tuple) -> None:
 def _run(translator: Translator, texts: list[str], beam: int, length_penalty: float, max_new_tokens: int | None,
          console: Console) -> tuple[list[str], int]:
     """Translate with a progress bar (on stderr; transient)."""
+    if max_new_tokens is not None and max_new_tokens > translator.max_length - 1:  # it was capped without a word
+        raise BertkitError(f"--max-new-tokens {max_new_tokens}: this model writes at most {translator.max_length - 1} "
+                           f"tokens (max_len={translator.max_length}, less the [CLS] its output starts with)")
     bar = Progress(TextColumn("[bold]translate"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                    console=console, transient=True, disable=not console.is_terminal)
     with bar:
@@ -92,8 +95,10 @@ def translate(job: TranslateJob, console: Console | None = None) -> TranslateRes
 @dataclass(frozen=True)
 class EvaluateSeq2SeqJob:
     """What `bertkit evaluate-seq2seq` is asked: an encoder-decoder run, a source file and its reference
-    translations line by line (as given: data-root relative is fine, and errors name them so), how to decode, and
-    a file to also write the translations to."""
+    translations line by line (as given: data-root relative is fine, and errors name them so), how to decode, a
+    file to also write the translations to (one line per source line: a skipped pair's is empty), and the
+    precision (auto: bf16 where native, where a few near-ties may fall with --batch-size; fp32: the same at every
+    batch size)."""
 
     run: Path
     source: str | Path
@@ -104,12 +109,14 @@ class EvaluateSeq2SeqJob:
     batch_size: int = 64
     hypotheses: Path | None = None
     overwrite: bool = False
+    precision: str = "auto"
 
 
 @dataclass(frozen=True)
 class EvaluateSeq2SeqResult:
     """Corpus BLEU and chrF of the translations (sacrebleu: the full BLEU line and its signature too), over how
-    many sentence pairs, the decoding used, seconds spent translating, and the pairs skipped for an empty side."""
+    many sentence pairs, the decoding used (precision: what auto chose), seconds spent translating, and the pairs
+    skipped for an empty side."""
 
     bleu: float
     chrf: float
@@ -120,6 +127,7 @@ class EvaluateSeq2SeqResult:
     length_penalty: float
     seconds: float
     skipped: int
+    precision: str = "fp32"
 
 
 def evaluate(job: EvaluateSeq2SeqJob, console: Console | None = None) -> EvaluateSeq2SeqResult:
@@ -127,10 +135,12 @@ def evaluate(job: EvaluateSeq2SeqJob, console: Console | None = None) -> Evaluat
     console = console or Console(stderr=True)
     beam, hypotheses, overwrite = job.beam, job.hypotheses, job.overwrite
     _check_out(hypotheses, overwrite, (job.source, job.target, job.run))
-    pairs, skipped = read_parallel(job.source, job.target)
+    pairs, rows, lines = parallel_rows(job.source, job.target)
+    skipped = lines - len(pairs)
     if skipped:
-        console.print(f"[yellow]skipped {skipped:,} pair(s) with an empty side")
-    translator = Translator(job.run, batch_size=job.batch_size)
+        console.print(f"[yellow]skipped {skipped:,} pair(s) with an empty side" + (
+            " (their lines in --hypotheses are empty)" if hypotheses is not None else ""))
+    translator = Translator(job.run, batch_size=job.batch_size, precision=job.precision)
     start = time.perf_counter()
     outputs, cut = _run(translator, [s for s, _ in pairs], beam, job.length_penalty, job.max_new_tokens, console)
     seconds = time.perf_counter() - start
@@ -140,7 +150,11 @@ def evaluate(job: EvaluateSeq2SeqJob, console: Console | None = None) -> Evaluat
     scores = translation_metrics(outputs, [t for _, t in pairs])
     result = EvaluateSeq2SeqResult(bleu=scores["bleu"], chrf=scores["chrf"], bleu_detail=scores["bleu_detail"],
                                    bleu_signature=scores["bleu_signature"], sentences=scores["sentences"],
-                                   beam=beam, length_penalty=job.length_penalty, seconds=seconds, skipped=skipped)
-    if hypotheses is not None:
-        _write(hypotheses, outputs, overwrite)
+                                   beam=beam, length_penalty=job.length_penalty, seconds=seconds, skipped=skipped,
+                                   precision=translator.precision)
+    if hypotheses is not None:  # one line per source line, as `translate` writes: a skipped pair's is empty
+        placed = [""] * lines
+        for row, output in zip(rows, outputs):
+            placed[row] = output
+        _write(hypotheses, placed, overwrite)
     return result

@@ -512,15 +512,22 @@ def read_parallel(source: str | Path, target: str | Path) -> tuple[list[tuple[st
     """Aligned sentence pairs from two files, line i of one translating line i of the other. Files of different
     line counts are an error naming both counts; pairs with an empty side are skipped and counted.
     Returns (pairs, skipped)."""
+    kept, _, lines = parallel_rows(source, target)
+    return kept, lines - len(kept)
+
+
+def parallel_rows(source: str | Path, target: str | Path) -> tuple[list[tuple[str, str]], list[int], int]:
+    """`read_parallel`'s pairs with each one's line (0-based), and the files' line count: what a file written
+    line for line with the source needs to put each output in its place."""
     src, tgt = read_lines(source), read_lines(target)
     if len(src) != len(tgt):
         raise BertkitError(f"{source} has {len(src):,} lines but {target} has {len(tgt):,}: parallel files must be "
                            "aligned line by line")
     pairs = [(s.strip(), t.strip()) for s, t in zip(src, tgt)]
-    kept = [(s, t) for s, t in pairs if s and t]
-    if not kept:
+    rows = [i for i, (s, t) in enumerate(pairs) if s and t]
+    if not rows:
         raise BertkitError(f"{source} / {target}: no sentence pairs (every line has an empty side)")
-    return kept, len(pairs) - len(kept)
+    return [pairs[i] for i in rows], rows, len(pairs)
 
 
 

@@ -46,6 +46,15 @@ def special_ids(tokenizer: Tokenizer) -> SpecialIds:
     return SpecialIds(**ids)
 
 
+def continuation(tokenizer: Tokenizer, head: list[int], new: list[int]) -> str:
+    """The text the ids `new` add after the ids `head`: the decoded whole less the decoded head. Decoding `new`
+    alone loses a space: a Metaspace decoder (tokenizer.byte_level = false) drops the ▁ of the first token it
+    decodes, taking it for the start of a text ('to this' + 'be', not ' be'). Where the whole does not begin with
+    the head's text (a byte sequence split between them), `new` alone."""
+    before, whole = tokenizer.decode(list(head)), tokenizer.decode(list(head) + list(new))
+    return whole[len(before):] if whole.startswith(before) else tokenizer.decode(list(new))
+
+
 def build_untrained(byte_level: bool = True, lowercase: bool = False, nfkc: bool = True) -> Tokenizer:
     """An empty BPE pipeline: normalizer, pre-tokenizer and decoder for byte-level or Metaspace BPE."""
     tok = Tokenizer(models.BPE(unk_token=None if byte_level else UNK))

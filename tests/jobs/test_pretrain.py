@@ -53,6 +53,17 @@ def test_pretrain_makes_a_complete_run(tmp_path, corpus):
     options = json.loads(filled.stdout)
     assert len(options) == 1 and len(options[0]) == 3 and options[0][0]["score"] >= options[0][1]["score"]
     assert "[MASK]" not in options[0][0]["sequence"]
+    # two masks: each guess's sequence is the text with its own mask filled and the other kept as written (they
+    # were decoded away: 'The [MASK] only [MASK].' read 'The X only.')
+    text = "The decoder [MASK] only the [MASK]."
+    two = json.loads(cli_ok("fill-mask", run, text, "--json", "--top-k", "2").stdout)
+    assert len(two) == 2
+    for guess in two[0]:
+        word = guess["sequence"][len("The decoder"):-len(" only the [MASK].")]
+        assert guess["sequence"].startswith("The decoder") and guess["sequence"].endswith(" only the [MASK].")
+        assert word.strip() == guess["token"]
+    for guess in two[1]:
+        assert guess["sequence"].startswith("The decoder [MASK] only the") and guess["sequence"].endswith(".")
     # every candidate the vocabulary has, but never a special token (they decoded to ""); past that, one line
     # (in-process: the subprocess above already checks the console script)
     every = json.loads(cli_ok("fill-mask", run, "The [MASK] words.", "--json", "--top-k", "395").stdout)[0]

@@ -74,6 +74,33 @@ def test_translate_greedy_and_beam_and_evaluate_agree(mt, tmp_path):
 
 
 @pytest.mark.slow
+def test_hypotheses_line_up_with_the_source_when_pairs_are_skipped(mt, tmp_path):
+    """A pair with an empty side is skipped from the score; --hypotheses wrote only the kept pairs' translations,
+    so every line after a skipped one sat against the wrong reference (review, 2026-11-28). One line per source
+    line now, a skipped pair's empty, as `translate` writes."""
+    run, (val_src, val_tgt) = mt
+    source, target = val_src.read_text().splitlines(), val_tgt.read_text().splitlines()
+    source[4], target[9] = "", ""
+    src, tgt = tmp_path / "holes.en", tmp_path / "holes.de"
+    src.write_text("".join(line + "\n" for line in source))
+    tgt.write_text("".join(line + "\n" for line in target))
+    hyps = tmp_path / "hyps.de"
+    done = cli_ok("evaluate-seq2seq", run, "--source", src, "--target", tgt, "--beam", "1", "--hypotheses", hyps,
+                  "--precision", "fp32", "--json")
+    result = json.loads(done.stdout)
+    assert result["sentences"] == 38 and result["skipped"] == 2 and result["precision"] == "fp32"
+    assert "skipped 2 pair(s) with an empty side (their lines in --hypotheses are empty)" in done.output
+    lines = hyps.read_text().splitlines()
+    translated = cli_ok("translate", run, "--input", val_src, "--beam", "1", "--precision", "fp32").stdout
+    expected = translated.splitlines()
+    expected[4] = expected[9] = ""
+    assert len(lines) == 40 and lines == expected
+    # more new tokens than the decoder can write was capped without a word: one line now
+    assert "--max-new-tokens 40: this model writes at most 31 tokens (max_len=32" in cli_error(
+        "translate", run, "red dog", "--max-new-tokens", "40")
+
+
+@pytest.mark.slow
 def test_attention_alignment_for_an_encoder_decoder(mt, tmp_path):
     run, _ = mt
     out = tmp_path / "maps"

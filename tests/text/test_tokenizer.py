@@ -6,8 +6,8 @@ import pytest
 from tokenizers import Tokenizer
 
 from bertkit.errors import BertkitError
-from bertkit.text.tokenizer import (SPECIAL_TOKENS, check_vocab_matches, load_tokenizer, save_tokenizer, special_ids,
-                                    train_bpe, vocab_span)
+from bertkit.text.tokenizer import (SPECIAL_TOKENS, check_vocab_matches, continuation, load_tokenizer, save_tokenizer,
+                                    special_ids, train_bpe, vocab_span)
 from conftest import SAMPLE_CORPUS
 
 LINES = [line for line in SAMPLE_CORPUS.read_text().splitlines() if line]
@@ -34,6 +34,21 @@ def test_byte_level_never_produces_unk(sample_tokenizer):
 def test_metaspace_bpe_falls_back_to_unk():
     tok = train_bpe(LINES * 3, vocab_size=300, byte_level=False, min_frequency=1)
     assert special_ids(tok).unk in tok.encode("🤖").ids
+
+
+def test_a_continuation_keeps_the_space_a_metaspace_decoder_drops_from_a_first_token(sample_tokenizer):
+    """`generate` decoded only the new ids; a Metaspace decoder drops the space of the first token it decodes, so
+    'to this' + ' be' printed 'to thisbe' (review, 2026-11-28). Decoded after the prompt, the space stays; a
+    byte-level tokenizer reads the same either way."""
+    meta = train_bpe(LINES * 3, vocab_size=300, byte_level=False, min_frequency=1)
+    for tok in (meta, sample_tokenizer):
+        head, new = tok.encode("the decoder", add_special_tokens=False).ids, \
+            tok.encode(" reads words", add_special_tokens=False).ids
+        whole = tok.decode(head + new)
+        assert continuation(tok, head, new) == whole[len(tok.decode(head)):] and whole.endswith(" reads words")
+        assert (tok.decode(head) + continuation(tok, head, new)).endswith("decoder reads words")
+    alone = meta.decode(meta.encode(" reads words", add_special_tokens=False).ids)
+    assert alone == "reads words"  # decoded alone, the first token's space is gone: why `continuation` exists
 
 
 def test_mask_absorbs_the_space_before_it(sample_tokenizer):
