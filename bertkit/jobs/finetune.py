@@ -25,9 +25,10 @@ from bertkit.config import Config
 from bertkit.errors import BertkitError, a_or_an
 from bertkit.nn.model import Model
 from bertkit.recipes import FINETUNE_READS
-from bertkit.run.directory import (CONFIG_FILE, LABELS_FILE, RESULTS_FILE, RESUMABLE_TRAIN_KEYS, check_run_output,
+from bertkit.run.directory import (CONFIG_FILE, LABELS_FILE, RESULTS_FILE, RESUMABLE_TRAIN_KEYS,
                                    is_finished, load_config, load_run, read_labels, write_config,
                                    write_json, write_labels)
+from bertkit.run.resume import check_run_output
 from bertkit.paths import resolve_data_path
 from bertkit.run import inputs
 from bertkit.run.checkpoints import latest_checkpoint

@@ -23,8 +23,9 @@ from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
 from bertkit.paths import cache_root
 from bertkit.run.directory import (BASELINE_FILE, CONFIG_FILE, RESULTS_FILE, RESUMABLE_TRAIN_KEYS, TOKENIZER_FILE,
-                                   WEIGHTS_FILE, check_run_output, load_config, read_json, write_config, write_json,
+                                   WEIGHTS_FILE, load_config, read_json, write_config, write_json,
                                    write_weights)
+from bertkit.run.resume import check_run_output
 from bertkit.run import inputs
 from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked

@@ -19,8 +19,9 @@ from rich.console import Console
 from bertkit.config import Config, HeadsConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
-from bertkit.run.directory import (RESULTS_FILE, RESUMABLE_TRAIN_KEYS, check_run_output, is_finished, load_config,
+from bertkit.run.directory import (RESULTS_FILE, RESUMABLE_TRAIN_KEYS, is_finished, load_config,
                                    load_run, write_config, write_json)
+from bertkit.run.resume import check_run_output
 from bertkit.paths import resolve_data_path
 from bertkit.run import inputs
 from bertkit.run.checkpoints import latest_checkpoint

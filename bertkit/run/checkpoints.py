@@ -16,6 +16,7 @@ corrupt file is a one-line error that says which earlier checkpoint is left.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import pickle
@@ -77,8 +78,8 @@ def clean_stale(run_dir: str | Path) -> int:
     run_dir = Path(run_dir)
     if (run_dir / CHECKPOINTS).is_dir():
         restore_orphans(run_dir / CHECKPOINTS)  # a best/ moved aside just before a kill is the best there is
-    gone = remove_stale(run_dir.parent, f".{run_dir.name}.tmp-*") + remove_stale(run_dir.parent,
-                                                                                 f".{run_dir.name}.old-*")
+    name = glob.escape(run_dir.name)  # `exp[1]` is no pattern matching another run `exp1`'s temporaries
+    gone = remove_stale(run_dir.parent, f".{name}.tmp-*") + remove_stale(run_dir.parent, f".{name}.old-*")
     if run_dir.is_dir():
         gone += remove_stale(run_dir, ".*.tmp-*")
     root = run_dir / CHECKPOINTS

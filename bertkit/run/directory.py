@@ -31,7 +31,6 @@ from bertkit.errors import BertkitError
 from bertkit.hardware import resolve_precision
 from bertkit.nn.model import Model
 from bertkit.run.files import atomic_dir, atomic_file, copy_atomic, to_json, write_atomic
-from bertkit.run.outputs import refuse_nested
 from bertkit.text.tasks import canonical_label
 
 CONFIG_FILE = "config.json"
@@ -155,32 +154,7 @@ RESUMABLE_TRAIN_KEYS = frozenset(f"train.{key}" for key in (
     "epochs", "sharding"))
 
 
-def check_run_output(out: Path, config: Config, resume: bool, sections: tuple[str, ...],
-                     may_change: set[str]) -> None:
-    """Refuse to touch an existing different run, or to resume what is not there. On resume, every key of
-    `sections` must match the stored run except the dotted keys in `may_change` (e.g. "train.max_steps"). A run
-    killed before its first checkpoint resumes from step 0 (the loop starts it again). A run never goes inside
-    another run or an index."""
-    refuse_nested(out)
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
-        if resume:
-            raise BertkitError(f"{out}: nothing to resume (no run there)")
-        return
-    if not (out / CONFIG_FILE).is_file():
-        raise BertkitError(f"{out}: exists and is not a bertkit run (choose another --out)")
-    if not resume:
-        raise BertkitError(f"{out}: already holds a run (pass --resume to continue it, or choose another --out)")
-    existing = load_config(out)
-    for section in sections:
-        old, new = dataclasses.asdict(getattr(existing, section)), dataclasses.asdict(getattr(config, section))
-        for key, value in old.items():
-            if f"{section}.{key}" not in may_change and not _same_setting(f"{section}.{key}", value, new[key]):
-                pin = f" (pass --set {section}.{key}={value} to keep it)" if key == "precision" else ""
-                raise BertkitError(f"{out}: holds a different run ({section}.{key} = {value!r}, now {new[key]!r})"
-                                   f"{pin}; resume with the same settings or choose another --out")
-
-
-def _same_setting(key: str, stored, given) -> bool:
+def same_setting(key: str, stored, given) -> bool:
     """Whether a resumed run's stored setting and the given one mean the same thing here: equal, or (precision)
     resolving to the same precision on this machine — a run stored as "fp32" (the default before "auto")
     resumes under "auto" wherever auto picks fp32."""
@@ -202,10 +176,13 @@ def keep_run_limits(config: Config, out: str | Path, given: dict[str, object], s
     stored = load_config(out).train
     named = {item.split("=", 1)[0].strip().removeprefix("train.") for item in sets}
     chosen = {key for key in LIMITS if given.get(key) is not None or key in named}
-    if "max_steps" in chosen:  # an explicit step count replaces the run's epochs and its time budget
+    dropped = {}
+    if "max_steps" in chosen:  # an explicit step count replaces the run's epochs and its time budget, and the
+        # recipe's too (a demo or budget recipe sets max_time: kept, it ended an extension at the old budget)
+        dropped = {key: None for key in ("epochs", "max_time") if key not in chosen}
         chosen.update(("epochs", "max_time"))
     keep = {key: getattr(stored, key) for key in LIMITS if key not in chosen}
-    return dataclasses.replace(config, train=dataclasses.replace(config.train, **keep))
+    return dataclasses.replace(config, train=dataclasses.replace(config.train, **keep, **dropped))
 
 
 def record_train(out: str | Path, train) -> None:
@@ -214,7 +191,7 @@ def record_train(out: str | Path, train) -> None:
     if not (Path(out) / CONFIG_FILE).is_file():
         return
     stored = load_config(out)
-    if stored.train.precision != train.precision and _same_setting("train.precision", stored.train.precision,
+    if stored.train.precision != train.precision and same_setting("train.precision", stored.train.precision,
                                                                    train.precision):
         # "fp32" resumed under an equivalent "auto" stays "fp32": on another machine auto may mean bf16
         train = dataclasses.replace(train, precision=stored.train.precision)

@@ -19,8 +19,9 @@ from bertkit.errors import BertkitError
 
 
 def lock_path(directory: str | Path) -> Path:
-    """Where the lock of `directory` lives: `.NAME.lock` in its parent."""
-    directory = Path(directory).absolute()
+    """Where the lock of `directory` lives: `.NAME.lock` in its real parent. Links resolved: a run reached through a
+    link to it (`runs/link -> runs/run`) has its one lock, not a second writer's own."""
+    directory = Path(directory).resolve()
     return directory.parent / f".{directory.name}.lock"
 
 

@@ -16,6 +16,7 @@ from bertkit.run.checkpoints import (drop_best, newer_best, is_sharded_checkpoin
                                      rng_state, save_checkpoint, save_shards, set_rng_state)
 from bertkit.run.directory import RESULTS_FILE, record_train
 from bertkit.train.budget import planned_total
+from bertkit.train.optim import lr_factor
 from bertkit.train.evaluator import plain
 from bertkit.train.sharding import all_finite, broadcast_path
 from bertkit.train.state import TrainState
@@ -37,11 +38,22 @@ def restore(checkpoint: Path, cfg: TrainConfig, model: Model, optimizer, schedul
     saved, rngs = load_checkpoint(checkpoint, model, optimizer, scheduler, accelerator.scaler)
     state = TrainState.restore(saved)
     total = planned_total(saved, cfg)
+    if total < state.step:  # it was accepted, reporting "step 20 of 15", and config.json then contradicted results
+        raise BertkitError(f"{run_dir}: the run is at step {state.step} already ({checkpoint.name}), past "
+                           f"train.max_steps = {cfg.max_steps}; resume with a limit of at least {state.step} "
+                           "(--max-steps), or without one")
     if total != state.total_steps:
         if main:
             console.print(f"re-planned: {state.total_steps} -> {total} steps (train.max_steps {cfg.max_steps}"
                           + (f", train.max_time {cfg.max_time}" if cfg.max_time else "") + ")")
         state.total_steps, state.stopped_early, state.budget_spent, state.stale_evals = total, False, False, 0
+        # the optimiser came back with the old plan's rate for the next step (an extended finished linear decay:
+        # 0, so that step changed nothing): the new plan's rate at this step, as the schedule gives it from here
+        factor = lr_factor(scheduler.last_epoch, state.schedule_steps or state.total_steps, cfg.warmup_ratio,
+                           cfg.schedule, cfg.decay_ratio)
+        scheduler._last_lr = [base * factor for base in scheduler.base_lrs]  # what get_last_lr() logs
+        for group, rate in zip(optimizer.param_groups, scheduler._last_lr):
+            group["lr"] = rate
     state.max_steps, state.max_seconds = cfg.max_steps, cfg.max_seconds
     # a process that did not exist before (an elastic resume with more processes) takes the last one's stream
     set_rng_state(rngs[min(accelerator.process_index, len(rngs) - 1)])

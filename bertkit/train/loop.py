@@ -26,7 +26,8 @@ from bertkit.config import ModelConfig, TrainConfig
 from bertkit.hardware import Peak, peak_flops, resolve_precision
 from bertkit.nn.model import Model
 from bertkit.run.checkpoints import best_weights, clean_stale, latest_checkpoint, read_state
-from bertkit.run.directory import RESULTS_FILE, WEIGHTS_FILE, copy_weights, load_weights, read_json, write_weights
+from bertkit.run.directory import (RESULTS_FILE, WEIGHTS_FILE, copy_weights, load_weights, read_json, record_train,
+                                   write_weights)
 from bertkit.run.faults import slow_point
 from bertkit.train import checkpointing
 from bertkit.train.accelerator import run_precision, sharding_text
@@ -133,7 +134,7 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
     state = TrainState(total_steps=cfg.max_steps, max_steps=cfg.max_steps, max_seconds=cfg.max_seconds)
     # the schedule reads the state the run has now: its total, or the budget planner's provisional one
     scheduler = make_scheduler(optimizer, cfg, lambda: state.schedule_steps or state.total_steps)
-    checkpoint, resume_step = _begin(run_dir, resume, main, console)
+    checkpoint, resume_step = _begin(run_dir, resume, main, console, cfg)
     ddp_model, prepared = accelerator.prepare(model, optimizer)
     if checkpoint is not None:
         state = checkpointing.restore(checkpoint, cfg, model, optimizer, scheduler, objective, accelerator, run_dir,
@@ -195,7 +196,8 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
     return {"state": asdict(state), "evaluation": evaluation}
 
 
-def _begin(run_dir: Path, resume: bool, main: bool, console: Console) -> tuple[Path | None, int | None]:
+def _begin(run_dir: Path, resume: bool, main: bool, console: Console,
+           cfg: TrainConfig) -> tuple[Path | None, int | None]:
     """Before `prepare`: the checkpoint a resume loads (None for a fresh run, or one killed before its first
     checkpoint, which starts again at step 0) and the step metrics.jsonl is cut back to."""
     if main:
@@ -204,6 +206,7 @@ def _begin(run_dir: Path, resume: bool, main: bool, console: Console) -> tuple[P
     if resume and checkpoint is None:  # killed before its first checkpoint: nothing trained yet, start it again
         if main:
             console.print(f"{run_dir}: no checkpoint yet; starting the run again from step 0")
+            record_train(run_dir, cfg)  # with this command's limits, which a later plain --resume keeps
         return None, 0
     return checkpoint, None
 

@@ -195,6 +195,13 @@ def test_max_time_none_drops_a_recipes_clock(tmp_path, base):
     dropped = keep_run_limits(recipe, tmp_path / "clocked", {"max_time": "none", "max_steps": None}, [])
     assert (kept.train.max_time, dropped.train.max_time) == ("10m", None)
     assert dropped.train.max_steps == 1  # the run's own step limit stays
+    # --max-steps alone replaces the time budget, the recipe's too (a demo or budget recipe sets one: it was kept,
+    # and an extension to 113 steps ended at the old budget's 74; review, 2026-11-28)
+    clocked_recipe = with_max_time(load_recipe("finetune-classify"), "7m")
+    steps = keep_run_limits(clocked_recipe, tmp_path / "clocked", {"max_time": None, "max_steps": 9}, [])
+    assert (steps.train.max_time, steps.train.epochs) == (None, None)
+    both = keep_run_limits(clocked_recipe, tmp_path / "clocked", {"max_time": "8m", "max_steps": 9}, [])
+    assert both.train.max_time == "7m"  # given beside --max-steps: the command's own (with_max_time applied it)
     pretrain = ["pretrain", "--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set",
                 "batch_size=4", "--set", "min_frequency=1", "--set", "max_time=5m", "--corpus",
                 repeated_corpus(tmp_path / "c.txt", 6), "--no-progress", "--max-steps", "1"]

@@ -110,7 +110,7 @@ def test_a_run_stored_before_auto_precision_resumes_where_auto_means_the_same(tm
     import dataclasses
 
     from bertkit import hardware
-    from bertkit.run.directory import check_run_output
+    from bertkit.run.resume import check_run_output
 
     monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx2"})  # auto means fp32 here
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -122,6 +122,57 @@ def test_a_run_stored_before_auto_precision_resumes_where_auto_means_the_same(tm
     bf16 = dataclasses.replace(stored, train=dataclasses.replace(stored.train, precision="bf16"))
     with pytest.raises(BertkitError, match=r"train.precision = 'fp32', now 'bf16'"):
         check_run_output(tmp_path / "run", bf16, True, ("train",), set())
+
+
+def test_pinning_the_precision_a_run_trained_at_is_accepted_on_resume(tmp_path, monkeypatch):
+    """A run trained under auto = bf16, resumed where auto means fp32: the warning says to pass
+    `--set train.precision=bf16` to continue exactly, and that pin was refused as "a different run" (review,
+    2026-11-28). It matches what the latest checkpoint trained at, so it is taken; another precision still is not."""
+    import dataclasses
+
+    from bertkit import hardware
+    from bertkit.run.resume import check_run_output
+
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: {"avx2"})  # auto means fp32 here
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cfg = tiny()
+    stored = Config(model=cfg)  # train.precision auto
+    save_run(tmp_path / "run", Model(cfg), stored)
+    with pytest.raises(BertkitError, match=r"train.precision = 'auto', now 'bf16'"):  # no checkpoint: nothing says
+        check_run_output(tmp_path / "run", dataclasses.replace(
+            stored, train=dataclasses.replace(stored.train, precision="bf16")), True, ("train",), set())
+    step = tmp_path / "run" / "checkpoints" / "step-10"
+    step.mkdir(parents=True)
+    (step / "state.json").write_text(json.dumps({"step": 10, "precision": "bf16"}))
+    (tmp_path / "run" / "checkpoints" / "latest").write_text("step-10")
+    for precision, taken in (("bf16", True), ("fp16", False)):
+        given = dataclasses.replace(stored, train=dataclasses.replace(stored.train, precision=precision))
+        if taken:
+            check_run_output(tmp_path / "run", given, True, ("train",), set())
+        else:
+            with pytest.raises(BertkitError, match=r"train.precision = 'auto', now 'fp16'"):
+                check_run_output(tmp_path / "run", given, True, ("train",), set())
+
+
+def test_a_restart_before_the_first_checkpoint_records_the_commands_limits(tmp_path):
+    """A run killed before its first checkpoint starts again; the limits of the command that restarted it were
+    never written, so a later plain --resume went back to the old ones (a 60-step schedule cut at 30; review,
+    2026-11-28)."""
+    import dataclasses
+    import io
+
+    from rich.console import Console
+
+    from bertkit.run.directory import load_config
+    from bertkit.train.loop import _begin
+
+    cfg = tiny()
+    stored = Config(model=cfg)
+    save_run(tmp_path / "run", Model(cfg), stored)
+    given = dataclasses.replace(stored.train, max_steps=stored.train.max_steps + 60, save_every=7)
+    assert _begin(tmp_path / "run", True, True, Console(file=io.StringIO()), given) == (None, 0)
+    train = load_config(tmp_path / "run").train
+    assert (train.max_steps, train.save_every) == (given.max_steps, 7)
 
 
 def test_a_resume_under_equivalent_auto_keeps_the_stored_precision(tmp_path, monkeypatch):

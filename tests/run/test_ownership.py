@@ -152,6 +152,32 @@ def test_a_target_in_use_is_refused_with_the_holders_pid(tmp_path, base):
     assert "the index is in use by another bertkit process (pid" in line
 
 
+def test_a_run_reached_through_a_link_has_the_runs_own_lock(tmp_path):
+    """The lock sat beside the path as given, so `--out runs/link` (a link to runs/run) took its own lock and a
+    second writer trained beside the first, metrics.jsonl getting every step twice (review, 2026-11-28)."""
+    (tmp_path / "runs" / "run").mkdir(parents=True)
+    (tmp_path / "runs" / "link").symlink_to("run")
+    assert lock_path(tmp_path / "runs" / "link") == lock_path(tmp_path / "runs" / "run")
+    with locked(tmp_path / "runs" / "run"):
+        with pytest.raises(BertkitError, match="in use by another bertkit process"):
+            with locked(tmp_path / "runs" / "link"):
+                pass
+
+
+def test_cleaning_a_run_never_takes_another_runs_files_for_its_own(tmp_path):
+    """`clean_stale` globbed the run's name: resuming `exp[1]` removed `exp1`'s temporary folder (a run being
+    created) and its moved-aside previous version (review, 2026-11-28)."""
+    from bertkit.run.checkpoints import clean_stale
+
+    (tmp_path / "exp[1]").mkdir()
+    others = [tmp_path / ".exp1.tmp-inprogress", tmp_path / ".exp1.old-abcd"]
+    mine = tmp_path / ".exp[1].tmp-killed"
+    for folder in (*others, mine):
+        folder.mkdir()
+    assert clean_stale(tmp_path / "exp[1]") == 1
+    assert all(folder.is_dir() for folder in others) and not mine.exists()
+
+
 def test_no_lock_file_is_left_behind(tmp_path, base):
     corpus = repeated_corpus(tmp_path / "c.txt", 3)
     cli_ok("tokenizer", "train", corpus, "-o", tmp_path / "t2", "--vocab-size", "300")

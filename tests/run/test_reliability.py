@@ -121,8 +121,13 @@ def test_resuming_a_finished_run_changes_nothing_and_a_larger_budget_extends_it(
     assert _cli("pretrain", *args, "--out", run, "--resume").returncode == 0  # the recipe's max_steps: same plan
     assert _snapshot(run) == before
 
+    # one more step of a finished linear decay: the optimiser came back with the old plan's rate, 0, so the step
+    # changed nothing (review, 2026-11-28); it trains at the new plan's rate (1 - 20/21) x peak
+    one = _cli("pretrain", *args, "--out", run, "--max-steps", "21", "--resume")
+    assert "re-planned: 20 -> 21 steps" in _said(one)
+    assert _snapshot(run)["model.safetensors"] != before["model.safetensors"]
     extended = _cli("pretrain", *args, "--out", run, "--max-steps", "30", "--resume")
-    assert "re-planned: 20 -> 30 steps" in _said(extended)
+    assert "re-planned: 21 -> 30 steps" in _said(extended)
     results = json.loads((run / "results.json").read_text())
     assert results["step"] == 30 and results["evaluation"]
     steps = [(r["kind"], r["step"]) for r in read_metrics(run)]
@@ -132,6 +137,14 @@ def test_resuming_a_finished_run_changes_nothing_and_a_larger_budget_extends_it(
     final = _snapshot(run)
     _cli("pretrain", *args, "--out", run, "--max-steps", "30", "--resume")
     assert _snapshot(run) == final
+    # killed after its last checkpoint (no results yet), resumed with a limit below its step: it was accepted,
+    # "step 30 of 25", and config.json said 25 beside results at 30; one line now, the run as it was
+    (run / "results.json").unlink()
+    kept = _snapshot(run)
+    _one_error(_cli("pretrain", *args, "--out", run, "--max-steps", "25", "--resume", check=False),
+               "the run is at step 30 already (step-30), past train.max_steps = 25; resume with a limit of at "
+               "least 30 (--max-steps), or without one")
+    assert _snapshot(run) == kept
 
 
 @pytest.mark.slow
