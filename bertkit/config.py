@@ -72,7 +72,7 @@ class ModelConfig:
     rotary_base: float = 10000.0  # rotary positions: the frequency base
     share_embeddings: bool = True  # encoder-decoder: one token embedding for source and target
     generator_d_model: int | None = None  # ELECTRA's generator width (train.objective rtd; None: d_model / 4)
-    pad_token_id: int = 0  # the [PAD] id (exports and imports carry it; padded positions are masked, not this row)
+    pad_token_id: int = 0  # the [PAD] id: the tokenizer's (pretraining checks it); exports carry it; pads are masked
     init_std: float = 0.02  # std of the normal initialisation of linear and embedding weights
 
     def __post_init__(self) -> None:
@@ -107,6 +107,7 @@ class ModelConfig:
         if self.pad_token_id >= self.vocab_size:
             raise ConfigError(f"model.pad_token_id: {self.pad_token_id} is outside vocab_size={self.vocab_size}")
         if self.generator_d_model is not None:
+            _at_least(self, "model", generator_d_model=2)  # 0 was read as "not set": a quarter of d_model
             self.check_generator()
 
     @property
@@ -342,8 +343,8 @@ def parse_duration(text: str, key: str) -> float:
         value = float(raw[:-1]) * units[raw[-1]] if raw and raw[-1] in units else float(raw)
     except ValueError:
         raise ConfigError(f"{key}: {text!r} is not a duration (e.g. 90s, 30m, 2h)") from None
-    if value <= 0:
-        raise ConfigError(f"{key}: must be positive, got {text!r}")
+    if not math.isfinite(value) or value <= 0:  # nan passed `<= 0` and ended a run after a few steps
+        raise ConfigError(f"{key}: must be a positive, finite duration, got {text!r}")
     return value
 
 

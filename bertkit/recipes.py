@@ -198,7 +198,7 @@ def parse_value(section: str, name: str, raw: str) -> Any:
     """A command-line value for `section.name`, parsed as TOML (`64`, `0.1`, `true`); a bare word is a string and
     `none` clears an optional key."""
     sections = {f.name: section_type(Config, f.name) for f in dataclasses.fields(Config)}
-    return _parse_value(raw, _is_optional(sections[section], name))
+    return _parse_value(raw, _is_optional(sections[section], name), _is_text(sections[section], name))
 
 
 def _is_optional(section_cls: type, name: str) -> bool:
@@ -206,13 +206,21 @@ def _is_optional(section_cls: type, name: str) -> bool:
     return type(None) in typing.get_args(hint)
 
 
-def _parse_value(raw: str, optional: bool) -> Any:
+def _is_text(section_cls: type, name: str) -> bool:
+    """Whether `section.name` holds text (str, or str | None): `--set max_time=45` or `text_column=5` is that text,
+    as `--max-time 45` and `--text-column 5` are, not the number TOML would read."""
+    hint = typing.get_type_hints(section_cls).get(name)
+    return hint is str or set(typing.get_args(hint)) == {str, type(None)}
+
+
+def _parse_value(raw: str, optional: bool, text: bool = False) -> Any:
     if optional and means_none(raw):
         return None
     try:
-        return tomllib.loads(f"v = {raw}")["v"]
+        value = tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         return raw
+    return raw.strip() if text and isinstance(value, (int, float)) and not isinstance(value, bool) else value
 
 
 def with_values(config: Config, values: dict[str, Any]) -> Config:

@@ -9,7 +9,7 @@ from bertkit.config import Config, HeadsConfig, ModelConfig, TrainConfig, sectio
 from bertkit.errors import ConfigError
 from bertkit.nn.model import Model
 from bertkit.recipes import FINETUNE_READS, PRETRAIN_READS, apply_overrides, list_recipes, load_recipe
-from conftest import SAMPLE_CORPUS, cli_error, cli_invoke
+from conftest import SAMPLE_CORPUS, cli_error
 
 EXPECTED = {"tiny", "mini", "small", "base", "decoder-mini", "encoder-decoder-small"}
 
@@ -54,6 +54,7 @@ def test_derived_defaults_are_filled_in():
     (dict(vocab_size=10, pad_token_id=10), "model.pad_token_id"),
     (dict(norm_eps=float("nan")), "model.norm_eps: expected a finite number"),
     (dict(init_std=float("inf")), "model.init_std: expected a finite number"),
+    (dict(generator_d_model=0), "model.generator_d_model: must be >= 2, got 0"),  # 0 read as "a quarter of d_model"
 ])
 def test_invalid_values_name_the_key(overrides, message):
     with pytest.raises(ConfigError, match=None) as err:
@@ -108,6 +109,61 @@ def test_overrides_bare_dotted_typed_and_none():
         load_recipe("tiny", ["d_model"])
     with pytest.raises(ConfigError, match="unknown section 'optim'"):
         apply_overrides({}, ["optim.lr=1"])
+
+
+def test_a_text_key_set_to_a_number_is_that_text_and_durations_are_finite():
+    """`--set max_time=45` / `text_column=5` were refused ("expected a string, got 45") although `--max-time 45` and
+    `--text-column 5` take the same text; `--max-time nan` was taken and ended a run after 7 steps (review,
+    2026-11-28)."""
+    cfg = load_recipe("finetune-classify", ["max_time=45", "text_column=5", "label_column=4", "max_steps=7"],
+                      FINETUNE_READS["classify"])
+    assert (cfg.train.max_time, cfg.task.text_column, cfg.task.label_column, cfg.train.max_steps) == (
+        "45", "5", "4", 7)  # an int key stays an int
+    assert load_recipe("tiny", ["max_time='90s'"]).train.max_time == "90s"
+    for bad in ("nan", "inf", "-inf", "1e400s"):
+        with pytest.raises(ConfigError, match=f"train.max_time: must be a positive, finite duration, got '{bad}'"):
+            load_recipe("tiny", [f"max_time={bad}"])
+
+
+def test_an_option_and_a_set_giving_one_key_two_values_is_an_error(tmp_path):
+    """The option won without a word (`--max-steps 2 --set max_steps=3` trained 2 steps; `finetune classify --set
+    kind=regress` a classifier; review, 2026-11-28)."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a line\n")
+    common = ["pretrain", "--recipe", "tiny", "--corpus", corpus, "--out", tmp_path / "run"]
+    assert cli_error(*common, "--max-steps", "2", "--set", "max_steps=3") == (
+        "error: train.max_steps: the command says 2, --set max_steps=3 says 3; give it once")
+    assert "train.max_time: the command says '5m', --set max_time=1s says '1s'" in cli_error(
+        *common, "--max-time", "5m", "--set", "max_time=1s")
+    assert "data.corpus: the command says" in cli_error(*common, "--set", "corpus=/elsewhere.txt")
+    assert not (tmp_path / "run").exists()
+    classify = ["finetune", "classify", "--model", tmp_path, "--train", corpus, "--out", tmp_path / "ft"]
+    assert "task.kind: the command says 'classify', --set kind=regress says 'regress'" in cli_error(
+        *classify, "--set", "kind=regress")
+    assert "heads.classifier_pooling: the command says 'mean', --set classifier_pooling=max says 'max'" in \
+        cli_error(*classify, "--pooling", "mean", "--set", "classifier_pooling=max")
+    # a recipe for another kind was run as the command's kind
+    assert cli_error(*classify, "--recipe", "finetune-ner") == (
+        "error: --recipe finetune-ner: a recipe for task.kind = 'ner', not 'classify'; use `bertkit finetune ner` "
+        "with it, or another recipe")
+    # the default recipe follows --set objective= as it does --objective (mini, an encoder, was refused for clm)
+    line = cli_error("pretrain", "--set", "objective=clm", "--corpus", tmp_path / "missing.txt", "--out",
+                     tmp_path / "clm")
+    assert "needs a decoder" not in line and "missing.txt" in line
+
+
+def test_a_pad_token_id_that_is_not_the_tokenizers_is_refused(tmp_path):
+    """--set pad_token_id=5 trained, and an HF export named '!' as the pad token (the tokenizer pads with 0)."""
+    assert cli_error("pretrain", "--recipe", "tiny", "--corpus", SAMPLE_CORPUS, "--set", "vocab_size=300",
+                     "--set", "pad_token_id=5", "--max-steps", "1", "--out", tmp_path / "run", "--no-progress") == (
+        "error: model.pad_token_id: 5, but the tokenizer pads with id 0 ([PAD]); leave model.pad_token_id at 0")
+    assert not (tmp_path / "run").exists()
+
+
+def test_info_on_a_finetuning_recipe_says_it_has_no_model():
+    """It printed the default ModelConfig (4 x 256, MLM FLOPs), a model the recipe does not have."""
+    assert cli_error("info", "finetune-classify").startswith(
+        "error: finetune-classify: a finetuning recipe (no [model]: its model comes from the run given as --model)")
 
 
 @pytest.mark.parametrize("values,message", [

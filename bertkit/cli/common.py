@@ -33,6 +33,36 @@ PrecisionOption = Annotated[Literal["auto", "fp32", "bf16"], typer.Option(
          "AVX512-BF16 or AMX whose bf16 matrix products measure faster), else fp32.")]
 
 
+def given_once(config, values: dict[str, object], sets: list[str] | None) -> None:
+    """Refuse a key that a command's option and a `--set` both give, with different values: the option won without
+    a word (`--max-steps 2 --set max_steps=3` trained 2 steps). `config` is the recipe with the --set items applied;
+    `values` the options' keys (None: not given), as `with_values` takes them."""
+    from bertkit.recipes import resolve_key, set_keys
+
+    given = set_keys(sets or [])
+    for dotted, value in values.items():
+        section, name = resolve_key(dotted, "option")
+        if value is None or (section, name) not in given:
+            continue
+        said = getattr(getattr(config, section), name)
+        if _same(said, value):
+            continue
+        key, raw = given[(section, name)]
+        raise BertkitError(f"{section}.{name}: the command says {_shown(value)}, --set {key}={raw} says "
+                           f"{_shown(said)}; give it once")
+
+
+def _same(a, b) -> bool:
+    """Equal, a list and a tuple of the same items alike (a corpus given as files or as a TOML list)."""
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return [str(x) for x in a] == [str(x) for x in b]
+    return a == b or str(a) == str(b)
+
+
+def _shown(value) -> str:
+    return repr(list(value)) if isinstance(value, tuple) else repr(value)
+
+
 def with_max_time(config, max_time: str | None):
     """The config with `--max-time` applied: a duration replaces the recipe's budget, `none` drops it (no clock,
     even where the recipe sets one: the run ends at its max_steps or epochs), not given keeps it."""

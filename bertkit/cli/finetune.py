@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from bertkit.cli.common import PrecisionOption, ProgressOption, SetOption, app, user_errors, with_max_time
+from bertkit.cli.common import (PrecisionOption, ProgressOption, SetOption, app, given_once, user_errors,
+                                 with_max_time)
 
 finetune_app = typer.Typer(help="Finetune a pretrained or imported encoder: text classification, NER, or sentence "
                                 "embeddings (SBERT); or train an encoder-decoder on parallel text (seq2seq).",
@@ -41,6 +42,24 @@ InitOption = Annotated[str | None, typer.Option(help="task.init: pretrained (def
                                                      "architecture and tokenizer from random weights.")]
 
 
+def _same_kind(recipe: str, kind: str) -> None:
+    """A recipe for another task kind is refused: the command's kind replaced it without a word (`finetune classify
+    --recipe finetune-ner` trained a classifier). A classify recipe serves --regression too."""
+    import tomllib
+
+    from bertkit.errors import BertkitError
+    from bertkit.recipes import resolve_recipe
+
+    with open(resolve_recipe(recipe), "rb") as fh:
+        stated = tomllib.load(fh).get("task", {}).get("kind")
+    if stated in (None, kind) or (stated, kind) == ("classify", "regress"):
+        return
+    command = {"regress": "finetune classify --regression", "classify": "finetune classify"}.get(stated,
+                                                                                                 f"finetune {stated}")
+    raise BertkitError(f"--recipe {recipe}: a recipe for task.kind = {stated!r}, not {kind!r}; use `bertkit "
+                       f"{command}` with it, or another recipe")
+
+
 def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: bool, progress: bool,
               set_: list[str] | None, train: str | None, validation: str | None, init: str | None,
               max_train_examples: int | None, epochs: float | None, max_steps: int | None, max_time: str | None,
@@ -56,7 +75,10 @@ def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: boo
     values = {"task.kind": kind, "task.train_file": train, "task.validation_file": validation, "task.init": init,
               "task.max_train_examples": max_train_examples, "train.epochs": epochs, "train.max_steps": max_steps,
               **values}
-    config = with_max_time(with_values(load_recipe(recipe, set_ or [], FINETUNE_READS[kind]), values), max_time)
+    recipe_config = load_recipe(recipe, set_ or [], FINETUNE_READS[kind])
+    _same_kind(recipe, kind)
+    given_once(recipe_config, {**values, "train.max_time": max_time}, set_)
+    config = with_max_time(with_values(recipe_config, values), max_time)
     # --max-steps (or --set max_steps) wins over the recipe's epochs, as a step count given in the command should;
     # beside epochs given in the same command it would win, or lose, without a word: that is refused
     steps, epochs_said = _said("max_steps", "--max-steps", values, set_), _said("epochs", "--epochs", values, set_)

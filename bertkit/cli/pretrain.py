@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from bertkit.cli.common import SetOption, TextFieldOption, app, user_errors, with_max_time
+from bertkit.cli.common import SetOption, TextFieldOption, app, given_once, user_errors, with_max_time
 
 tokenizer_app = typer.Typer(help="Train BPE tokenizers.", no_args_is_help=True)
 app.add_typer(tokenizer_app, name="tokenizer")
@@ -76,15 +76,17 @@ def pretrain(recipe: Annotated[str | None, typer.Option(
     """Pretrain on your corpus: a BERT with masked LM (or ELECTRA's replaced-token detection, --objective rtd), or a
     GPT-style decoder with causal LM (--objective clm).
     Runs on the CPU, one GPU, or many (`accelerate launch -m bertkit pretrain`)."""
-    from bertkit.recipes import PRETRAIN_READS, load_recipe, with_values
+    from bertkit.recipes import PRETRAIN_READS, load_recipe, set_keys, with_values
     from bertkit.jobs import pretrain as job
 
-    config = load_recipe(recipe or ("decoder-mini" if objective == "clm" else "mini"), set_ or [], PRETRAIN_READS)
-    config = with_values(config, {"train.objective": objective, "data.corpus": tuple(corpus) if corpus else None,
-                                  "train.max_steps": max_steps,
-                                  "data.text_field": text_field,
-                                  "data.skip_bad_lines": skip_bad_lines or None, "data.streaming": streaming or None})
-    config = with_max_time(config, max_time)
+    # the default recipe follows the objective, given as --objective or as --set objective=
+    wanted = objective or set_keys(set_ or []).get(("train", "objective"), ("", "mlm"))[1].strip("'\"")
+    config = load_recipe(recipe or ("decoder-mini" if wanted == "clm" else "mini"), set_ or [], PRETRAIN_READS)
+    values = {"train.objective": objective, "data.corpus": tuple(corpus) if corpus else None,
+              "train.max_steps": max_steps, "data.text_field": text_field,
+              "data.skip_bad_lines": skip_bad_lines or None, "data.streaming": streaming or None}
+    given_once(config, {**values, "train.max_time": max_time}, set_)
+    config = with_max_time(with_values(config, values), max_time)
     if resume:  # the run's own limits unless this command changes them
         from bertkit.run.directory import keep_run_limits
 

@@ -27,7 +27,11 @@ def load_target(target: str, overrides: list[str] | tuple[str, ...] = ()) -> tup
             raise BertkitError("--set applies to recipes, not to an existing run directory")
         kind = "run" if is_run_dir(target) else "directory"
         return load_config(target), kind
-    return load_recipe(target, overrides), "recipe"
+    config = load_recipe(target, overrides)  # its own errors first (an empty recipe, a moved key)
+    if not is_model_recipe(target):  # it described the default ModelConfig, a model the recipe does not have
+        raise BertkitError(f"{target}: a finetuning recipe (no [model]: its model comes from the run given as "
+                           "--model); run `bertkit info` on that run, or on a model recipe (`bertkit recipes`)")
+    return config, "recipe"
 
 
 def describe(cfg: ModelConfig, heads: HeadsConfig = HeadsConfig()) -> list[str]:

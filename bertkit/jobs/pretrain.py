@@ -190,6 +190,9 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
     check_fits(config.model, config.heads, config.train.batch_size * config.data.block_size, accelerator.device,
                accelerator.num_processes if config.train.sharding == "fsdp" else 1)
     special = special_ids(tokenizer)
+    if config.model.pad_token_id != special.pad:  # else stored as the pad id, as an HF export then says
+        raise BertkitError(f"model.pad_token_id: {config.model.pad_token_id}, but the tokenizer pads with id "
+                           f"{special.pad} ([PAD]); leave model.pad_token_id at {special.pad}")
     objective = PRETRAINING[config.train.objective].objective(packed, special, vocab, config.data, config.train,
                                                    accelerator.num_processes)
 

@@ -187,7 +187,9 @@ def test_max_time_none_drops_a_recipes_clock(tmp_path, base):
               "--label-column", "stars", "--no-progress", "--max-steps", "1"]
     _ok(*common, "--max-time", "10m", "--out", tmp_path / "clocked")
     assert load_config(tmp_path / "clocked").train.max_time == "10m"
-    _ok(*common, "--set", "train.max_time=20m", "--max-time", "none", "--out", tmp_path / "free")
+    clocked = tmp_path / "clocked.toml"  # a recipe with a clock (the option and --set together are refused)
+    clocked.write_text('[task]\nkind = "classify"\n[train]\nmax_time = "20m"\n')
+    _ok(*common, "--recipe", clocked, "--max-time", "none", "--out", tmp_path / "free")
     assert load_config(tmp_path / "free").train.max_time is None
     # a resume keeps the run's own budget unless the command drops it: the raw "none" counts as given
     recipe = with_max_time(load_recipe("finetune-classify"), "none")
@@ -202,8 +204,11 @@ def test_max_time_none_drops_a_recipes_clock(tmp_path, base):
     assert (steps.train.max_time, steps.train.epochs) == (None, None)
     both = keep_run_limits(clocked_recipe, tmp_path / "clocked", {"max_time": "8m", "max_steps": 9}, [])
     assert both.train.max_time == "7m"  # given beside --max-steps: the command's own (with_max_time applied it)
-    pretrain = ["pretrain", "--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set",
-                "batch_size=4", "--set", "min_frequency=1", "--set", "max_time=5m", "--corpus",
+    tiny = tmp_path / "tiny-clocked.toml"  # tiny with a clock of its own
+    tiny.write_text((ROOT / "recipes" / "tiny.toml").read_text() + '\n[train]\nmax_time = "5m"\n')
+    assert load_recipe(tiny).train.max_time == "5m"
+    pretrain = ["pretrain", "--recipe", tiny, "--set", "vocab_size=400", "--set", "block_size=32", "--set",
+                "batch_size=4", "--set", "min_frequency=1", "--corpus",
                 repeated_corpus(tmp_path / "c.txt", 6), "--no-progress", "--max-steps", "1"]
     _ok(*pretrain, "--max-time", "None", "--out", tmp_path / "pre")  # (as --set's "none" is, any case)
     assert load_config(tmp_path / "pre").train.max_time is None
