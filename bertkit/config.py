@@ -39,13 +39,19 @@ HEADS = ("mlm", "lm", "pooler", "classifier", "tagger", "pair_classifier", "rtd"
 SEEDS = 2**32  # seeds are in [0, SEEDS): numpy's generators refuse anything else (issue 38)
 
 
+# model keys that follow another when not given (None): key -> (the key it follows, its value from the config)
+DERIVED_MODEL_KEYS = {"n_kv_heads": ("n_heads", lambda c: c.n_heads), "d_ff": ("d_model", lambda c: 4 * c.d_model),
+                      "n_decoder_layers": ("n_layers", lambda c: c.n_layers)}
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """The transformer: which stack, its sizes, and every switch the classic lectures teach — the architecture only
     (what sits on top of it is `HeadsConfig`).
 
     `None` for `n_kv_heads`, `d_ff` and `n_decoder_layers` means "derive" (n_heads, 4 * d_model, n_layers); the
-    derived value is filled in at construction so saved configs always show real numbers.
+    derived value is filled in at construction so saved configs always show real numbers. A derived one follows its
+    source when `--set` or `recipes.with_values` changes it (`derived` names them); one a recipe gives stays.
     """
 
     architecture: Architecture = "encoder"  # BERT-style encoder, GPT-style decoder, or the original Transformer
@@ -77,12 +83,12 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         _check_types(self, "model")
-        if self.n_kv_heads is None:
-            object.__setattr__(self, "n_kv_heads", self.n_heads)
-        if self.d_ff is None:
-            object.__setattr__(self, "d_ff", 4 * self.d_model)
-        if self.n_decoder_layers is None:
-            object.__setattr__(self, "n_decoder_layers", self.n_layers)
+        # which keys were derived here (not a field: equality and the stored config ignore it), so that
+        # `recipes.with_values` re-derives them when what they follow changes, as --set does
+        object.__setattr__(self, "derived", frozenset(k for k in DERIVED_MODEL_KEYS if getattr(self, k) is None))
+        for key, (_, rule) in DERIVED_MODEL_KEYS.items():
+            if getattr(self, key) is None:
+                object.__setattr__(self, key, rule(self))
         for key in ("vocab_size", "d_model", "n_layers", "n_decoder_layers", "n_heads", "n_kv_heads", "d_ff",
                     "max_len", "max_distance"):
             if getattr(self, key) < 1:

@@ -11,7 +11,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from bertkit.config import MOVED, Config, means_none, section_type, suggest
+from bertkit.config import DERIVED_MODEL_KEYS, MOVED, Config, means_none, section_type, suggest
 from bertkit.errors import ConfigError
 
 def recipe_dirs() -> list[Path]:
@@ -232,5 +232,12 @@ def with_values(config: Config, values: dict[str, Any]) -> Config:
             continue
         section, key = resolve_key(dotted, "with_values:")
         sections.setdefault(section, {})[key] = value
+    # a key the config derived (n_kv_heads from n_heads, d_ff from d_model, n_decoder_layers from n_layers) is
+    # derived again, so it follows a changed source as --set's does; one the recipe gave stays. The built value was
+    # kept: `n_heads: 8` gave attention with 4 kv heads and the old FFN width
+    if "model" in sections:
+        for key in DERIVED_MODEL_KEYS:
+            if key in getattr(config.model, "derived", ()) and key not in sections["model"]:
+                sections["model"][key] = None
     updated = {name: dataclasses.replace(getattr(config, name), **changes) for name, changes in sections.items()}
     return dataclasses.replace(config, **updated)

@@ -152,6 +152,28 @@ def test_an_option_and_a_set_giving_one_key_two_values_is_an_error(tmp_path):
     assert "needs a decoder" not in line and "missing.txt" in line
 
 
+def test_with_values_rederives_what_follows_a_changed_key_as_set_does(tmp_path):
+    """`with_values(cfg, {"model.n_heads": 8, "model.d_model": 512})` kept n_kv_heads 4 and d_ff 1024 (GQA 8/4 and a
+    2x FFN) where `--set` gives 8 and 2048 (review, 2026-11-28); a key set apart from its source stays."""
+    from bertkit.recipes import with_values
+
+    recipe = tmp_path / "plain.toml"  # nothing derived given: all three follow
+    recipe.write_text('[model]\narchitecture = "encoder-decoder"\nd_model = 256\nn_heads = 4\nn_layers = 4\n')
+    base = with_values(load_recipe(recipe), {"train.seed": 3})  # an unrelated change first: still derived
+    changed = with_values(base, {"model.n_heads": 8, "model.d_model": 512, "model.n_layers": 6})
+    by_set = load_recipe(recipe, ["n_heads=8", "d_model=512", "n_layers=6", "seed=3"])
+    assert changed.model == by_set.model
+    assert (changed.model.n_kv_heads, changed.model.d_ff, changed.model.n_decoder_layers) == (8, 2048, 6)
+    mini = load_recipe("mini")  # gives d_ff = 1024 itself: kept, as --set keeps it
+    assert with_values(mini, {"model.d_model": 512}).model == load_recipe("mini", ["d_model=512"]).model
+    gqa = load_recipe("decoder-mini")  # GQA 4/2: its 2 is its own, not n_heads'
+    assert gqa.model.n_kv_heads != gqa.model.n_heads
+    assert with_values(gqa, {"model.n_heads": 8}).model.n_kv_heads == gqa.model.n_kv_heads
+    assert with_values(base, {"model.n_heads": 8, "model.n_kv_heads": 2}).model.n_kv_heads == 2
+    assert with_values(base, {"model.dropout": 0.0}).model.derived == base.model.derived == {"n_kv_heads", "d_ff",
+                                                                                             "n_decoder_layers"}
+
+
 def test_a_pad_token_id_that_is_not_the_tokenizers_is_refused(tmp_path):
     """--set pad_token_id=5 trained, and an HF export named '!' as the pad token (the tokenizer pads with 0)."""
     assert cli_error("pretrain", "--recipe", "tiny", "--corpus", SAMPLE_CORPUS, "--set", "vocab_size=300",
