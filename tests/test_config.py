@@ -146,6 +146,9 @@ def test_an_option_and_a_set_giving_one_key_two_values_is_an_error(tmp_path):
     assert cli_error(*classify, "--recipe", "finetune-ner") == (
         "error: --recipe finetune-ner: a recipe for task.kind = 'ner', not 'classify'; use `bertkit finetune ner` "
         "with it, or another recipe")
+    # tokenizer settings beside a trained tokenizer did nothing, and config.json claimed them
+    assert "--set tokenizer.lowercase: how a tokenizer is trained, but --tokenizer" in cli_error(
+        *common, "--tokenizer", tmp_path, "--set", "lowercase=true")
     # the default recipe follows --set objective= as it does --objective (mini, an encoder, was refused for clm)
     line = cli_error("pretrain", "--set", "objective=clm", "--corpus", tmp_path / "missing.txt", "--out",
                      tmp_path / "clm")
