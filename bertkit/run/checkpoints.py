@@ -133,10 +133,26 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return root / f"step-{steps[0]}" if steps else None
 
 
+# state.json's counters and clocks: valid JSON of another type ("step": "30", "total_steps": null) was a traceback
+# where the resume compares or adds them
+_COUNTS = ("step", "total_steps", "schedule_steps", "max_steps", "evaluations", "best_step", "stale_evals",
+           "skipped_steps", "bad_in_row", "reloads", "processes")
+_SECONDS = ("elapsed", "step_seconds", "eval_seconds")
+
+
 def read_state(path: Path) -> dict:
-    """A checkpoint's state.json (the loop's TrainState), with a clear error when it is damaged."""
+    """A checkpoint's state.json (the loop's TrainState), with a clear error when it is damaged (unreadable, or a
+    counter that is not a whole number >= 0, or a clock that is not a number)."""
     try:
-        return read_json(path / STATE_FILE, "checkpoint state")
+        state = read_json(path / STATE_FILE, "checkpoint state")
+        if not isinstance(state, dict):
+            raise BertkitError(f"{path / STATE_FILE}: not a checkpoint state (a JSON object)")
+        for key in _COUNTS + _SECONDS:
+            value = state.get(key, 0)
+            whole = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+            if not (whole or (key in _SECONDS and isinstance(value, float) and value >= 0)):
+                raise BertkitError(f"{path / STATE_FILE}: {key} is {value!r}, not a number >= 0")
+        return state
     except BertkitError as exc:
         raise _damaged(path, exc) from None
 
@@ -183,8 +199,8 @@ def load_checkpoint(path: Path, model, optimizer=None, scheduler=None, scaler=No
     the scaler as it is) from a checkpoint; returns (state, rng states). A damaged
     file is one line naming it and the earlier checkpoint that is left, if any. A sharded checkpoint is loaded by
     every process at once (`load_shards`: into a sharded model, or whole into a plain one)."""
+    state = read_state(path)
     try:
-        state = read_json(path / STATE_FILE, "checkpoint state")
         sharded = is_sharded_checkpoint(path)
         if sharded:
             load_shards(path, model, optimizer)
@@ -202,7 +218,8 @@ def load_checkpoint(path: Path, model, optimizer=None, scheduler=None, scaler=No
             except (KeyError, TypeError, ValueError, RuntimeError) as exc:
                 raise BertkitError(f"{path / OPTIMIZER_FILE}: does not fit this run ({exc})") from None
         rng = _torch_file(path / RNG_FILE)
-        if not (isinstance(rng, list) and rng and all(isinstance(r, dict) and "cpu" in r for r in rng)):
+        if not (isinstance(rng, list) and rng and all(isinstance(r, dict) and "cpu" in r for r in rng)
+                and all(isinstance(r["cpu"], torch.Tensor) and r["cpu"].dtype == torch.uint8 for r in rng)):
             raise BertkitError(f"{path / RNG_FILE}: not a bertkit RNG state")
     except BertkitError as exc:
         raise _damaged(path, exc) from None

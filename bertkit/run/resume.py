@@ -5,6 +5,7 @@ config.json (`directory`) and the latest checkpoint's state (`checkpoints`), so 
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 from bertkit.config import Config
@@ -22,6 +23,12 @@ def check_run_output(out: Path, config: Config, resume: bool, sections: tuple[st
     killed before its first checkpoint resumes from step 0 (the loop starts it again). A run never goes inside
     another run or an index."""
     refuse_nested(out)
+    if out.is_symlink() and not (resume and out.is_dir()):
+        # a dangling link ran the whole job and then failed on the rename; a link to an empty folder was replaced by
+        # a real folder on the link's own disk: a new run takes its path's place, so the path must be the folder
+        where = os.readlink(out)
+        raise BertkitError(f"{out}: a link to {where}" + (", which is not there" if not out.exists() else "")
+                           + "; a new run replaces what is at its path: give --out the folder itself")
     if not out.exists() or (out.is_dir() and not any(out.iterdir())):
         if resume:
             raise BertkitError(f"{out}: nothing to resume (no run there)")

@@ -42,3 +42,30 @@ def test_a_checkpoint_round_trips_the_training_state_and_the_loss_scale(tmp_path
     untouched = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
     load_checkpoint(latest_checkpoint(tmp_path), fresh, scaler=untouched)
     assert untouched.get_scale() == 2.0 ** 10
+
+
+def test_a_state_or_rng_file_of_the_wrong_types_is_a_damaged_checkpoint_not_a_traceback(tmp_path):
+    """Valid JSON of another type (`"step": "30"`, `"total_steps": null`) or an RNG file holding float tensors was a
+    TypeError where the resume compared or set them (review, 2026-11-28); the file is named as damaged now."""
+    import json
+
+    import pytest
+
+    from bertkit.errors import BertkitError
+    from bertkit.run.checkpoints import read_state
+
+    model, optimizer, scheduler, _ = _parts(0)
+    save_checkpoint(tmp_path, 1, model, optimizer, scheduler, {"step": 1, "total_steps": 4}, 2, [rng_state()])
+    step = latest_checkpoint(tmp_path)
+    good = (step / "state.json").read_text()
+    for change, said in (({"step": "30"}, "step is '30', not a number >= 0"),
+                         ({"total_steps": None}, "total_steps is None, not a number >= 0"),
+                         ({"elapsed": -1.0}, "elapsed is -1.0, not a number >= 0")):
+        (step / "state.json").write_text(json.dumps({**json.loads(good), **change}))
+        for read in (lambda: read_state(step), lambda: load_checkpoint(step, model)):
+            with pytest.raises(BertkitError, match="checkpoint step-1 is damaged: .*state.json: " + said):
+                read()
+    (step / "state.json").write_text(good)
+    torch.save([{"cpu": torch.zeros(8)}], step / "rng.pt")
+    with pytest.raises(BertkitError, match="checkpoint step-1 is damaged: .*rng.pt: not a bertkit RNG state"):
+        load_checkpoint(step, model)

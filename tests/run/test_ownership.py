@@ -5,6 +5,7 @@ refused, index contents are verified, and a model that cannot fit is refused bef
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -162,6 +163,21 @@ def test_a_run_reached_through_a_link_has_the_runs_own_lock(tmp_path):
         with pytest.raises(BertkitError, match="in use by another bertkit process"):
             with locked(tmp_path / "runs" / "link"):
                 pass
+
+
+def test_a_new_run_into_a_link_is_one_line_before_any_work(tmp_path):
+    """--out a dangling link ran the whole job and ended in a traceback at the rename; a link to an empty folder was
+    replaced by a real folder without a word (review, 2026-11-28)."""
+    corpus = repeated_corpus(tmp_path / "c.txt", 3)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "to-empty").symlink_to(tmp_path / "empty")
+    for link, said in (("dangling", ", which is not there; "), ("to-empty", "; ")):
+        line = cli_error("pretrain", "--recipe", "tiny", "--corpus", corpus, "--out", tmp_path / link,
+                         "--no-progress")
+        assert line == (f"error: {tmp_path / link}: a link to {os.readlink(tmp_path / link)}{said}a new run "
+                        "replaces what is at its path: give --out the folder itself")
+        assert (tmp_path / link).is_symlink()
 
 
 def test_cleaning_a_run_never_takes_another_runs_files_for_its_own(tmp_path):
