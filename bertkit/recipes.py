@@ -89,6 +89,9 @@ def load_recipe(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
             if isinstance(value, dict) and name not in reads.sections:
                 raise ConfigError(f"recipe {path}: [{name}] is not read by {reads.command} (it reads "
                                   f"{reads.listed()})")
+            for key in value if isinstance(value, dict) else ():
+                if (why := reads.ignored(name, key)) is not None:
+                    raise ConfigError(f"recipe {path}: {name}.{key} does nothing in {reads.command}: {why}")
     return Config.from_dict(apply_overrides(data, overrides, reads), source=str(path))
 
 
@@ -98,14 +101,23 @@ class Reads:
 
     command: str
     sections: tuple[str, ...]
+    # keys of a read section that this command never reads, and why: refused, not stored as if they had counted
+    # (`pretrain --set patience=1` ran without early stopping; a classifier's config.json said `objective: clm`)
+    ignores: tuple[tuple[str, str], ...] = ()
 
     def listed(self) -> str:
         return ", ".join(f"[{name}]" for name in self.sections)
+
+    def ignored(self, section: str, name: str) -> str | None:
+        """Why `section.name` does nothing in this command, or None when it is read."""
+        return dict(self.ignores).get(f"{section}.{name}")
 
     def check(self, key: str, section: str, name: str) -> None:
         """`--set key` resolved to section.name: an error naming what the command reads, and the key's new name
         where a bare key meant another section's setting before (`MOVED`)."""
         if section in self.sections:
+            if (why := self.ignored(section, name)) is not None:
+                raise ConfigError(f"--set {key}: {section}.{name} does nothing in {self.command}: {why}")
             return
         moved = [new for old, new in MOVED.items() if old in (key, f"{section}.{name}")
                  or old.split(".", 1)[1] == key and new.split(".")[0] in self.sections]
@@ -116,13 +128,21 @@ class Reads:
 
 # The sections each training command reads from its recipe and --set (finetuning takes [model] and [tokenizer] from
 # --model; a task model keeps its base's [sentence]; pretraining has no task).
-PRETRAIN_READS = Reads("pretrain", ("model", "heads", "tokenizer", "data", "train", "sentence"))
+_FINETUNING_ONLY = tuple((f"train.{key}", why) for key, why in (
+    ("epochs", "a finetuning setting (pretraining ends at max_steps or max_time)"),
+    ("metric", "a finetuning setting (pretraining keeps no best checkpoint)"),
+    ("patience", "a finetuning setting (pretraining never stops early)")))
+_PRETRAINING_ONLY = tuple((f"train.{key}", f"a pretraining setting ({why})") for key, why in (
+    ("objective", "a finetuning's objective is its task"), ("rtd_weight", "objective rtd's"),
+    ("contrastive_weight", "the contrastive term's"), ("contrastive_scale", "the contrastive term's"),
+    ("contrastive_views", "the contrastive term's")))
+PRETRAIN_READS = Reads("pretrain", ("model", "heads", "tokenizer", "data", "train", "sentence"), _FINETUNING_ONLY)
 FINETUNE_READS = {
-    "classify": Reads("finetune classify", ("task", "heads", "train")),
-    "regress": Reads("finetune classify --regression", ("task", "heads", "train")),
-    "ner": Reads("finetune ner", ("task", "train")),
-    "sentence": Reads("finetune sentence", ("task", "sentence_loss", "sentence", "train")),
-    "seq2seq": Reads("finetune seq2seq", ("model", "tokenizer", "task", "seq2seq", "train")),
+    "classify": Reads("finetune classify", ("task", "heads", "train"), _PRETRAINING_ONLY),
+    "regress": Reads("finetune classify --regression", ("task", "heads", "train"), _PRETRAINING_ONLY),
+    "ner": Reads("finetune ner", ("task", "train"), _PRETRAINING_ONLY),
+    "sentence": Reads("finetune sentence", ("task", "sentence_loss", "sentence", "train"), _PRETRAINING_ONLY),
+    "seq2seq": Reads("finetune seq2seq", ("model", "tokenizer", "task", "seq2seq", "train"), _PRETRAINING_ONLY),
 }
 
 

@@ -185,6 +185,23 @@ def test_a_pad_token_id_that_is_not_the_tokenizers_is_refused(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_train_key_the_command_never_reads_is_refused(tmp_path):
+    """`pretrain --set patience=1` ran with no early stopping, and a classifier's config.json said `objective: clm`
+    (review, 2026-11-28): a [train] key a command does nothing with is refused, by --set or in a recipe."""
+    for key in ("epochs=3", "metric=val_loss", "patience=1"):
+        with pytest.raises(ConfigError, match=f"--set {key.split('=')[0]}: train.{key.split('=')[0]} does nothing "
+                                              "in pretrain: a finetuning setting"):
+            load_recipe("tiny", [key], PRETRAIN_READS)
+    for key in ("objective=clm", "rtd_weight=1", "contrastive_weight=1"):
+        with pytest.raises(ConfigError, match="does nothing in finetune classify: a pretraining setting"):
+            load_recipe("finetune-classify", [key], FINETUNE_READS["classify"])
+    mine = tmp_path / "mine.toml"
+    mine.write_text('[task]\nkind = "ner"\n[train]\nobjective = "rtd"\n')
+    with pytest.raises(ConfigError, match="mine.toml: train.objective does nothing in finetune ner"):
+        load_recipe(mine, [], FINETUNE_READS["ner"])
+    assert load_recipe("finetune-classify", ["epochs=2", "patience=3"], FINETUNE_READS["classify"]).train.patience == 3
+
+
 def test_info_on_a_finetuning_recipe_says_it_has_no_model():
     """It printed the default ModelConfig (4 x 256, MLM FLOPs), a model the recipe does not have."""
     assert cli_error("info", "finetune-classify").startswith(
