@@ -65,10 +65,16 @@ def _fmt(value, std=None, digits: int = 3, scale: float = 1.0) -> str:
 
 def _paired_delta(variant: dict, base: dict) -> str:
     """Δ validation loss against the base over the seeds both finished (a seed failed on one side would
-    otherwise compare different seed sets: the base's hard seed against the variant's missing one)."""
+    otherwise compare different seed sets: the base's hard seed against the variant's missing one). A variant
+    with no seed in common with the base (`--vary seed=N`: the cheapest noise estimate) gets the difference of
+    the means, marked unpaired."""
     mine, theirs = variant["seed_losses"], base["seed_losses"]
     both = [seed for seed in mine if seed in theirs]
-    return f"{statistics.fmean(mine[s] - theirs[s] for s in both):+.3f}" if both else "–"
+    if both:
+        return f"{statistics.fmean(mine[s] - theirs[s] for s in both):+.3f}"
+    if mine and theirs:
+        return f"{statistics.fmean(mine.values()) - statistics.fmean(theirs.values()):+.3f} (unpaired)"
+    return "–"
 
 
 def _count(value: float) -> str:
@@ -112,6 +118,9 @@ def markdown_table(summary: list[dict], task: str, baseline: dict | None = None,
     if note:
         note += ("; Δ loss is the mean of the per-seed differences over the seeds both runs finished." if
                  any(s["seeds"] < seeds for s in summary if s["status"] == "ok") else ".")
+    if any("(unpaired)" in line for line in lines):
+        note += ("\nΔ loss marked unpaired: the variant ran on none of the base's seeds (`--vary seed=N`), so it is "
+                 "the difference of their means: the seed-to-seed noise itself.")
     if baseline and "val_loss" in baseline:
         token = "masked token" if loss_kind == "MLM" else "next token"
         note += (f"\nUnigram baseline (predicting every {token} by its corpus frequency): loss "

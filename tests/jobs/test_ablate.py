@@ -82,6 +82,18 @@ def test_a_failed_seed_keeps_the_delta_paired_and_the_row_says_how_many_seeds():
     assert f"| {(4.95 + 4.97 + 5.55 - 5.00 - 5.02 - 5.60) / 3:+.3f} |" in line
 
 
+def test_a_seed_variant_shares_no_seed_with_the_base_and_gets_the_unpaired_delta():
+    """`--vary seed=1` runs on seed 1, the base on the recipe's 0: the paired Δ found no common seed and showed "–"
+    where the docs read the seed-to-seed noise (review, 2026-11-28)."""
+    from bertkit.ablation import summarise
+    from bertkit.jobs.ablate_report import markdown_table
+
+    rows = [_row("base", 0, 5.00), {**_row("seed=1", 1, 5.07), "changes": "train.seed=1"}]
+    table = markdown_table(summarise(rows), "pretrain", None, rows)
+    line = next(line for line in table.splitlines() if line.startswith("| seed=1"))
+    assert "| +0.070 (unpaired) |" in line and "Δ loss marked unpaired" in table
+
+
 def test_one_change_at_a_time_skips_the_base_value_and_keeps_invalid_variants():
     plan = _plan(["positions=learned,rotary,none", "n_heads=2,3", "norm_position=pre"])
     names = [v.name for v in plan.variants]
