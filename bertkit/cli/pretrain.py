@@ -86,12 +86,12 @@ def pretrain(recipe: Annotated[str | None, typer.Option(
               "train.max_steps": max_steps, "data.text_field": text_field,
               "data.skip_bad_lines": skip_bad_lines or None, "data.streaming": streaming or None}
     given_once(config, {**values, "train.max_time": max_time}, set_)
-    training = [key for section, key in set_keys(set_ or []) if section == "tokenizer"]
-    if tokenizer is not None and training:  # they did nothing, and config.json said the tokenizer had them
-        from bertkit.errors import BertkitError
+    training = [f"tokenizer.{key}" for section, key in set_keys(set_ or []) if section == "tokenizer"]
+    if tokenizer is not None and training:  # they do nothing (the review found them taken without a word)
+        from rich.console import Console
 
-        raise BertkitError(f"--set tokenizer.{training[0]}: how a tokenizer is trained, but --tokenizer {tokenizer} "
-                           "gives one already trained (its settings are its own); drop one of them")
+        Console(stderr=True).print(f"[yellow]warning: --set {', '.join(training)} does nothing with --tokenizer "
+                                   f"{tokenizer}: a trained tokenizer keeps its own settings")
     config = with_max_time(with_values(config, values), max_time)
     if resume:  # the run's own limits unless this command changes them
         from bertkit.run.directory import keep_run_limits

@@ -25,6 +25,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from bertkit.config import parse_duration
 from bertkit.errors import BertkitError, a_or_an
 from bertkit.inference import TaskModel
 from bertkit.jobs import finetune
@@ -85,6 +86,8 @@ def run(job: GlueJob, console: Console | None = None) -> GlueResult:
         raise BertkitError(f"--init: pretrained or random (got {job.init!r})")
     if not job.models:
         raise BertkitError("--model: give at least one encoder run directory")
+    if job.budget is not None:  # before anything is written (a bad budget failed only in the first cell)
+        parse_duration(job.budget, "--budget")
     models = _labelled_models(job.models, job.init)
     files = {task.name: (_data_file(task.train), _data_file(task.dev)) for task in tasks}
     protocol = _protocol(job)

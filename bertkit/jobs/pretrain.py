@@ -47,8 +47,10 @@ from bertkit.train.sharding import full_weights
 
 
 def _check_output(out: Path, config: Config, resume: bool) -> None:
-    # model.vocab_size and the heads are set by pretraining itself (from the tokenizer; the objective's heads)
-    check_run_output(out, config, resume, ("model", "tokenizer", "data", "train"),
+    # model.vocab_size and the heads are set by pretraining itself (from the tokenizer; the objective's heads);
+    # [sentence] (how `embed` pools the encoder) is stored with the run, so a resume that changes it is refused, not
+    # ignored
+    check_run_output(out, config, resume, ("model", "tokenizer", "data", "train", "sentence"),
                      RESUMABLE_TRAIN_KEYS | {"model.vocab_size"})
 
 
