@@ -72,7 +72,12 @@ def run_sorted(model: Model, examples: list[Encoded], pad_id: int, batch_size: i
     # once can deadlock in dynamo (bf16 `embed --compile` on a 2-core CPU hung for good, one thread tracing, the
     # other leaving autocast)
     compiled = getattr(model, "_compiled_call_impl", None) is not None or hasattr(model, "_orig_mod")
-    workers = 1 if compiled else min(inference_workers(device), len(batches))
+    # Under several processes (a training run's evaluation) a forward may hold collectives: a sharded (FSDP) model
+    # gathers its weights in each. Two threads' forwards at once issued them out of order and gloo aborted on a
+    # collective mismatch (or, with blocks of one size, could have mixed them): one batch at a time there
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized() \
+        and torch.distributed.get_world_size() > 1
+    workers = 1 if compiled or distributed else min(inference_workers(device), len(batches))
     threads = torch.get_num_threads()
     pool = None
     try:

@@ -197,3 +197,22 @@ def test_a_compiled_encoder_runs_one_batch_at_a_time_and_embeds_as_eager(run, mo
     encoder.model = torch.compile(encoder.model, dynamic=True, backend="eager")  # the wrapper form
     np.testing.assert_allclose(encoder.encode(texts), eager, rtol=1e-5, atol=1e-6)
     assert pools == [(2,)]
+
+
+def test_under_several_processes_batches_run_one_at_a_time(run, monkeypatch):
+    """A training run's evaluation under several processes: a sharded model's forward gathers its weights, and two
+    threads' forwards at once issued those collectives out of order (gloo aborted on a collective mismatch under
+    FSDP with two threads a process; review, 2026-11-28). No pool there; the embeddings are the same."""
+    import bertkit.inference as inference
+
+    pools, real_pool = [], inference.ThreadPoolExecutor
+    monkeypatch.setattr(inference, "ThreadPoolExecutor", lambda *a, **k: pools.append(a) or real_pool(*a, **k))
+    monkeypatch.setattr(inference, "inference_workers", lambda device: 2)
+    texts = TEXTS * 8
+    alone = SentenceEncoder(run, batch_size=4, precision="fp32").encode(texts)
+    assert pools == [(2,)]
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 2)
+    np.testing.assert_allclose(SentenceEncoder(run, batch_size=4, precision="fp32").encode(texts), alone,
+                               rtol=1e-5, atol=1e-6)
+    assert pools == [(2,)]  # no second pool

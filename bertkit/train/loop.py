@@ -321,10 +321,11 @@ def _plan(planner: BudgetPlanner, state: TrainState, read: bool, cfg: TrainConfi
     time_up = bool(cfg.max_seconds and state.elapsed >= cfg.max_seconds)
     if accelerator.num_processes > 1 and cfg.max_seconds:
         time_up = False
-        if read:
-            plan = broadcast(torch.tensor([float(state.total_steps), float(state.elapsed >= cfg.max_seconds)],
-                                          device=accelerator.device))
-            state.total_steps, time_up = int(plan[0]), bool(plan[1])
+        if read:  # the planner acts only here; the schedule's provisional total too (the learning rate follows it:
+            # each process's own made their rates, and so their weights, part for good)
+            plan = broadcast(torch.tensor([float(state.total_steps), float(state.elapsed >= cfg.max_seconds),
+                                           float(state.schedule_steps)], device=accelerator.device))
+            state.total_steps, time_up, state.schedule_steps = int(plan[0]), bool(plan[1]), int(plan[2])
     return state.step >= state.total_steps or time_up
 
 

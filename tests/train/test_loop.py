@@ -474,3 +474,29 @@ def test_a_compiled_run_on_a_budget_trains_to_its_budget(tmp_path, packed, sampl
     state = result["state"]
     assert state["calibrated"] and state["calibrated_at"][1] > 2  # the compile-time steps were left out
     assert state["step"] > 100 and state["elapsed"] >= 0.85 * 35
+
+
+def test_under_several_processes_a_budgets_schedule_is_the_main_processs(monkeypatch):
+    """Each process fitted the schedule's provisional total from its own timings, and only the run's total was
+    the main process's: under --max-time two processes trained at different rates and their weights parted for
+    good (review, 2026-11-28). Where the planner acts (the steps that read the device), the main process's total,
+    time-up and schedule total are every process's."""
+    import types
+
+    from bertkit.train import loop
+    from bertkit.train.state import TrainState
+
+    sent = []
+
+    def main_plan(tensor):  # what the main process's broadcast hands this (other) process
+        sent.append(tensor.tolist())
+        return torch.tensor([120.0, 0.0, 42.0])
+
+    monkeypatch.setattr(loop, "broadcast", main_plan)
+    state = TrainState(step=10, total_steps=100, schedule_steps=37, elapsed=5.0)
+    planner = types.SimpleNamespace(observe=lambda state, synced: None)
+    other = types.SimpleNamespace(num_processes=2, is_main_process=False, device=torch.device("cpu"))
+    cfg = TrainConfig(max_time="60s")
+    assert loop._plan(planner, state, True, cfg, other, None) is False
+    assert sent == [[100.0, 0.0, 37.0]] and (state.total_steps, state.schedule_steps) == (120, 42)
+    assert loop._plan(planner, state, False, cfg, other, None) is False and len(sent) == 1  # no read: no plan
