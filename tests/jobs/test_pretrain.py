@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from bertkit.hardware import resolve_precision
 from conftest import AS_ON_CI, cli_error, cli_ok, cli_process, free_port, merged, repeated_corpus, torchrun_process
@@ -138,6 +139,12 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path, corpus):
     assert len(one) == len(two) == 8
     # Same rows, same masks, no dropout: only the order of float sums differs.
     assert two == pytest.approx(one, rel=1e-4)
+    # each process draws its own dropout masks (both were seeded alike: the halves of a global batch got the same
+    # noise; review, 2026-11-28); the main process keeps a one-process run's stream
+    states = torch.load(tmp_path / "two" / "checkpoints" / "step-8" / "rng.pt", weights_only=True)
+    alone = torch.load(tmp_path / "one" / "checkpoints" / "step-8" / "rng.pt", weights_only=True)
+    assert len(states) == 2 and not torch.equal(states[0]["cpu"], states[1]["cpu"])
+    assert torch.equal(states[0]["cpu"], alone[0]["cpu"])
 
 
 @pytest.mark.slow
