@@ -205,16 +205,19 @@ why_not() { echo "${NO_DATASETS:-$NO_DATA}"; }  # the reason a text step cannot 
 if [ "$SMOKE" = 1 ]; then
     SHAPE=(--device cpu --cases 2x64 --batch-size 4 --seq-len 32 --steps 3 --precisions bf16,fp32)
     COMPILE=(--compile --compile-backend eager)
-    PRETRAIN=(--recipe tiny --max-time 5s --max-steps 1000000 --set train.batch_size=8 --set model.vocab_size=1000)
+    PRETRAIN=(--recipe tiny --max-time 3s --max-steps 1000000 --set train.batch_size=8 --set model.vocab_size=1000)
     AUTOTUNE=default  # the eager backend has no modes
     NO_DYNAMO=(env TORCHDYNAMO_DISABLE=1)  # --compile's plumbing without inductor's minutes of CPU codegen
-    GRAPHS_RUN=(--recipe tiny --max-time 5s --max-steps 1000000 --set train.batch_size=8 --set model.vocab_size=1000
+    GRAPHS_RUN=(--recipe tiny --max-time 3s --max-steps 1000000 --set train.batch_size=8 --set model.vocab_size=1000
                 --set train.compile=off --set train.cuda_graphs=true)  # on a CPU: off, and the line says why
-    AUTO=(--recipe tiny --max-time 5s --max-steps 1000000 --set train.batch_size=auto --set model.vocab_size=1000
-          --set train.compile=off)  # a CPU's compile would outlast the 5 s
+    AUTO=(--recipe tiny --max-time 3s --max-steps 1000000 --set train.batch_size=auto --set model.vocab_size=1000
+          --set train.compile=off)  # a CPU's compile would outlast the 3 s
     LOOP=(--device cpu --recipe tiny --batch-size 8 --steps 20 --log-every 5 --bare-steps 6 --vocab-size 1000)
     EMBED=(--device cpu --sentences 200 --repeats 1 --model built --built-shape 2x64)
     DEMO_TIME=2s
+    # the lever rows without transformers' model: the bare rows above parse its figures already, and its import and
+    # steps were ~2 s of each lever's process (the rows read "transformers not run (--no-peer)")
+    PEER=(--no-peer)
     B256=(--device cpu --cases 2x64 --batch-size 8 --seq-len 32 --steps 3 --precisions bf16)
     MINI=(--device cpu --cases 2x64 --batch-size 4 --seq-len 32 --steps 3 --precisions bf16)
     B512=(--device cpu --cases 2x64 --batch-size 8 --seq-len 32 --steps 3 --precisions bf16)
@@ -235,6 +238,7 @@ else
     LOOP=(--device cuda --recipe base --batch-size 64 --steps 300 --log-every 25 --skip-windows 2 --bare-steps 40)
     EMBED=(--device cuda --batch-size 128)
     DEMO_TIME=30s
+    PEER=()
     B256=(--device cuda --cases 12x768 --batch-size 256 --steps 15 --precisions bf16)
     MINI=(--device cuda --cases 4x256 --batch-size 128 --steps 30 --precisions bf16)
     B512=(--device cuda --cases 12x768 --batch-size 512 --steps 10 --precisions bf16)
@@ -301,10 +305,10 @@ fi
 
 # levers of issue 33's throughput goal, each its own row; the newest first (bare-b256 is the oldest ones' baseline)
 PT="benchmarks/pretrain_throughput.py"
-step lever-dropout 170 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" --select positions --dropout 0.1,0 \
+step lever-dropout 170 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" "${PEER[@]}" --select positions --dropout 0.1,0 \
     --profile "$WORK/profile-b512"
 keep profile-b512 profile-b512
-step lever-b1024 110 "$PY" "$PT" "${B1024[@]}" "${COMPILE[@]}" --select positions --dropout 0
+step lever-b1024 110 "$PY" "$PT" "${B1024[@]}" "${COMPILE[@]}" "${PEER[@]}" --select positions --dropout 0
 step lever-norm 150 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" --select positions --dropout 0 --vocab 30522 \
     --norm fp32,autocast --no-peer
 step lever-tuning 240 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" --select positions --dropout 0 --vocab 30522 \
@@ -332,10 +336,11 @@ else
     skip lever-embed "needs sentence-transformers (the peer it is compared with), not importable"
     skip lever-embed-dynamic "needs sentence-transformers (the peer it is compared with), not importable"
 fi
-step lever-b512 110 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" --select bucket
+step lever-b512 110 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" "${PEER[@]}" --select bucket
 # Triton GEMM templates autotuned against cuBLAS, with the bias/GELU epilogues fused into them (minutes to compile)
-step lever-autotune 240 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" --select positions --compile-mode "$AUTOTUNE"
-step lever-vocab 150 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" --select positions --vocab 30522,30528
+step lever-autotune 240 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" "${PEER[@]}" --select positions \
+    --compile-mode "$AUTOTUNE"
+step lever-vocab 150 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" "${PEER[@]}" --select positions --vocab 30522,30528
 # CUDA graphs in the loop, profiled: last, as the least likely to change a default
 if [ -n "$(why_not)" ]; then
     skip loop-graphs "$(why_not)"
