@@ -23,10 +23,14 @@ def import_hf(src: str | Path, out: str | Path, overwrite: bool = False) -> dict
     src = Path(src)
     sentence_transformers = read_sentence_config(src)
     bert_folder, sentence = sentence_transformers or (src, SentenceConfig())
-    claim(out, IMPORTED_RUN, overwrite, inputs=(src,), hint="choose another OUT or pass --overwrite")
+    hint = "choose another OUT or pass --overwrite"
+    claim(out, IMPORTED_RUN, overwrite, inputs=(src,), hint=hint)  # before the work: a refusal costs nothing
     model, skipped = model_from_hf(bert_folder)
-    with locked(out), atomic_dir(out, overwrite=overwrite) as tmp:
-        write_run_files(tmp, model, Config(model=model.config, heads=model.head_config, sentence=sentence))
-        has_tokenizer = copy_tokenizer(bert_folder, tmp) or copy_tokenizer(src, tmp)
+    with locked(out):
+        # again under the lock: a run that a finetune finished at OUT while the weights were read is not replaced
+        claim(out, IMPORTED_RUN, overwrite, inputs=(src,), hint=hint)
+        with atomic_dir(out, overwrite=overwrite) as tmp:
+            write_run_files(tmp, model, Config(model=model.config, heads=model.head_config, sentence=sentence))
+            has_tokenizer = copy_tokenizer(bert_folder, tmp) or copy_tokenizer(src, tmp)
     return {"out": str(out), "parameters": model.parameter_counts()["total"], "skipped": skipped,
             "tokenizer": has_tokenizer, "sentence": sentence if sentence_transformers else None}

@@ -6,7 +6,9 @@ import math
 import time
 from pathlib import Path
 
+import torch
 from accelerate import Accelerator
+from accelerate.utils import broadcast
 from rich.console import Console
 
 from bertkit.config import TrainConfig
@@ -64,7 +66,11 @@ class Evaluator:
         if metric not in evaluation:
             raise BertkitError(f"train.metric: {metric!r} is not a validation metric (available: "
                                f"{', '.join(evaluation)})")
-        value = evaluation[metric]
+        value = float(evaluation[metric])
+        if accelerator.num_processes > 1:  # every process decides as the main one does: one taking the "better"
+            # branch alone would wait at its gathers and barrier for the others for good (evaluations agree only as
+            # far as every process evaluates the same weights on the same examples)
+            value = float(broadcast(torch.tensor([value], dtype=torch.float64, device=accelerator.device))[0])
         lower_is_better = "loss" in metric or "ppl" in metric
         better = state.best_value is None or (value < state.best_value if lower_is_better
                                               else value > state.best_value)

@@ -500,3 +500,23 @@ def test_under_several_processes_a_budgets_schedule_is_the_main_processs(monkeyp
     assert loop._plan(planner, state, True, cfg, other, None) is False
     assert sent == [[100.0, 0.0, 37.0]] and (state.total_steps, state.schedule_steps) == (120, 42)
     assert loop._plan(planner, state, False, cfg, other, None) is False and len(sent) == 1  # no read: no plan
+
+
+def test_under_several_processes_the_best_checkpoint_is_decided_as_the_main_process_decides(monkeypatch, tmp_path):
+    """Each process decided "better" from its own evaluation, with collectives and a barrier inside that branch: a
+    process deciding alone would wait there for good (review, 2026-11-28). The main process's value decides."""
+    import types
+
+    from bertkit.train import evaluator as evaluator_module
+    from bertkit.train.evaluator import Evaluator
+    from bertkit.train.state import TrainState
+
+    monkeypatch.setattr(evaluator_module, "broadcast", lambda tensor: torch.tensor([0.9], dtype=torch.float64))
+    waits = []
+    other = types.SimpleNamespace(num_processes=2, is_main_process=False, device=torch.device("cpu"),
+                                  unwrap_model=lambda model, keep_torch_compile=False: model,
+                                  wait_for_everyone=lambda: waits.append(1))
+    judge = Evaluator(None, TrainConfig(patience=2), "accuracy", tmp_path, other, None, None)
+    state = TrainState(step=10, best_value=0.8, best_step=5)
+    assert judge.track_best({"accuracy": 0.5}, state, torch.nn.Linear(2, 2)) is False  # its own 0.5 is worse
+    assert (state.best_value, state.best_step, state.stale_evals, waits) == (0.9, 10, 0, [1])  # the main's 0.9 wins
