@@ -290,6 +290,9 @@ class TrainConfig:
     on_bad_steps: OnBadSteps = "reload"  # reload the last good checkpoint, or stop
 
     def __post_init__(self) -> None:
+        if isinstance(self.max_time, (int, float)) and not isinstance(self.max_time, bool):
+            # a recipe's `max_time = 45` is 45 seconds, as `--max-time 45` and `--set max_time=45` are
+            object.__setattr__(self, "max_time", repr(self.max_time))
         _check_types(self, "train")
         _at_least(self, "train", batch_size=1, accumulation_steps=1, max_steps=1, eval_every=1, log_every=1,
                   save_every=1, keep_checkpoints=1, max_bad_steps=1, patience=0)

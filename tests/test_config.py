@@ -120,6 +120,7 @@ def test_a_text_key_set_to_a_number_is_that_text_and_durations_are_finite():
     assert (cfg.train.max_time, cfg.task.text_column, cfg.task.label_column, cfg.train.max_steps) == (
         "45", "5", "4", 7)  # an int key stays an int
     assert load_recipe("tiny", ["max_time='90s'"]).train.max_time == "90s"
+    assert (TrainConfig(max_time=45).max_time, TrainConfig(max_time=1.5).max_time) == ("45", "1.5")  # a recipe's
     for bad in ("nan", "inf", "-inf", "1e400s"):
         with pytest.raises(ConfigError, match=f"train.max_time: must be a positive, finite duration, got '{bad}'"):
             load_recipe("tiny", [f"max_time={bad}"])
