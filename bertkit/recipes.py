@@ -45,8 +45,7 @@ def describe_recipe(name: str, path: Path) -> str:
 
 def model_recipes() -> dict[str, Path]:
     """Recipes that define a model (a [model] table); finetuning recipes take theirs from --model."""
-    return {name: path for name, path in list_recipes().items()
-            if "model" in tomllib.loads(path.read_text(encoding="utf-8"))}
+    return {name: path for name, path in list_recipes().items() if is_model_recipe(path)}
 
 
 def resolve_recipe(name_or_path: str | Path) -> Path:
@@ -61,11 +60,19 @@ def resolve_recipe(name_or_path: str | Path) -> Path:
                       f"(bundled: {', '.join(recipes) or 'none found'})")
 
 
+def recipe_tables(name_or_path: str | Path) -> dict[str, Any]:
+    """A recipe's TOML as it is (before defaults and overrides); invalid TOML is one error naming the file."""
+    path = resolve_recipe(name_or_path)
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"recipe {path}: not valid TOML: {exc}") from None
+
+
 def is_model_recipe(name_or_path: str | Path) -> bool:
     """Whether a recipe describes a model (it has a [model] table: tiny, mini, …), not only a finetuning task (whose
     model comes from the run it finetunes)."""
-    tables = tomllib.loads(resolve_recipe(name_or_path).read_text(encoding="utf-8"))
-    return isinstance(tables.get("model"), dict)
+    return isinstance(recipe_tables(name_or_path).get("model"), dict)
 
 
 def load_recipe(name_or_path: str | Path, overrides: list[str] | tuple[str, ...] = (),
@@ -75,10 +82,7 @@ def load_recipe(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
     given twice in `overrides` with different values is an error (which one did the user mean?), unless `layered`:
     the caller put later overrides there to replace earlier ones (ablate's variants and budget over its --set)."""
     path = resolve_recipe(name_or_path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"recipe {path}: not valid TOML: {exc}") from None
+    data = recipe_tables(path)
     if not data:  # 0 bytes or only comments: every default, surely not what the file was meant to say
         raise ConfigError(f"{path}: empty recipe (no sections); give a bundled recipe's name or add [model], "
                           "[train], … tables")

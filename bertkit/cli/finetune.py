@@ -45,13 +45,10 @@ InitOption = Annotated[str | None, typer.Option(help="task.init: pretrained (def
 def _same_kind(recipe: str, kind: str) -> None:
     """A recipe for another task kind is refused: the command's kind replaced it without a word (`finetune classify
     --recipe finetune-ner` trained a classifier). A classify recipe serves --regression too."""
-    import tomllib
-
     from bertkit.errors import BertkitError
-    from bertkit.recipes import resolve_recipe
+    from bertkit.recipes import recipe_tables
 
-    with open(resolve_recipe(recipe), "rb") as fh:
-        stated = tomllib.load(fh).get("task", {}).get("kind")
+    stated = recipe_tables(recipe).get("task", {}).get("kind")
     if stated in (None, kind) or (stated, kind) == ("classify", "regress"):
         return
     command = {"regress": "finetune classify --regression", "classify": "finetune classify"}.get(stated,

@@ -76,17 +76,18 @@ def pretrain(recipe: Annotated[str | None, typer.Option(
     """Pretrain on your corpus: a BERT with masked LM (or ELECTRA's replaced-token detection, --objective rtd), or a
     GPT-style decoder with causal LM (--objective clm).
     Runs on the CPU, one GPU, or many (`accelerate launch -m bertkit pretrain`)."""
-    from bertkit.recipes import PRETRAIN_READS, load_recipe, set_keys, with_values
+    from bertkit.recipes import PRETRAIN_READS, load_recipe, parse_value, set_keys, with_values
     from bertkit.jobs import pretrain as job
 
     # the default recipe follows the objective, given as --objective or as --set objective=
-    wanted = objective or set_keys(set_ or []).get(("train", "objective"), ("", "mlm"))[1].strip("'\"")
+    sets = set_keys(set_ or [])
+    wanted = objective or parse_value("train", "objective", sets.get(("train", "objective"), ("", "mlm"))[1])
     config = load_recipe(recipe or ("decoder-mini" if wanted == "clm" else "mini"), set_ or [], PRETRAIN_READS)
     values = {"train.objective": objective, "data.corpus": tuple(corpus) if corpus else None,
               "train.max_steps": max_steps, "data.text_field": text_field,
               "data.skip_bad_lines": skip_bad_lines or None, "data.streaming": streaming or None}
     given_once(config, {**values, "train.max_time": max_time}, set_)
-    training = [f"tokenizer.{key}" for section, key in set_keys(set_ or []) if section == "tokenizer"]
+    training = [f"tokenizer.{key}" for section, key in sets if section == "tokenizer"]
     if tokenizer is not None and training:  # they do nothing (the review found them taken without a word)
         from rich.console import Console
 

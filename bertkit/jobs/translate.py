@@ -37,6 +37,14 @@ def _run(translator: Translator, texts: list[str], beam: int, length_penalty: fl
                                     on_batch=lambda n: bar.advance(task, n))
 
 
+def _placed(total: int, rows: list[int], outputs: list[str]) -> list[str]:
+    """`total` lines, each of `rows` holding its output and the others (empty or skipped inputs) empty."""
+    lines = [""] * total
+    for row, output in zip(rows, outputs):
+        lines[row] = output
+    return lines
+
+
 def _write(out: Path, lines: list[str], overwrite: bool) -> None:
     with atomic_file(out, overwrite=overwrite) as tmp:
         tmp.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
@@ -83,9 +91,7 @@ def translate(job: TranslateJob, console: Console | None = None) -> TranslateRes
     if cut:
         console.print(f"[yellow]warning: {cut} sentence(s) were longer than the model's {translator.max_length} "
                       "tokens and were cut")
-    lines = [""] * len(texts)
-    for i, line in zip(keep, outputs):
-        lines[i] = line
+    lines = _placed(len(texts), keep, outputs)
     if out is not None:
         _write(out, lines, overwrite)
         console.print(f"wrote {len(lines):,} translation(s) to {out}")
@@ -127,7 +133,7 @@ class EvaluateSeq2SeqResult:
     length_penalty: float
     seconds: float
     skipped: int
-    precision: str = "fp32"
+    precision: str
 
 
 def evaluate(job: EvaluateSeq2SeqJob, console: Console | None = None) -> EvaluateSeq2SeqResult:
@@ -153,8 +159,5 @@ def evaluate(job: EvaluateSeq2SeqJob, console: Console | None = None) -> Evaluat
                                    beam=beam, length_penalty=job.length_penalty, seconds=seconds, skipped=skipped,
                                    precision=translator.precision)
     if hypotheses is not None:  # one line per source line, as `translate` writes: a skipped pair's is empty
-        placed = [""] * lines
-        for row, output in zip(rows, outputs):
-            placed[row] = output
-        _write(hypotheses, placed, overwrite)
+        _write(hypotheses, _placed(lines, rows, outputs), overwrite)
     return result

@@ -16,7 +16,7 @@ from bertkit.run.checkpoints import (drop_best, newer_best, is_sharded_checkpoin
                                      rng_state, save_checkpoint, save_shards, set_rng_state)
 from bertkit.run.directory import RESULTS_FILE, record_train
 from bertkit.train.budget import planned_total
-from bertkit.train.optim import lr_factor
+from bertkit.train.optim import rate_at
 from bertkit.train.evaluator import plain
 from bertkit.train.sharding import all_finite, broadcast_path
 from bertkit.train.state import TrainState
@@ -49,8 +49,7 @@ def restore(checkpoint: Path, cfg: TrainConfig, model: Model, optimizer, schedul
         state.total_steps, state.stopped_early, state.budget_spent, state.stale_evals = total, False, False, 0
         # the optimiser came back with the old plan's rate for the next step (an extended finished linear decay:
         # 0, so that step changed nothing): the new plan's rate at this step, as the schedule gives it from here
-        factor = lr_factor(scheduler.last_epoch, state.schedule_steps or state.total_steps, cfg.warmup_ratio,
-                           cfg.schedule, cfg.decay_ratio)
+        factor = rate_at(cfg, scheduler.last_epoch, state.schedule_steps or state.total_steps)
         scheduler._last_lr = [base * factor for base in scheduler.base_lrs]  # what get_last_lr() logs
         for group, rate in zip(optimizer.param_groups, scheduler._last_lr):
             group["lr"] = rate

@@ -101,5 +101,10 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainConfig,
                    total_steps: Callable[[], int]) -> torch.optim.lr_scheduler.LambdaLR:
     """The rate multiplier of `lr_factor` over the run's current total (read at every step: a time budget
     re-fits it while the run goes)."""
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_factor(s, total_steps(), cfg.warmup_ratio, cfg.schedule, cfg.decay_ratio))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: rate_at(cfg, s, total_steps()))
+
+
+def rate_at(cfg: TrainConfig, step: int, total: int) -> float:
+    """The schedule's multiplier of the peak rate at `step` of a `total`-step run (make_scheduler's, and what a
+    re-planned resume sets its rates to)."""
+    return lr_factor(step, total, cfg.warmup_ratio, cfg.schedule, cfg.decay_ratio)
