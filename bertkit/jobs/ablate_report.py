@@ -95,7 +95,13 @@ def markdown_table(summary: list[dict], task: str, baseline: dict | None = None,
         head.append(f"downstream {metric or 'metric'} %{n}")  # n: the validation examples it is scored on
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     ok = [s for s in summary if s["val_loss"] is not None]
-    seeds = max((s["seeds"] for s in summary), default=0)
+    # Seeds planned per variant, from every row: a seed that failed for every variant finished nowhere, and counting
+    # only finished seeds would drop it from the table without a word (ablation.csv keeps its errors).
+    per_variant: dict[str, int] = {}
+    for row in rows:
+        per_variant[row["variant"]] = per_variant.get(row["variant"], 0) + 1
+    seeds = max([s["seeds"] for s in summary] + list(per_variant.values()), default=0)
+    lost = sorted({r["seed"] for r in rows} - {r["seed"] for r in rows if r["status"] == "ok"}, key=str)
     best_loss = min((s["val_loss"] for s in ok), default=None)
     for s in summary:
         if s["status"] != "ok":
@@ -118,6 +124,9 @@ def markdown_table(summary: list[dict], task: str, baseline: dict | None = None,
     if note:
         note += ("; Δ loss is the mean of the per-seed differences over the seeds both runs finished." if
                  any(s["seeds"] < seeds for s in summary if s["status"] == "ok") else ".")
+    if lost and ok:
+        note += (f"\nSeed{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))} failed for every variant: the "
+                 "figures are over the other seeds (ablation.csv has each error).")
     if any("(unpaired)" in line for line in lines):
         note += ("\nΔ loss marked unpaired: the variant ran on none of the base's seeds (`--vary seed=N`), so it is "
                  "the difference of their means: the seed-to-seed noise itself.")

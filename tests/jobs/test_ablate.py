@@ -82,6 +82,22 @@ def test_a_failed_seed_keeps_the_delta_paired_and_the_row_says_how_many_seeds():
     assert f"| {(4.95 + 4.97 + 5.55 - 5.00 - 5.02 - 5.60) / 3:+.3f} |" in line
 
 
+def test_a_seed_that_failed_for_every_variant_is_named_not_dropped():
+    """Seed 2 failed for the base and the variant: counting finished seeds only, the table read as a clean 2-seed
+    ablation and seed 2 was gone from ablation.md (review, 2026-11-28)."""
+    from bertkit.ablation import summarise
+    from bertkit.jobs.ablate_report import markdown_table
+
+    rows = [_row("base", 0, 5.00), _row("base", 1, 5.02), _row("base", 2, None, "failed"),
+            _row("positions=rotary", 0, 4.95), _row("positions=rotary", 1, 4.97),
+            _row("positions=rotary", 2, None, "failed")]
+    table = markdown_table(summarise(rows), "pretrain", None, rows)
+    assert "| base (2/3 seeds) |" in table and "| positions=rotary (2/3 seeds) |" in table
+    assert "Seed 2 failed for every variant" in table
+    assert "failed for every variant" not in markdown_table(summarise(rows[:2] + rows[3:5]), "pretrain", None,
+                                                            rows[:2] + rows[3:5])
+
+
 def test_a_seed_variant_shares_no_seed_with_the_base_and_gets_the_unpaired_delta():
     """`--vary seed=1` runs on seed 1, the base on the recipe's 0: the paired Δ found no common seed and showed "–"
     where the docs read the seed-to-seed noise (review, 2026-11-28)."""
