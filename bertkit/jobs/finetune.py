@@ -234,7 +234,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     accelerator.wait_for_everyone()
 
     summary, whole = train_best(model, objective, train_cfg, out, accelerator, metric, resume=resume,
-                                console=console, progress=progress)
+                                console=console, progress=progress, resumed=lambda: main and inputs.keep(out, recorded))
     if main:
         _write_results(out, summary, task.final_validation(out, whole, objective, validation, accelerator.device,
                                                            run_precision(accelerator)), console)

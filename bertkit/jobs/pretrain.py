@@ -210,7 +210,7 @@ def _run(config: Config, out: Path, accelerator, tokenizer_path: Path | None, re
 
     model = Model(config.model, config.heads)
     result = train(model, objective, config.train, out, accelerator, resume=resume, console=console,
-                   progress=progress)
+                   progress=progress, resumed=lambda: main and inputs.keep(out, recorded))
     results = {"step": result["state"]["step"], "evaluation": result["evaluation"],
                "skipped_steps": result["state"]["skipped_steps"], "precision": result["state"]["precision"],
                "baseline": read_json(out / BASELINE_FILE, "baseline").get("unigram") if main else None,

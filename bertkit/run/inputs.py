@@ -117,10 +117,10 @@ def base_of(run: str | Path, given: str | Path | None, required: bool) -> Path |
 def check(run: str | Path, files: dict[str, Iterable[str | Path]], accept: bool, console: Console,
           main: bool = True, base_model: str | Path | None = None, with_base: bool = False) -> dict:
     """On resume: every recorded role must hold the same content now. A change is refused with one line naming
-    the file, unless `accept` (then warned, and recorded in inputs.json's "changes"). Nothing else is written: a
-    resume refused later for another reason leaves the run as it was (a run from before inputs.json has nothing to
-    compare with, and is not checked). Every process checks; only the `main` one writes and warns. Returns the
-    current record."""
+    the file, unless `accept` (then warned). Nothing is written here: the returned record, with an accepted change
+    added to the stored one's "changes", is for `keep` to write once every other check of the resume has passed, so
+    that a resume refused later for another reason leaves inputs.json as it was (a run from before inputs.json has
+    nothing to compare with, and is not checked). Every process checks; only the `main` one warns."""
     run = Path(run)
     old = stored(run)
     current = describe(files, base_model, with_base, before=old)
@@ -140,15 +140,24 @@ def check(run: str | Path, files: dict[str, Iterable[str | Path]], accept: bool,
         raise BertkitError(f"{run}: {first['role']} changed since the run began "
                            f"({_difference(first['was'], first['now'])}); resume on the same content, or pass "
                            f"{ACCEPT_OPTION} to go on with the new content (it is recorded)")
-    if main and changes:
+    if not changes:
+        return current
+    if main:
         for change in changes:
             console.print(f"[yellow]warning: {change['role']} changed since the run began "
                           f"({_difference(change['was'], change['now'])}); going on with the new content "
                           f"({ACCEPT_OPTION}), recorded in {run / INPUTS_FILE}")
-        # what this resume does not name (the base model after a checkpoint) stays as recorded
-        write(run, {**old, **current, "files": {**old.get("files", {}), **current["files"]},
-                    "changes": old.get("changes", []) + changes})
-    return current
+    # what this resume does not name (the base model after a checkpoint) stays as recorded
+    return {**old, **current, "files": {**old.get("files", {}), **current["files"]},
+            "changes": old.get("changes", []) + changes}
+
+
+def keep(run: str | Path, record: dict) -> None:
+    """After a resume's every check: write the record `check` returned if it holds a change accepted now (one that
+    the stored record's "changes" lack); otherwise inputs.json stays as it is."""
+    old = stored(Path(run)) or {}
+    if record.get("changes") and record["changes"] != old.get("changes"):
+        write(run, record)
 
 
 def _difference(was, now) -> str:

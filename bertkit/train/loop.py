@@ -12,6 +12,7 @@ the loop that joins them.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
@@ -121,8 +122,10 @@ def already_finished(run_dir: Path, cfg: TrainConfig, console: Console, accelera
 
 def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, accelerator: Accelerator,
           resume: bool = False, console: Console | None = None, progress: bool = True,
-          metric: str | None = None) -> dict:
+          metric: str | None = None, resumed: Callable[[], None] | None = None) -> dict:
     """Train until `max_steps` (or the `max_time` budget); returns the final state and last evaluation.
+    `resumed` is called once a resume has passed its last check (the checkpoint restored and taken): what a resume
+    records, it records there.
 
     With `metric` (a key of the objective's evaluation; higher is better unless it names a loss) the weights of
     the best evaluation are kept in checkpoints/best/, and `cfg.patience` evaluations without improvement stop
@@ -140,6 +143,8 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
         state = checkpointing.restore(checkpoint, cfg, model, optimizer, scheduler, objective, accelerator, run_dir,
                                       console)
         resume_step = state.step
+    if resume and resumed is not None:
+        resumed()
     if resume and (state.step >= state.total_steps or state.stopped_early or state.budget_spent):
         # Killed after its last checkpoint, before its results: nothing left to train, the final evaluation again.
         return {"state": asdict(state), "evaluation": objective.evaluate(plain(accelerator, ddp_model))}
@@ -353,13 +358,13 @@ def _read(window: DeviceWindow, state: TrainState, cfg: TrainConfig, accelerator
 
 def train_best(model: Model, objective: SupervisedObjective, cfg: TrainConfig, run_dir: Path, accelerator: Accelerator,
                metric: str, resume: bool = False, console: Console | None = None, progress: bool = True,
-               ) -> tuple[dict, Model | None]:
+               resumed: Callable[[], None] | None = None) -> tuple[dict, Model | None]:
     """`train` with a validation `metric` (finetuning), then the best checkpoint's weights written as
     RUN/model.safetensors (main process). Returns the summary a finetuning run's results.json starts from, and the
     best weights as a whole model on the main process (None on the others): `model` itself with them loaded, or
     under FSDP a plain copy read from the best file (the shards are not loaded back: nothing reads them again)."""
     result = train(model, objective, cfg, run_dir, accelerator, resume=resume, console=console, progress=progress,
-                   metric=metric)
+                   metric=metric, resumed=resumed)
     best = best_weights(run_dir)
     main = accelerator.is_main_process
     if best is None:

@@ -262,6 +262,25 @@ def test_a_resume_on_changed_content_is_refused_or_recorded(tmp_path, base):
     assert json.loads((tmp_path / "run" / "inputs.json").read_text())["changes"][0]["role"] == "data.corpus"
 
 
+def test_an_accepted_change_is_recorded_only_once_the_resume_passes_its_every_check(tmp_path):
+    """--accept-changed-data on a resume refused later (a limit below the checkpoint's step): inputs.json kept the
+    change, so the next resume without the option took the new content unasked (review, 2026-11-28)."""
+    from bertkit.tasks.mlm import MLMObjective
+
+    corpus = repeated_corpus(tmp_path / "c.txt", 6)
+    args = ["pretrain", "--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set",
+            "batch_size=4", "--set", "min_frequency=1", "--set", "save_every=2", "--set", "eval_every=2",
+            "--corpus", corpus, "--out", tmp_path / "run", "--no-progress"]
+    interrupted(MLMObjective, 3, *args, "--max-steps", "6")  # the checkpoint at step 2
+    corpus.write_text(corpus.read_text().replace("the", "a"))
+    before = _tree(tmp_path / "run")
+    line = cli_error(*args, "--max-steps", "1", "--resume", "--accept-changed-data")
+    assert "at step 2 already" in line and _tree(tmp_path / "run") == before
+    assert "data.corpus changed since the run began" in cli_error(*args, "--resume")
+    cli_ok(*args, "--resume", "--accept-changed-data")
+    assert json.loads((tmp_path / "run" / "inputs.json").read_text())["changes"][0]["role"] == "data.corpus"
+
+
 def test_a_finetune_resume_on_a_changed_training_file_is_refused(tmp_path, base):
     train = _reviews(tmp_path / "train.csv", 30)
     args = ["finetune", "classify", "--model", base, "--train", train, "--text-column", "review", "--label-column",
