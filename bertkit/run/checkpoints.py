@@ -108,7 +108,12 @@ def save_checkpoint(run_dir: str | Path, step: int, model, optimizer, scheduler,
         torch.save(rng_states, tmp / RNG_FILE)
         write_json(tmp / STATE_FILE, state)
     write_atomic(root / LATEST, final.name)
-    for old in checkpoint_steps(run_dir)[keep:]:
+    steps = checkpoint_steps(run_dir)
+    # a step-N past this one is from a lost future: written, then killed before `latest` named it, and the resume
+    # went on from an earlier one. Kept, it would hold a place that pruning keeps and be what a damaged `latest`
+    # falls back to
+    newer = [old for old in steps if old > step]
+    for old in newer + [old for old in steps if old < step][max(keep - 1, 0):]:
         if old != step:  # renamed first: a kill mid-delete never leaves a half checkpoint that looks complete
             aside = root / f".step-{old}.old-prune"
             shutil.rmtree(aside, ignore_errors=True)

@@ -69,3 +69,22 @@ def test_a_state_or_rng_file_of_the_wrong_types_is_a_damaged_checkpoint_not_a_tr
     torch.save([{"cpu": torch.zeros(8)}], step / "rng.pt")
     with pytest.raises(BertkitError, match="checkpoint step-1 is damaged: .*rng.pt: not a bertkit RNG state"):
         load_checkpoint(step, model)
+
+
+def test_a_checkpoint_from_a_lost_future_is_pruned_by_the_next_save(tmp_path):
+    """step-4 written, then a kill before `latest` named it; the resume went on from step-2 and saved step-3. The
+    stale step-4 kept its place (pruning keeps the newest by number, so step-2 went instead) and was what a damaged
+    `latest` fell back to (review, 2026-11-28)."""
+    from bertkit.run.checkpoints import LATEST, checkpoint_steps
+
+    model, optimizer, scheduler, _ = _parts(0)
+    for step in (2, 4):
+        save_checkpoint(tmp_path, step, model, optimizer, scheduler, {"step": step}, 2, [rng_state()])
+    (tmp_path / "checkpoints" / LATEST).write_text("step-2")  # as a kill between step-4's rename and the flip
+    save_checkpoint(tmp_path, 3, model, optimizer, scheduler, {"step": 3}, 2, [rng_state()])
+    assert checkpoint_steps(tmp_path) == [3, 2]
+    (tmp_path / "checkpoints" / LATEST).unlink()
+    assert latest_checkpoint(tmp_path).name == "step-3"
+    for step in (5, 6, 7):  # and pruning keeps the newest two as before
+        save_checkpoint(tmp_path, step, model, optimizer, scheduler, {"step": step}, 2, [rng_state()])
+    assert checkpoint_steps(tmp_path) == [7, 6]
