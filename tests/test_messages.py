@@ -206,3 +206,42 @@ def test_refusing_an_existing_run_suggests_only_the_commands_own_options(base, c
     line = cli_error(*command.split(), *[str(a).format(base=base) for a in args], "--out", base)
     named = set(OPTION.findall(line))
     assert named and named <= own_options(_command(command)), line
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["pretrain", "--no-such-option"], "error: No such option: --no-such-option"),
+    (["pretrain", "--max-steps", "abc"], "error: Invalid value for '--max-steps'"),
+    (["generate", "x", "hi", "--top-k", "-1"], "error: Invalid value for '--top-k'"),
+    (["embed"], "error: Missing argument"),
+    (["no-such-command"], "error: No such command 'no-such-command'."),
+])
+def test_a_usage_error_is_one_line_naming_the_help_like_every_user_error(monkeypatch, capsys, argv, said):
+    """Typer drew a usage block and a box for these (four to six lines) where bertkit's own errors are one line."""
+    import sys
+
+    from bertkit.cli import run
+
+    monkeypatch.setattr(sys, "argv", ["bertkit", *argv])
+    with pytest.raises(SystemExit) as exited:
+        run()
+    assert exited.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    command = "bertkit" if argv[0].startswith("no-such") else f"bertkit {argv[0]}"
+    assert len(lines) == 1 and lines[0].startswith(said) and lines[0].endswith(f"(see {command} --help)"), lines
+
+
+def test_the_entry_point_keeps_exit_codes_help_and_bertkit_errors(monkeypatch, capsys):
+    import sys
+
+    from bertkit.cli import run
+
+    for argv, code in ((["--version"], 0), (["info", "--help"], 0), (["info", "no-such-recipe"], 2), ([], 2)):
+        monkeypatch.setattr(sys, "argv", ["bertkit", *argv])
+        with pytest.raises(SystemExit) as exited:
+            run()
+        assert exited.value.code == code, argv
+        out = capsys.readouterr()
+        if argv == ["info", "no-such-recipe"]:
+            assert out.err.startswith("error: recipe: 'no-such-recipe'") and len(out.err.splitlines()) == 1
+        if argv in ([], ["info", "--help"]):
+            assert "Usage" in out.out and "error" not in out.err

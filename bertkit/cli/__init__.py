@@ -119,8 +119,24 @@ from bertkit.cli import analyze, finetune, generate, pretrain, sentence  # noqa:
 
 
 def run() -> None:
-    """Console-script entry point."""
-    app(prog_name="bertkit")
+    """Console-script entry point. A usage error (an unknown option, a value of the wrong type, a missing argument)
+    is one `error:` line naming the command's --help and its exit code (2), like every other user error, where
+    Typer drew a usage block and a box."""
+    try:
+        code = app(prog_name="bertkit", standalone_mode=False)
+    except typer.Abort:
+        typer.echo("Aborted.", err=True)
+        sys.exit(1)
+    except Exception as exc:
+        # click's own errors, by what they have: Typer vendors click (typer._click) from 0.2x, older ones use click
+        if not (hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int)):
+            raise  # a bug: its traceback
+        ctx, message = getattr(exc, "ctx", None), " ".join(exc.format_message().split())
+        if message:  # none where a bare group printed its help (no_args_is_help)
+            where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+            typer.echo(f"error: {message}{where}", err=True)
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)  # typer.Exit(n) comes back as n without standalone mode
 
 
 if __name__ == "__main__":
