@@ -70,8 +70,7 @@ class BudgetPlanner:
         if not steady and (len(times) < 2 or state.elapsed < FORCE_FIT_SHARE * self.cfg.max_seconds):
             # the schedule (not the run's end) follows a provisional plan from the latest chunk: a warmup spread
             # over the step cap (10^8 steps for `bertkit ablate`) would keep the rate at ~0 until the fit
-            remaining = max(0.0, self.cfg.max_seconds - state.elapsed)
-            state.schedule_steps = min(self.cfg.max_steps, state.step + 1 + int(remaining / times[-1]))
+            state.schedule_steps = provisional_total(state, self.cfg)
             return None
         state.calibrated, state.calibrated_at = True, start  # the steady window begins with the last chunk
         state.schedule_steps = 0  # from here the schedule follows the fitted total
@@ -132,6 +131,16 @@ class BudgetPlanner:
         if first or abs(total - state.total_steps) > REFIT_TOLERANCE * state.total_steps:
             state.total_steps = total
         return per_step
+
+
+def provisional_total(state: TrainState, cfg: TrainConfig) -> int:
+    """While a budget is not yet fitted, the total the schedule follows (`state.schedule_steps`): the steps the rest
+    of the budget holds at the latest chunk's time per step. 0 (the schedule follows the run's total) without a
+    budget, once fitted, or before a chunk is timed."""
+    if not cfg.max_seconds or state.calibrated or not state.chunk_times:
+        return 0
+    remaining = max(0.0, cfg.max_seconds - state.elapsed)
+    return min(cfg.max_steps, state.step + 1 + int(remaining / state.chunk_times[-1]))
 
 
 def planned_total(state: dict, cfg: TrainConfig) -> int:

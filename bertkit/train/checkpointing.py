@@ -15,7 +15,7 @@ from bertkit.nn.model import Model
 from bertkit.run.checkpoints import (drop_best, newer_best, is_sharded_checkpoint, latest_checkpoint, load_checkpoint,
                                      rng_state, save_checkpoint, save_shards, set_rng_state)
 from bertkit.run.directory import RESULTS_FILE, record_train
-from bertkit.train.budget import planned_total
+from bertkit.train.budget import planned_total, provisional_total
 from bertkit.train.optim import rate_at
 from bertkit.train.evaluator import plain
 from bertkit.train.sharding import all_finite, broadcast_path
@@ -47,6 +47,9 @@ def restore(checkpoint: Path, cfg: TrainConfig, model: Model, optimizer, schedul
             console.print(f"re-planned: {state.total_steps} -> {total} steps (train.max_steps {cfg.max_steps}"
                           + (f", train.max_time {cfg.max_time}" if cfg.max_time else "") + ")")
         state.total_steps, state.stopped_early, state.budget_spent, state.stale_evals = total, False, False, 0
+        # a provisional schedule total saved before the budget was fitted (a run that reached its step cap first)
+        # belongs to the old plan: kept, an extension without a budget followed it past its end at rate 0 for good
+        state.schedule_steps = provisional_total(state, cfg)
         # the optimiser came back with the old plan's rate for the next step (an extended finished linear decay:
         # 0, so that step changed nothing): the new plan's rate at this step, as the schedule gives it from here
         factor = rate_at(cfg, scheduler.last_epoch, state.schedule_steps or state.total_steps)

@@ -314,3 +314,29 @@ def test_cuda_graphs_on_a_cpu_train_without_them_and_say_why(tmp_path, corpus):
     done = _cli("pretrain", *TINY, "--corpus", corpus, "--out", tmp_path / "run", "--max-steps", "3",
                 "--set", "train.cuda_graphs=true", "--set", "train.compile=off")
     assert "CUDA graphs: off (needs a CUDA GPU, not cpu)" in " ".join(done.stderr.split())  # rich wraps lines
+
+
+def test_an_extension_of_a_budgeted_run_that_ended_at_its_step_cap_trains_at_the_new_plans_rate(tmp_path):
+    """A --max-time run that reached its --max-steps before the budget was fitted saved the planner's provisional
+    schedule total; extended with --max-steps, the schedule kept following it: every step of the extension at rate
+    0, the weights unchanged (review, 2026-11-28)."""
+    from safetensors.torch import load_file
+
+    corpus = repeated_corpus(tmp_path / "c.txt", 6)
+    args = merged(TINY, ["--corpus", corpus, "--out", tmp_path / "run", "--set", "log_every=1", "--set",
+                         "save_every=30", "--set", "eval_every=30", "--set", "schedule=linear"])
+    cli_ok("pretrain", *args, "--max-steps", "30")
+    # the checkpoint as such a run writes it (whether 30 tiny steps fit the budget depends on the machine's speed):
+    # a budget, not yet fitted, and the schedule's provisional total, reached
+    saved = tmp_path / "run" / "checkpoints" / "step-30" / "state.json"
+    saved.write_text(json.dumps({**json.loads(saved.read_text()), "max_seconds": 40.0, "calibrated": False,
+                                 "schedule_steps": 30, "chunk_times": [0.05, 0.04]}))
+    before = load_file(tmp_path / "run" / "model.safetensors")
+    cli_ok("pretrain", *args, "--max-steps", "36", "--resume")
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    extension = [r for r in lines if r.get("kind") == "train" and r["step"] > 30]
+    assert [r["step"] for r in extension] == list(range(31, 37))
+    assert all(r["total_steps"] == 36 for r in extension)
+    assert all(r["lr"] > 0 for r in extension[:-1])  # the linear decay reaches 0 at step 36, not at 30
+    after = load_file(tmp_path / "run" / "model.safetensors")
+    assert any(not torch.equal(before[k], after[k]) for k in before)
