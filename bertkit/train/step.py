@@ -31,6 +31,11 @@ class Prepared:
     flops: int  # model FLOPs of this process's micro-batches (Objective.flops)
 
 
+# what an objective reads as a Python number (RTD's sampling seed): left on the host, where on the device each read
+# would wait for it and stop the host queueing the next kernels
+HOST_KEYS = frozenset({"seed"})
+
+
 class Stepper:
     """Runs training steps of `objective` on `ddp_model` (see the module docstring)."""
 
@@ -70,7 +75,7 @@ class Stepper:
         sums: dict[str, torch.Tensor] = {}
         self.ddp_model.train()
         for a, host in enumerate(batch.micros):
-            micro = {k: v.to(self.device, non_blocking=self.pin) for k, v in host.items()}
+            micro = {k: v if k in HOST_KEYS else v.to(self.device, non_blocking=self.pin) for k, v in host.items()}
             sync = a == len(batch.micros) - 1
             if self.graphs:  # the outputs of the last replay are consumed: this one may overwrite them
                 torch.compiler.cudagraph_mark_step_begin()
