@@ -46,7 +46,7 @@ ROWS = [
      "lever-qkv"),
     ("lever: CUDA graphs (compile mode reduce-overhead, bucketed), base batch 256 and mini", "lever-graphs"),
     ("lever: bertkit embed --compile, static shapes (buckets: auto's choice on a GPU) vs sentence-transformers "
-     "(each call compiles)", "lever-embed"),
+     "(each call compiles, from the warm-up's on-disk cache)", "lever-embed"),
     ("lever: bertkit embed --compile, one dynamic-shape graph, compiled in-process, vs sentence-transformers",
      "lever-embed-dynamic"),
     ("lever: batch 512 x 128 (64k tokens/step; compiled, bucketed) vs BertForMaskedLM", "lever-b512"),

@@ -47,8 +47,10 @@
 #                  coordinate_descent_tuning (each pointwise and reduction kernel's block sizes tuned by measurement:
 #                  the memory-bound kernels' lever without max-autotune's Triton GEMMs), then untuned again (from
 #                  the compile cache: cheap), so the tuned case is bracketed, not just second; bertkit alone, one process
+#                  (dynamo is reset before each case: without it cases 2 and 3 re-ran case 1's graph untuned)
 #   lever-embed    embed_throughput.py as `embed`, bertkit embed --compile --compile-shapes buckets (static
-#                  graphs, a power-of-two width each: auto's choice on a GPU; each call pays its compile)
+#                  graphs, a power-of-two width each: auto's choice on a GPU; each timed call compiles anew, from
+#                  the warm-up call's on-disk inductor cache, as a second `bertkit embed --compile` process would)
 #   lever-embed-dynamic  (only when named in --only) the same with --compile-shapes dynamic (one dynamic-shape
 #                  graph), compiled in-process (TORCHINDUCTOR_COMPILE_THREADS=1), so that a stalled kernel
 #                  compile's stack names the kernel's line in inductor's module, kept under $OUT/stuck/ (on an H100

@@ -252,6 +252,10 @@ def _timed_case(layers: int, width: int, precision: str, steps: int, batch_size:
     if levers.norm == "autocast":
         autocast_norms(ours)
     if levers.compile_backend is not None:
+        # dynamo's cache is per code object (Model.forward): a fresh model of the same shape passes every guard of
+        # the case before, so without a reset a case differing only in inductor's settings (lever-tuning) re-ran the
+        # earlier case's graph and compiled nothing ("compile 0.0 s"). The on-disk FX cache survives the reset
+        torch._dynamo.reset()
         ours.compile(backend=levers.compile_backend, mode=levers.compile_mode)
     opts = {name: torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)
             for name, m in (("ours", ours), ("hf", hf)) if m is not None}
