@@ -66,13 +66,16 @@ def _fmt(value, std=None, digits: int = 3, scale: float = 1.0) -> str:
 def _paired_delta(variant: dict, base: dict) -> str:
     """Δ validation loss against the base over the seeds both finished (a seed failed on one side would
     otherwise compare different seed sets: the base's hard seed against the variant's missing one). A variant
-    with no seed in common with the base (`--vary seed=N`: the cheapest noise estimate) gets the difference of
-    the means, marked unpaired."""
+    with no seed in common with the base whose only change is its seed (`--vary seed=N`: the cheapest noise
+    estimate) gets the difference of the means, marked unpaired; any other, "–"."""
     mine, theirs = variant["seed_losses"], base["seed_losses"]
     both = [seed for seed in mine if seed in theirs]
     if both:
         return f"{statistics.fmean(mine[s] - theirs[s] for s in both):+.3f}"
-    if mine and theirs:
+    changes = str(variant.get("changes") or "").split()
+    if mine and theirs and changes and all(c.startswith("train.seed=") for c in changes):
+        # only a seed variant: elsewhere (seeds failed on either side, a grid cell changing the seed and more) the
+        # difference of means would mix the change with seed noise and be read as the noise itself
         return f"{statistics.fmean(mine.values()) - statistics.fmean(theirs.values()):+.3f} (unpaired)"
     return "–"
 

@@ -108,6 +108,16 @@ def test_a_seed_variant_shares_no_seed_with_the_base_and_gets_the_unpaired_delta
     table = markdown_table(summarise(rows), "pretrain", None, rows)
     line = next(line for line in table.splitlines() if line.startswith("| seed=1"))
     assert "| +0.070 (unpaired) |" in line and "Δ loss marked unpaired" in table
+    # not a seed variant: a change on a seed the base failed (or a grid cell changing the seed and more) is no noise
+    # estimate, and its difference of means was shown as one
+    rows = [_row("base", 0, 5.00), _row("base", 1, None, "failed"), _row("positions=rotary", 0, None, "failed"),
+            _row("positions=rotary", 1, 5.60),
+            {**_row("seed=1,positions=rotary", 1, 4.80), "changes": "train.seed=1 model.positions=rotary"}]
+    table = markdown_table(summarise(rows), "pretrain", None, rows)
+    for name in ("positions=rotary", "seed=1,positions=rotary"):
+        line = next(line for line in table.splitlines() if line.startswith(f"| {name} "))
+        assert "(unpaired)" not in line and "| – |" in line, line
+    assert "Δ loss marked unpaired" not in table
 
 
 def test_one_change_at_a_time_skips_the_base_value_and_keeps_invalid_variants():
