@@ -32,7 +32,8 @@ from bertkit.jobs.finetune import FinetuneJob
 from bertkit.jobs.pretrain import PretrainJob
 from bertkit.jobs.ablate_report import write_report
 from bertkit.nn.model import Model
-from bertkit.recipes import FINETUNE_READS, apply_overrides, is_model_recipe, load_recipe, resolve_recipe, with_values
+from bertkit.recipes import (FINETUNE_READS, PRETRAIN_READS, apply_overrides, is_model_recipe, load_recipe,
+                             resolve_recipe, with_values)
 from bertkit.run.directory import load_config
 from bertkit.run.files import atomic_file
 from bertkit.run.outputs import refuse_nested
@@ -83,14 +84,17 @@ def make_plan(spec: AblationJob) -> tuple[Plan, Budget]:
         raise BertkitError(f"--task {spec.task!r}: not allowed (allowed: {'|'.join(TASKS)})")
     budget = Budget.parse(spec.budget)
     path = resolve_recipe(spec.recipe)
-    load_recipe(path, spec.sets)  # a malformed recipe or --set is one clear error here
+    load_recipe(path, spec.sets, PRETRAIN_READS)  # a malformed recipe or --set (or one pretraining ignores): one line
     if not is_model_recipe(path):
         raise BertkitError(f"--recipe {spec.recipe}: has no [model] table; ablate a pretraining recipe (tiny, mini, "
                            "…) and give the finetuning one with --finetune-recipe")
     varied = parse_vary(list(spec.vary))
+    for dotted in varied:  # variants differing only in a key pretraining never reads would be one run, shown as many
+        if (why := PRETRAIN_READS.ignored(*dotted.split(".", 1))) is not None:
+            raise BertkitError(f"--vary {dotted}: does nothing in pretraining: {why}")
 
     def load(changes: list[str]) -> Config:
-        config = load_recipe(path, [*spec.sets, *changes], layered=True)  # a variant's change replaces a --set
+        config = load_recipe(path, [*spec.sets, *changes], PRETRAIN_READS, layered=True)  # a change replaces a --set
         return with_values(config, {"data.corpus": tuple(spec.corpus) if spec.corpus else None})
 
     plan = build_plan(load, varied, spec.grid)

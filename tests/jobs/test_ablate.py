@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cli_error, cli_ok, repeated_corpus
+from conftest import SAMPLE_CORPUS, cli_error, cli_ok, repeated_corpus
 
 from bertkit.ablation import Budget, build_plan, parse_vary
 from bertkit.errors import BertkitError
@@ -146,6 +146,22 @@ def test_bad_vary_flags_name_the_problem():
         parse_vary(["positions=rotary", "model.positions=none"])
     with pytest.raises(Exception, match="positoins"):
         parse_vary(["positoins=rotary"])
+
+
+def test_a_key_pretraining_never_reads_is_refused_in_vary_and_set(tmp_path):
+    """`--vary patience=1,5` gave two variants identical to the base and to each other, shown as an ablation;
+    `--set train.patience=3` was taken, where `bertkit pretrain` refuses both (review, 2026-11-28)."""
+    from bertkit.jobs.ablate import AblationJob, make_plan
+
+    for vary, sets, said in ((("patience=1,5",), (), "--vary train.patience: does nothing in pretraining"),
+                             (("epochs=1,2",), (), "--vary train.epochs: does nothing in pretraining"),
+                             (("positions=rotary",), ("train.patience=3",),
+                              "--set train.patience: train.patience does nothing in pretrain")):
+        with pytest.raises(BertkitError, match=said):
+            make_plan(AblationJob("tiny", vary, "5steps", tmp_path / "abl", sets, corpus=(str(SAMPLE_CORPUS),)))
+    plan, _ = make_plan(AblationJob("tiny", ("positions=rotary",), "5steps", tmp_path / "abl",
+                                    corpus=(str(SAMPLE_CORPUS),)))
+    assert [v.name for v in plan.variants] == ["base", "positions=rotary"]
 
 
 def test_variant_names_and_plans_from_before_the_config_split_are_found_again(tmp_path):
