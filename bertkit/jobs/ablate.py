@@ -84,10 +84,11 @@ def make_plan(spec: AblationJob) -> tuple[Plan, Budget]:
         raise BertkitError(f"--task {spec.task!r}: not allowed (allowed: {'|'.join(TASKS)})")
     budget = Budget.parse(spec.budget)
     path = resolve_recipe(spec.recipe)
-    load_recipe(path, spec.sets, PRETRAIN_READS)  # a malformed recipe or --set (or one pretraining ignores): one line
+    load_recipe(path, spec.sets)  # a malformed recipe or --set is one clear error here
     if not is_model_recipe(path):
         raise BertkitError(f"--recipe {spec.recipe}: has no [model] table; ablate a pretraining recipe (tiny, mini, "
                            "…) and give the finetuning one with --finetune-recipe")
+    load_recipe(path, spec.sets, PRETRAIN_READS)  # and a key pretraining never reads
     varied = parse_vary(list(spec.vary))
     for dotted in varied:  # variants differing only in a key pretraining never reads would be one run, shown as many
         if (why := PRETRAIN_READS.ignored(*dotted.split(".", 1))) is not None:
