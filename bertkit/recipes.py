@@ -116,6 +116,11 @@ class Reads:
         """Why `section.name` does nothing in this command, or None when it is read."""
         return dict(self.ignores).get(f"{section}.{name}")
 
+    def unread(self) -> set[str]:
+        """The dotted keys this command never reads: a resume does not compare them (a run written before they were
+        refused may hold any value)."""
+        return {key for key, _ in self.ignores}
+
     def check(self, key: str, section: str, name: str) -> None:
         """`--set key` resolved to section.name: an error naming what the command reads, and the key's new name
         where a bare key meant another section's setting before (`MOVED`)."""

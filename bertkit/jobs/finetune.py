@@ -76,7 +76,8 @@ def _begin(config: Config, task: FinetuneTask, model_dir: Path | None, out: Path
     # what the kind reads must match the stored run ([sentence] is resolved against the base: the task checks it);
     # the heads' names and sizes come from the task and its labels
     sections = tuple(s for s in FINETUNE_READS[task.kind].sections if s != "sentence")
-    check_run_output(out, config, resume, sections, RESUMABLE_TRAIN_KEYS | {"heads.names", "heads.num_labels"})
+    check_run_output(out, config, resume, sections, RESUMABLE_TRAIN_KEYS | {"heads.names", "heads.num_labels"}
+                     | FINETUNE_READS[task.kind].unread())
     # killed before its first checkpoint: nothing trained yet (a finished run whose checkpoints went is finished)
     restart = resume and not is_finished(out) and latest_checkpoint(out) is None
     if restart:  # start it again exactly as it began: from the same base model

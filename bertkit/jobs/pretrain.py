@@ -22,6 +22,7 @@ from bertkit.config import Config
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
 from bertkit.paths import cache_root
+from bertkit.recipes import PRETRAIN_READS
 from bertkit.run.directory import (BASELINE_FILE, CONFIG_FILE, RESULTS_FILE, RESUMABLE_TRAIN_KEYS, TOKENIZER_FILE,
                                    WEIGHTS_FILE, load_config, read_json, write_config, write_json,
                                    write_weights)
@@ -51,7 +52,7 @@ def _check_output(out: Path, config: Config, resume: bool) -> None:
     # [sentence] (how `embed` pools the encoder) is stored with the run, so a resume that changes it is refused, not
     # ignored
     check_run_output(out, config, resume, ("model", "tokenizer", "data", "train", "sentence"),
-                     RESUMABLE_TRAIN_KEYS | {"model.vocab_size"})
+                     RESUMABLE_TRAIN_KEYS | {"model.vocab_size"} | PRETRAIN_READS.unread())
 
 
 @dataclass(frozen=True)

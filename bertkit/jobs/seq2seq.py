@@ -23,6 +23,7 @@ from bertkit.run.directory import (RESULTS_FILE, RESUMABLE_TRAIN_KEYS, is_finish
                                    load_run, write_config, write_json)
 from bertkit.run.resume import check_run_output
 from bertkit.paths import resolve_data_path
+from bertkit.recipes import FINETUNE_READS
 from bertkit.run import inputs
 from bertkit.run.checkpoints import latest_checkpoint
 from bertkit.run.files import atomic_dir
@@ -82,7 +83,8 @@ def _begin(config: Config, model_dir: Path | None, out: Path, resume: bool):
     if (text.validation_source is None) != (text.validation_target is None):
         raise BertkitError("seq2seq.validation_source / seq2seq.validation_target: give both sides or neither")
     config = with_learning_rate(config, DEFAULT_LEARNING_RATE)
-    check_run_output(out, config, resume, ("task", "seq2seq", "train"), RESUMABLE_TRAIN_KEYS)
+    check_run_output(out, config, resume, ("task", "seq2seq", "train"),
+                     RESUMABLE_TRAIN_KEYS | FINETUNE_READS["seq2seq"].unread())
     base = None
     # killed before its first checkpoint: nothing trained yet (a finished run whose checkpoints went is finished)
     restart = resume and not is_finished(out) and latest_checkpoint(out) is None

@@ -281,6 +281,25 @@ def test_an_accepted_change_is_recorded_only_once_the_resume_passes_its_every_ch
     assert json.loads((tmp_path / "run" / "inputs.json").read_text())["changes"][0]["role"] == "data.corpus"
 
 
+def test_a_run_stored_with_a_key_its_command_never_reads_resumes(tmp_path, base):
+    """A run written before such keys were refused (`--set objective=clm` on a finetune) stored one: the plain
+    resume said "holds a different run", and the --set that would match it was refused, a dead end (review,
+    2026-11-28). Keys the command never reads are not compared."""
+    train = _reviews(tmp_path / "train.csv", 30)
+    args = ["finetune", "classify", "--model", base, "--train", train, "--text-column", "review", "--label-column",
+            "stars", "--no-progress", "--set", "save_every=1", "--out", tmp_path / "ft"]
+    interrupted(ClassifyObjective, 2, *args, "--max-steps", "3")
+    stored = json.loads((tmp_path / "ft" / "config.json").read_text())
+    stored["train"]["objective"] = "clm"  # as that bertkit wrote it
+    (tmp_path / "ft" / "config.json").write_text(json.dumps(stored))
+    cli_ok(*args, "--max-steps", "3", "--resume")
+    assert json.loads((tmp_path / "ft" / "results.json").read_text())["steps"] == 3
+    # a key the command reads is still compared
+    (tmp_path / "ft" / "results.json").unlink()
+    line = cli_error(*args, "--max-steps", "3", "--resume", "--set", "weight_decay=0.5")
+    assert "holds a different run (train.weight_decay" in line
+
+
 def test_a_finetune_resume_on_a_changed_training_file_is_refused(tmp_path, base):
     train = _reviews(tmp_path / "train.csv", 30)
     args = ["finetune", "classify", "--model", base, "--train", train, "--text-column", "review", "--label-column",
