@@ -21,7 +21,10 @@ from bertkit.errors import BertkitError
 def lock_path(directory: str | Path) -> Path:
     """Where the lock of `directory` lives: `.NAME.lock` in its real parent. Links resolved: a run reached through a
     link to it (`runs/link -> runs/run`) has its one lock, not a second writer's own."""
-    directory = Path(directory).resolve()
+    directory = Path(directory)
+    # a path that is not there (a new run; a dangling link, refused after the lock) locks beside its own name:
+    # followed, a dangling link's target folders were created before the refusal
+    directory = directory.resolve() if directory.exists() else directory.parent.resolve() / directory.name
     return directory.parent / f".{directory.name}.lock"
 
 
@@ -43,7 +46,10 @@ def hold(path: Path, target: str | Path, what: str, wait: bool, remove: bool) ->
     """flock the file `path` for the block (`target` and `what` name what it guards in messages). `wait`: block
     until the holder is done, else refuse with its pid. `remove`: unlink the file on release, so no lock file is
     left behind (only a kill -9 leaves one, holding the dead pid, and the kernel has released it already)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file where a folder should be, no permission: the user's path, one line
+        raise BertkitError(f"{path.parent}: cannot create the folder for the {what} ({exc.strerror})") from None
     while True:
         try:  # never through a link: a planted lock file must not truncate a file elsewhere
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)

@@ -169,15 +169,22 @@ def test_a_new_run_into_a_link_is_one_line_before_any_work(tmp_path):
     """--out a dangling link ran the whole job and ended in a traceback at the rename; a link to an empty folder was
     replaced by a real folder without a word (review, 2026-11-28)."""
     corpus = repeated_corpus(tmp_path / "c.txt", 3)
-    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere" / "deeper" / "run")
     (tmp_path / "empty").mkdir()
     (tmp_path / "to-empty").symlink_to(tmp_path / "empty")
-    for link, said in (("dangling", ", which is not there; "), ("to-empty", "; ")):
+    (tmp_path / "under-a-file").symlink_to(corpus / "run")
+    for link, said in (("dangling", ", which is not there; "), ("to-empty", "; "),
+                       ("under-a-file", ", which is not there; ")):
         line = cli_error("pretrain", "--recipe", "tiny", "--corpus", corpus, "--out", tmp_path / link,
                          "--no-progress")
         assert line == (f"error: {tmp_path / link}: a link to {os.readlink(tmp_path / link)}{said}a new run "
                         "replaces what is at its path: give --out the folder itself")
         assert (tmp_path / link).is_symlink()
+    # the lock was taken at the link's resolved target: its folders were created first (then a traceback where a
+    # file stood in the way)
+    assert not (tmp_path / "nowhere").exists()
+    line = cli_error("pretrain", "--recipe", "tiny", "--corpus", corpus, "--out", corpus / "run", "--no-progress")
+    assert line == f"error: {corpus}: cannot create the folder for the run (File exists)"
 
 
 def test_cleaning_a_run_never_takes_another_runs_files_for_its_own(tmp_path):
