@@ -58,8 +58,8 @@ def test_a_small_sample_is_calibrated_wide_enough_for_the_vectors_added_after_it
 
 def test_an_append_the_int8_ranges_would_clip_is_refused_and_adds_nothing(tmp_path, base):
     """`index add` clips new vectors into the ranges calibrated at build; where that would clip more than
-    MAX_CLIPPED of their coordinates (vectors unlike the first build's), they would lose most of their recall, a
-    float32 copy's too: one line, nothing added."""
+    MAX_CLIPPED of their coordinates (vectors unlike the first build's), they can lose their place in the ranking,
+    a float32 copy's too: one line, nothing added."""
     first, second = tmp_path / "a.txt", tmp_path / "b.txt"
     first.write_text("\n".join(SENTENCES[:16]) + "\n")
     second.write_text("\n".join(SENTENCES[16:]) + "\n")
@@ -75,8 +75,12 @@ def test_an_append_the_int8_ranges_would_clip_is_refused_and_adds_nothing(tmp_pa
     files = sorted(p.name for p in idx.iterdir() if p.name != ".lock")  # the lock file stays: that is all
     line = cli_error("index", "add", idx, second, "--no-progress")
     assert line.startswith(f"error: {idx}: ") and "% of the new vectors' coordinates fall outside the int8 ranges " \
-        "calibrated on its first 16 vector(s) (at most 1%): clipped into them, they would lose most of their " \
-        "recall; nothing added; build the index again over every file (`bertkit index build --overwrite`)" in line
+        "calibrated from 16 of its vectors (at most 1%): clipped into them, their codes lose precision and can " \
+        "lose their place in the ranking" in line
+    assert "nothing added; build the index again over every file (`bertkit index build --overwrite`)" in line
+    meta["calibration"]["sample"] = "16,000"  # index.json is untrusted: a traceback formatting it
+    (idx / "index.json").write_text(json.dumps(meta))
+    assert "calibrated when it was built" in cli_error("index", "add", idx, second, "--no-progress")
     assert VectorIndex(idx).count == 16 and sorted(p.name for p in idx.iterdir() if p.name != ".lock") == files
     assert MAX_CLIPPED == 0.01
 

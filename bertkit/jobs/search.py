@@ -295,15 +295,18 @@ def add(job: IndexAddJob, console: Console | None = None) -> IndexAddResult:
 
 def _refuse_clipped(vectors: np.ndarray, index: VectorIndex) -> None:
     """New vectors that fall outside an int8 index's calibrated ranges (more than MAX_CLIPPED of their coordinates)
-    are refused: clipped into them, they lose most of their recall, a float32 copy's too (index_codec)."""
+    are refused: clipped into them, their codes lose precision and they can lose their place in the ranking, a
+    float32 copy's too (index_codec). A heuristic: how much a share costs depends on the texts around them."""
     share = clipped_share(vectors, index.calibration)
     if share > MAX_CLIPPED:
         sample = index.calibration.get("sample")
-        built = f"on its first {sample:,} vector(s)" if sample else "when it was built"
+        sampled = isinstance(sample, int) and not isinstance(sample, bool) and sample > 0  # index.json is untrusted
+        built = f"from {sample:,} of its vectors" if sampled else "when it was built"
         raise BertkitError(f"{index.path}: {share:.1%} of the new vectors' coordinates fall outside the int8 ranges "
-                           f"calibrated {built} (at most {MAX_CLIPPED:.0%}): clipped into them, they would lose "
-                           "most of their recall; nothing added; build the index again over every file "
-                           "(`bertkit index build --overwrite`), whose ranges then fit them all")
+                           f"calibrated {built} (at most {MAX_CLIPPED:.0%}): clipped into them, their codes lose "
+                           "precision and can lose their place in the ranking (numbers added to an SST-2 index, "
+                           "4.4% clipped: recall@10 0.79 against 0.92); nothing added; build the index again over "
+                           "every file (`bertkit index build --overwrite`), whose ranges then fit them all")
 
 
 def _committed(path: Path, docs: str) -> bool:
