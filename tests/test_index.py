@@ -216,6 +216,15 @@ def test_the_same_file_under_another_path_is_not_added_twice(tmp_path, base, mon
     _corpus(tmp_path / "b", "a.txt", SENTENCES[:2] + SENTENCES[12:16])
     cli_ok("index", "add", "idx", "b/a.txt", "--no-progress")
     assert VectorIndex("idx").count == 12
+    # a one-line file and a longer one of its name opening with that line: a shared title, not a file that grew
+    # (a review found it refused, 2026-11-28)
+    (tmp_path / "r1").mkdir()
+    (tmp_path / "r2").mkdir()
+    _corpus(tmp_path / "r1", "README.txt", SENTENCES[16:17])
+    _corpus(tmp_path / "r2", "README.txt", SENTENCES[16:17] + SENTENCES[17:19])
+    cli_ok("index", "add", "idx", "r1/README.txt", "--no-progress")
+    cli_ok("index", "add", "idx", "r2/README.txt", "--no-progress")
+    assert VectorIndex("idx").count == 16
 
 
 def test_options_that_do_nothing_here_are_warned(tmp_path, base):

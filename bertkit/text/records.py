@@ -113,6 +113,9 @@ def scan(files: list[Path], text_field: str, id_field: str | None, keep_empty: b
     return result
 
 
+GREW_MIN = 3  # lines a file must share with an indexed one of its name (and no line differ) to be it, grown
+
+
 def refuse_respelled(files: list[Path], text_field: str, keep_empty: bool, existing: Callable[[], Iterable[str]],
                      existing_texts: Callable[[list[int]], list[str]]) -> None:
     """A default id is the path as given, so the same file spelled another way (`./a.txt`, its absolute path, from
@@ -151,7 +154,9 @@ def refuse_respelled(files: list[Path], text_field: str, keep_empty: bool, exist
                 tally[3] = tally[3] or (record.number, key)
                 break
     for path, (total, placed, matched, example) in seen.items():
-        if matched and matched == placed:
+        # grown: its first GREW_MIN lines or more were indexed; fewer in common is a shared title (a one-line
+        # README.txt, then another README.txt whose first line is the same title: two files)
+        if matched and matched == placed and (matched == total or matched >= GREW_MIN):
             number, key = example
             what = (f"all {total:,} document(s)" if matched == total else
                     f"{matched:,} of its {total:,} document(s) (the file grew since)")
