@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from bertkit.config import Config, HeadsConfig, ModelConfig, TrainConfig, section_type
-from bertkit.errors import ConfigError
+from bertkit.errors import BertkitError, ConfigError
 from bertkit.nn.model import Model
 from bertkit.recipes import FINETUNE_READS, PRETRAIN_READS, apply_overrides, list_recipes, load_recipe
 from conftest import SAMPLE_CORPUS, cli_error, cli_invoke
@@ -138,6 +138,13 @@ def test_an_option_and_a_set_giving_one_key_two_values_is_an_error(tmp_path):
         *common, "--max-time", "5m", "--set", "max_time=1s")
     assert "data.corpus: the command says" in cli_error(*common, "--set", "corpus=/elsewhere.txt")
     assert not (tmp_path / "run").exists()
+    # one value spelled two ways is one value (review, 2026-11-28: refused, "says 'none' … says None")
+    from bertkit.cli.common import given_once
+
+    for option, sets in (("none", "max_time=none"), ("60s", "max_time=1m"), ("90", "max_time=1.5m")):
+        given_once(load_recipe("tiny", [sets]), {"train.max_time": option}, [sets])
+    with pytest.raises(BertkitError, match="the command says '60s', --set max_time=2m says '2m'"):
+        given_once(load_recipe("tiny", ["max_time=2m"]), {"train.max_time": "60s"}, ["max_time=2m"])
     classify = ["finetune", "classify", "--model", tmp_path, "--train", corpus, "--out", tmp_path / "ft"]
     assert "task.kind: the command says 'classify', --set kind=regress says 'regress'" in cli_error(
         *classify, "--set", "kind=regress")

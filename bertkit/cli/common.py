@@ -45,7 +45,7 @@ def given_once(config, values: dict[str, object], sets: list[str] | None) -> Non
         if value is None or (section, name) not in given:
             continue
         said = getattr(getattr(config, section), name)
-        if _same(said, value):
+        if _same(_meaning(said, name), _meaning(value, name)):
             continue
         key, raw = given[(section, name)]
         raise BertkitError(f"{section}.{name}: the command says {_shown(value)}, --set {key}={raw} says "
@@ -57,6 +57,17 @@ def _same(a, b) -> bool:
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return [str(x) for x in a] == [str(x) for x in b]
     return a == b or str(a) == str(b)
+
+
+def _meaning(value, name: str):
+    """What a value says, not how it is spelled: `none` is None, a duration its seconds (`60s` = `1m`)."""
+    from bertkit.config import means_none, parse_duration
+
+    if isinstance(value, str) and means_none(value):
+        return None
+    if name == "max_time" and value is not None:
+        return parse_duration(value, name)
+    return value
 
 
 def _shown(value) -> str:
