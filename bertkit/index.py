@@ -352,6 +352,20 @@ _UNIT = 1.001  # |cosine| of unit vectors, with float32 rounding
 _INT8_UNIT = 1.05  # a dequantized unit vector is off by at most half a step per dimension
 
 
+def _top_k(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k best of (Q, n) scores per query by score, then by lower row (unordered): argpartition alone picks
+    arbitrarily among scores tied at the k-th, so which of a duplicated text's rows came back depended on how the
+    index was sharded. Only a query with such a tie pays a sort."""
+    take = min(k, scores.shape[1])
+    if take == scores.shape[1]:
+        return scores, rows
+    top = np.argpartition(-scores, take - 1, axis=1)[:, :take]  # (Q, take)
+    kth = np.take_along_axis(scores, top, 1).min(axis=1, keepdims=True)  # (Q, 1)
+    for q in np.nonzero((scores >= kth).sum(axis=1) > take)[0]:
+        top[q] = np.lexsort((rows[q], -scores[q]))[:take]
+    return np.take_along_axis(scores, top, 1), np.take_along_axis(rows, top, 1)
+
+
 def exact_search(shards: list[np.ndarray], queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact inner-product top-k over memory-mapped shards, a chunk at a time (memory does not grow with N). Every
     score is checked (a cosine of unit vectors is finite and in [-1, 1]), so a shard changed where its digest did not
@@ -365,14 +379,10 @@ def exact_search(shards: list[np.ndarray], queries: np.ndarray, k: int) -> tuple
             scores = queries @ block.T  # (Q, n)
             if not np.isfinite(scores).all() or np.abs(scores).max(initial=0.0) > _UNIT:
                 raise NotUnitLength(number)
-            take = min(k, scores.shape[1])
-            top = np.argpartition(-scores, take - 1, axis=1)[:, :take]  # (Q, take), unordered
-            best_scores = np.concatenate([best_scores, np.take_along_axis(scores, top, 1)], axis=1)
-            best_rows = np.concatenate([best_rows, top + base + start], axis=1)
-            if best_scores.shape[1] > k:
-                keep = np.argpartition(-best_scores, k - 1, axis=1)[:, :k]
-                best_scores = np.take_along_axis(best_scores, keep, 1)
-                best_rows = np.take_along_axis(best_rows, keep, 1)
+            rows = np.broadcast_to(np.arange(base + start, base + start + scores.shape[1]), scores.shape)
+            chunk_scores, chunk_rows = _top_k(scores, rows, k)  # (Q, ≤k), unordered
+            best_scores, best_rows = _top_k(np.concatenate([best_scores, chunk_scores], axis=1),
+                                            np.concatenate([best_rows, chunk_rows], axis=1), k)
         base += len(shard)
     order = np.lexsort((best_rows, -best_scores), axis=1)  # best first; equal scores by row, whatever the layout
     return np.take_along_axis(best_scores, order, 1), np.take_along_axis(best_rows, order, 1)

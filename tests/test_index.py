@@ -40,6 +40,13 @@ def test_equal_scores_come_in_row_order_whatever_the_layout(monkeypatch):
         monkeypatch.setattr(index_module, "_EXACT_CHUNK", chunk)
         scores, rows = exact_search(shards, queries, k=3)
         assert rows.tolist() == [[3, 15, 27], [7, 19, 31]] and np.ptp(scores, axis=1).max() < 1e-6
+    # more equal scores than k, split over shards and chunks: the lowest rows, not argpartition's pick among them
+    # (300 copies of one vector, k=5: rows 280-284 from one shard, 0-4 from two; review, 2026-11-28)
+    same = np.repeat(_unit(1, 8, 5), 300, axis=0)
+    for chunk, shards in ((1 << 17, [same]), (1 << 17, [same[:150], same[150:]]), (7, [same[:100], same[100:]])):
+        monkeypatch.setattr(index_module, "_EXACT_CHUNK", chunk)
+        for k in (5, 10):
+            assert exact_search(shards, same[:1], k=k)[1].tolist() == [list(range(k))]
 
 
 def test_faiss_probing_every_list_equals_exact(tmp_path):
