@@ -48,7 +48,8 @@ def _same_kind(recipe: str, kind: str) -> None:
     from bertkit.errors import BertkitError
     from bertkit.recipes import recipe_tables
 
-    stated = recipe_tables(recipe).get("task", {}).get("kind")
+    task = recipe_tables(recipe).get("task")
+    stated = task.get("kind") if isinstance(task, dict) else None  # a malformed [task]: load_recipe names it
     if stated in (None, kind) or (stated, kind) == ("classify", "regress"):
         return
     command = {"regress": "finetune classify --regression", "classify": "finetune classify"}.get(stated,
@@ -72,8 +73,8 @@ def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: boo
     values = {"task.kind": kind, "task.train_file": train, "task.validation_file": validation, "task.init": init,
               "task.max_train_examples": max_train_examples, "train.epochs": epochs, "train.max_steps": max_steps,
               **values}
+    _same_kind(recipe, kind)  # first: another kind's recipe has tables this command does not read, named less clearly
     recipe_config = load_recipe(recipe, set_ or [], FINETUNE_READS[kind])
-    _same_kind(recipe, kind)
     given_once(recipe_config, {**values, "train.max_time": max_time}, set_)
     config = with_max_time(with_values(recipe_config, values), max_time)
     # --max-steps (or --set max_steps) wins over the recipe's epochs, as a step count given in the command should;
