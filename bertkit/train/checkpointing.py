@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
+import torch
 from accelerate import Accelerator
 from rich.console import Console
 
@@ -25,6 +26,12 @@ from bertkit.train.state import TrainState
 def due(cfg: TrainConfig, state: TrainState, last: bool) -> bool:
     """Whether a checkpoint is written after the step just taken: every `save_every` steps and at the end."""
     return state.step % cfg.save_every == 0 or last
+
+
+def own_seed(seed: int, process: int, step: int = 0) -> int:
+    """The torch seed of process `process` > 0 starting at `step`: every process was seeded alike (set_seed), so
+    each but the main one takes its own stream, or the halves of a global batch draw the same dropout masks."""
+    return (seed * 1_000_003 + process + step * 7_919) % 2 ** 63
 
 
 def restore(checkpoint: Path, cfg: TrainConfig, model: Model, optimizer, scheduler, objective,
@@ -57,8 +64,11 @@ def restore(checkpoint: Path, cfg: TrainConfig, model: Model, optimizer, schedul
         for group, rate in zip(optimizer.param_groups, scheduler._last_lr):
             group["lr"] = rate
     state.max_steps, state.max_seconds = cfg.max_steps, cfg.max_seconds
-    # a process that did not exist before (an elastic resume with more processes) takes the last one's stream
+    # a process that did not exist before (an elastic resume with more processes) takes the last one's stream, then
+    # its own torch stream: the last one's would draw its dropout masks in step with that process
     set_rng_state(rngs[min(accelerator.process_index, len(rngs) - 1)])
+    if accelerator.process_index >= len(rngs):
+        torch.manual_seed(own_seed(cfg.seed, accelerator.process_index, state.step))
     state.processes = state.processes or len(rngs)  # a checkpoint from before the record: one state per process
     if state.stream and hasattr(objective, "seek"):  # a streamed corpus: seek, never replay the stream
         objective.seek(state.stream, state.step)

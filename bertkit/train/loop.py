@@ -226,7 +226,7 @@ def _start(ddp_model, cfg: TrainConfig, state: TrainState, accelerator: Accelera
         # every process was seeded alike (set_seed(train.seed)), so each drew the same dropout masks: the halves of
         # a global batch got correlated noise, unlike one process's. Each other process takes its own stream (the
         # main one keeps a one-process run's); a resume restores each process's own from its checkpoint
-        torch.manual_seed((cfg.seed * 1_000_003 + accelerator.process_index) % 2 ** 63)
+        torch.manual_seed(checkpointing.own_seed(cfg.seed, accelerator.process_index))
     compiled, why = use_compile(cfg.compile, accelerator.device, state.total_steps - state.step,
                                 (cfg.max_seconds - state.elapsed) if cfg.max_seconds else None)
     if accelerator.is_fsdp2 and compiled:

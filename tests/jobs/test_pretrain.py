@@ -174,6 +174,10 @@ def test_a_run_resumes_with_another_process_count_on_the_same_global_batches(tmp
         assert len(losses) == 8 and losses == pytest.approx(straight, rel=1e-4), run.name
         assert json.loads((run / "config.json").read_text())["train"]["accumulation_steps"] == \
             (1 if run == two_then_one else 2)  # the run's own setting, not the resumed part's
+    # the process the resume added took the first one's stream, so it drew that process's dropout masks (review,
+    # 2026-11-28): its own now
+    states = torch.load(one_then_two / "checkpoints" / "step-8" / "rng.pt", weights_only=True)
+    assert len(states) == 2 and not torch.equal(states[0]["cpu"], states[1]["cpu"])
 
     # a global batch the new process count cannot divide: one line, the run untouched
     small = tmp_path / "small"
