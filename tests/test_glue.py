@@ -251,6 +251,29 @@ def test_regression_finetunes_predicts_and_evaluates(tmp_path, base):
     assert great > awful
     report = cli_ok("evaluate", "--model", str(run), "--data", str(data)).output
     assert "Spearman" in report and "MSE" in report
+    # trained in bf16, a run's validation is scored in fp32, as `evaluate` scores it: in bf16 the scores tied,
+    # results.json read Spearman NaN where `evaluate` read -0.118, and the best checkpoint was picked on other numbers
+    # (review, 2026-11-28)
+    validation = tmp_path / "validation.csv"
+    validation.write_text("\n".join(lines[:1] + lines[1:31]) + "\n")
+    half = tmp_path / "half"
+    cli_ok("finetune", "classify", "--regression", "--model", str(base), "--train", str(data), "--validation",
+           str(validation), "--label-column", "score", "--out", str(half), "--max-steps", "20", "--no-progress",
+           "--set", "batch_size=8", "--set", "eval_every=10", "--set", "precision=bf16")
+    said = json.loads((half / "results.json").read_text())["validation"]
+    cli_ok("evaluate", "--model", str(half), "--data", str(validation), "--out", str(tmp_path / "ev.json"))
+    scored = json.loads((tmp_path / "ev.json").read_text())
+    assert said["spearman"] == pytest.approx(scored["spearman"], abs=1e-6)
+    assert said["mse"] == pytest.approx(scored["mse"], rel=1e-5)
+    evals = [json.loads(line) for line in (half / "metrics.jsonl").read_text().splitlines()]
+    best = max((r for r in evals if r.get("kind") == "eval"), key=lambda r: r["spearman"])
+    assert best["spearman"] == pytest.approx(said["spearman"], abs=1e-4)  # picked on the numbers it reports
+    # every gold score alike: no correlation, written as JSON's null (it was a bare NaN no strict parser reads)
+    alike = tmp_path / "alike.csv"
+    alike.write_text("text,score\nthe film was good,3.0\nthe film was bad,3.0\n")
+    cli_ok("evaluate", "--model", str(half), "--data", str(alike), "--out", str(tmp_path / "alike.json"))
+    strict = json.loads((tmp_path / "alike.json").read_text(), parse_constant=lambda c: pytest.fail(f"JSON has {c}"))
+    assert strict["spearman"] is None and strict["pearson"] is None
     bad = tmp_path / "bad.csv"
     bad.write_text("text,score\nfine,3.0\nodd,high\n")
     assert "regression needs a number in every row; example 2 has 'high'" in cli_error(

@@ -7,7 +7,6 @@ Labels the model never saw are reported and counted as errors, never a crash.
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from rich.table import Table
 
 from bertkit.errors import BertkitError
 from bertkit.inference import TaskModel
-from bertkit.run.files import atomic_file
+from bertkit.run.files import atomic_file, to_json
 from bertkit.run.outputs import EVALUATION, claim
 from bertkit.tasks.registry import finetune_task
 
@@ -61,7 +60,7 @@ def run(job: EvaluateJob, console: Console | None = None) -> EvaluateResult:
     report(console, task_model.kind, scores, job.data)
     if out is not None:
         with atomic_file(out, overwrite=job.overwrite) as tmp:
-            tmp.write_text(json.dumps(scores, indent=2) + "\n", encoding="utf-8")
+            tmp.write_text(to_json(scores) + "\n", encoding="utf-8")  # strict: a NaN correlation is null
     return EvaluateResult(task_model.kind, scores)
 
 

@@ -4,6 +4,7 @@ classifier head with a single output trained by mean squared error; validation P
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
@@ -65,11 +66,30 @@ class RegressObjective(LabelledObjective):
     def evaluate(self, model: Model) -> dict[str, float]:
         if not self.validation:
             return {}
-        predicted = np.stack(batched_logits(model, self.validation, self.head, self.pad_id, self.eval_batch))[:, 0]
+        with full_precision(model):  # a score in bf16 is rounded to ~0.03 near 5: ties, NaN correlations early,
+            # and a best checkpoint picked on other numbers than `evaluate` and results.json give (fp32)
+            predicted = np.stack(batched_logits(model, self.validation, self.head, self.pad_id,
+                                                self.eval_batch))[:, 0]
         gold = np.asarray(self.validation_gold)
         scores = correlation_metrics(gold, predicted)
         return {"val_loss": float(((predicted - gold) ** 2).mean()), "spearman": scores["spearman"],
                 "pearson": scores["pearson"]}
+
+
+@contextlib.contextmanager
+def full_precision(model: torch.nn.Module):
+    """The model's own forward for the block: Accelerate's mixed precision wraps an instance's forward in autocast
+    (keeping the original as `_original_forward`), which an outer autocast(enabled=False) cannot turn off."""
+    original = model.__dict__.get("_original_forward")
+    if original is None or "forward" not in model.__dict__:
+        yield
+        return
+    wrapped = model.__dict__["forward"]
+    model.forward = original
+    try:
+        yield
+    finally:
+        model.forward = wrapped
 
 
 class RegressTask(ClassifyTask):
@@ -82,6 +102,12 @@ class RegressTask(ClassifyTask):
     def label_set(self, examples: list) -> list[str]:
         scores_of(examples)
         return [SCORE_LABEL]
+
+    def final_validation(self, out, model: Model, objective, validation: list, device: torch.device,
+                         precision: str) -> dict:
+        # fp32 whatever the run trained at, as `evaluate` and `predict` score a regression run by default: in bf16
+        # the scores tie (full_precision) and results.json read other numbers than `evaluate` (Spearman NaN / -0.118)
+        return super().final_validation(out, model, objective, validation, device, "fp32")
 
     def example_labels(self, example) -> list[str]:
         return []  # a score is never "unseen"
