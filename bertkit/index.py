@@ -352,17 +352,24 @@ _UNIT = 1.001  # |cosine| of unit vectors, with float32 rounding
 _INT8_UNIT = 1.05  # a dequantized unit vector is off by at most half a step per dimension
 
 
+TIE_DECIMALS = 6  # scores equal to 1e-6 are one score for which rows come back (below: matrix products' noise)
+
+
 def _top_k(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The k best of (Q, n) scores per query by score, then by lower row (unordered): argpartition alone picks
-    arbitrarily among scores tied at the k-th, so which of a duplicated text's rows came back depended on how the
-    index was sharded. Only a query with such a tie pays a sort."""
+    """The k best of (Q, n) scores per query by score, then by lower row (unordered). Scores are compared to
+    TIE_DECIMALS: a matrix product rounds one vector's score differently with the block's width and the number of
+    queries (1.0 in a 46-row shard, 1.0000001 in a 266-row one), and argpartition alone picks arbitrarily among
+    ties, so which copies of a duplicated text came back depended on the sharding. Only a query with a tie at the
+    k-th sorts, and only its candidates."""
     take = min(k, scores.shape[1])
     if take == scores.shape[1]:
         return scores, rows
-    top = np.argpartition(-scores, take - 1, axis=1)[:, :take]  # (Q, take)
-    kth = np.take_along_axis(scores, top, 1).min(axis=1, keepdims=True)  # (Q, 1)
-    for q in np.nonzero((scores >= kth).sum(axis=1) > take)[0]:
-        top[q] = np.lexsort((rows[q], -scores[q]))[:take]
+    key = np.round(scores, TIE_DECIMALS)
+    top = np.argpartition(-key, take - 1, axis=1)[:, :take]  # (Q, take)
+    kth = np.take_along_axis(key, top, 1).min(axis=1, keepdims=True)  # (Q, 1)
+    for q in np.nonzero((key >= kth).sum(axis=1) > take)[0]:
+        candidates = np.nonzero(key[q] >= kth[q])[0]
+        top[q] = candidates[np.lexsort((rows[q, candidates], -key[q, candidates]))[:take]]
     return np.take_along_axis(scores, top, 1), np.take_along_axis(rows, top, 1)
 
 
@@ -384,7 +391,8 @@ def exact_search(shards: list[np.ndarray], queries: np.ndarray, k: int) -> tuple
             best_scores, best_rows = _top_k(np.concatenate([best_scores, chunk_scores], axis=1),
                                             np.concatenate([best_rows, chunk_rows], axis=1), k)
         base += len(shard)
-    order = np.lexsort((best_rows, -best_scores), axis=1)  # best first; equal scores by row, whatever the layout
+    # best first; equal scores (to TIE_DECIMALS) by row, whatever the layout
+    order = np.lexsort((best_rows, -np.round(best_scores, TIE_DECIMALS)), axis=1)
     return np.take_along_axis(best_scores, order, 1), np.take_along_axis(best_rows, order, 1)
 
 

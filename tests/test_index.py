@@ -47,6 +47,14 @@ def test_equal_scores_come_in_row_order_whatever_the_layout(monkeypatch):
         monkeypatch.setattr(index_module, "_EXACT_CHUNK", chunk)
         for k in (5, 10):
             assert exact_search(shards, same[:1], k=k)[1].tolist() == [list(range(k))]
+    # copies in shards of other widths, other queries beside: a matrix product scores one vector 1.0 in one shard
+    # and 1.0000001 in the other, so the copies were no tie and the wider shard's came first (a second review)
+    first, second = _unit(46, 384, 11), _unit(266, 384, 12)
+    first[:5] = second[:5] = first[0]
+    queries = np.vstack([first[:1], _unit(5, 384, 13)])
+    for shards, batch in (([np.vstack([first, second])], queries), ([first, second], queries),
+                          ([first, second], queries[:1])):
+        assert exact_search(shards, batch, k=5)[1][0].tolist() == [0, 1, 2, 3, 4]
 
 
 def test_faiss_probing_every_list_equals_exact(tmp_path):
