@@ -104,7 +104,14 @@ def markdown_table(summary: list[dict], task: str, baseline: dict | None = None,
     for row in rows:
         per_variant[row["variant"]] = per_variant.get(row["variant"], 0) + 1
     seeds = max([s["seeds"] for s in summary] + list(per_variant.values()), default=0)
-    lost = sorted({r["seed"] for r in rows} - {r["seed"] for r in rows if r["status"] == "ok"}, key=str)
+    # lost: a seed that every variant ran (two or more) and none finished; not a seed variant's own seed
+    # (`--vary seed=2`), nor one whose other variants are still to run (the report is written after each)
+    by_seed: dict = {}
+    for row in rows:
+        by_seed.setdefault(row["seed"], []).append(row)
+    variants = {row["variant"] for row in rows}
+    lost = sorted((seed for seed, runs in by_seed.items() if len(variants) > 1
+                   and {r["variant"] for r in runs} == variants and all(r["status"] != "ok" for r in runs)), key=str)
     best_loss = min((s["val_loss"] for s in ok), default=None)
     for s in summary:
         if s["status"] != "ok":

@@ -96,6 +96,12 @@ def test_a_seed_that_failed_for_every_variant_is_named_not_dropped():
     assert "Seed 2 failed for every variant" in table
     assert "failed for every variant" not in markdown_table(summarise(rows[:2] + rows[3:5]), "pretrain", None,
                                                             rows[:2] + rows[3:5])
+    # not while the variant is still to run (the report is written after each), nor for a seed variant's own seed
+    # (a second review)
+    early = rows[:3]
+    assert "failed for every variant" not in markdown_table(summarise(early), "pretrain", None, early)
+    seeds = [_row("base", 0, 5.0), {**_row("seed=2", 2, None, "failed"), "changes": "train.seed=2"}]
+    assert "failed for every variant" not in markdown_table(summarise(seeds), "pretrain", None, seeds)
 
 
 def test_a_seed_variant_shares_no_seed_with_the_base_and_gets_the_unpaired_delta():
