@@ -240,6 +240,20 @@ def test_the_same_file_under_another_path_is_not_added_twice(tmp_path, base, mon
     cli_ok("index", "add", "idx", "r1/README.txt", "--no-progress")
     cli_ok("index", "add", "idx", "r2/README.txt", "--no-progress")
     assert VectorIndex("idx").count == 16
+    # and in the other order: the longer one indexed, then a one-line file opening alike (a second review found it
+    # refused as "all 1 document(s)")
+    (tmp_path / "s1").mkdir()
+    (tmp_path / "s2").mkdir()
+    _corpus(tmp_path / "s1", "NOTES.txt", SENTENCES[19:22])
+    _corpus(tmp_path / "s2", "NOTES.txt", SENTENCES[19:20])
+    cli_ok("index", "add", "idx", "s1/NOTES.txt", "--no-progress")
+    cli_ok("index", "add", "idx", "s2/NOTES.txt", "--no-progress")
+    assert VectorIndex("idx").count == 20
+    # a file of three lines or more, shrunk since, is still the same file
+    _corpus(tmp_path, "shrunk.txt", SENTENCES[20:24])
+    cli_ok("index", "add", "idx", "shrunk.txt", "--no-progress")
+    _corpus(tmp_path, "shrunk.txt", SENTENCES[20:23])
+    assert "all 3 document(s)" in cli_error("index", "add", "idx", str(tmp_path / "shrunk.txt"), "--no-progress")
 
 
 def test_options_that_do_nothing_here_are_warned(tmp_path, base):

@@ -128,9 +128,13 @@ def refuse_respelled(files: list[Path], text_field: str, keep_empty: bool, exist
     wanted = hash_all(f"{path.name}:{record.number}" for _, path, record in
                       kept_records(files, text_field, None, keep_empty))
     candidates: dict[int, list[tuple[int, str]]] = {}  # place -> (row, indexed id)
+    names = {path.name for path in files}
+    indexed: dict[str, int] = {}  # an indexed file of one of these names -> its documents
     for row, key in enumerate(existing()):
         old_path, _, line = key.rpartition(":")
         if old_path and line.isdigit():
+            if Path(old_path).name in names:
+                indexed[old_path] = indexed.get(old_path, 0) + 1
             where = place(Path(old_path).name, int(line))
             found = np.searchsorted(wanted, where)
             if found < len(wanted) and wanted[found] == where:
@@ -154,9 +158,11 @@ def refuse_respelled(files: list[Path], text_field: str, keep_empty: bool, exist
                 tally[3] = tally[3] or (record.number, key)
                 break
     for path, (total, placed, matched, example) in seen.items():
-        # grown: its first GREW_MIN lines or more were indexed; fewer in common is a shared title (a one-line
-        # README.txt, then another README.txt whose first line is the same title: two files)
-        if matched and matched == placed and (matched == total or matched >= GREW_MIN):
+        # the same file: every line as indexed (as many), or grown or shrunk with GREW_MIN lines or more in common;
+        # fewer is a shared title (a one-line README.txt and a longer one opening with it: two files, in either
+        # order). A file of one or two lines that grew is therefore not recognised
+        same = total == indexed.get(example[1].rpartition(":")[0], 0) if example else False
+        if matched and matched == placed and (matched >= GREW_MIN or (matched == total and same)):
             number, key = example
             what = (f"all {total:,} document(s)" if matched == total else
                     f"{matched:,} of its {total:,} document(s) (the file grew since)")
