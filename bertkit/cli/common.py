@@ -45,7 +45,7 @@ def given_once(config, values: dict[str, object], sets: list[str] | None) -> Non
         if value is None or (section, name) not in given:
             continue
         said = getattr(getattr(config, section), name)
-        if _same(_meaning(said, name), _meaning(value, name)):
+        if _same(_meaning(said, section, name), _meaning(value, section, name)):
             continue
         key, raw = given[(section, name)]
         raise BertkitError(f"{section}.{name}: the command says {_shown(value)}, --set {key}={raw} says "
@@ -59,14 +59,14 @@ def _same(a, b) -> bool:
     return a == b or str(a) == str(b)
 
 
-def _meaning(value, name: str):
+def _meaning(value, section: str, name: str):
     """What a value says, not how it is spelled: `none` is None, a duration its seconds (`60s` = `1m`)."""
     from bertkit.config import means_none, parse_duration
 
     if isinstance(value, str) and means_none(value):
         return None
     if name == "max_time" and value is not None:
-        return parse_duration(value, name)
+        return parse_duration(value, f"{section}.{name}")
     return value
 
 
