@@ -7,7 +7,7 @@ a job can report them once instead of silently losing text.
 
 from __future__ import annotations
 
-import re
+import unicodedata
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,14 +15,62 @@ from tokenizers import Tokenizer
 
 from bertkit.text.collate import IGNORE_INDEX
 
-# Words of raw text, close to how CoNLL-2003 tokenises: runs of word characters (keeping inner hyphens, apostrophes
-# and dots: "well-known", "don't", "U.S") and single punctuation marks.
-_WORD = re.compile(r"\w+(?:[-'’.]\w+)*|[^\w\s]")
+# Scripts written without spaces between words (Han, kana, Thai, Lao, Khmer, Myanmar): each character is a word, as
+# their NER corpora have it (a run of them would be one "word": 李明在北京工作 one entity)
+_UNSPACED = ((0x3040, 0x30FF), (0x31F0, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF),
+             (0x20000, 0x2FFFF), (0x0E00, 0x0EFF), (0x1780, 0x17FF), (0x1000, 0x109F))
+_JOINERS = "-'’."  # inside a word, between word characters: "well-known", "don't", "U.S"
+# abbreviations CoNLL-2003 keeps their dot on (besides initials "P." and dotted words "U.S."): "Corp." "vs."
+_ABBREVIATIONS = frozenset("vs st inc corp co ltd mr mrs ms dr jr sr calif gen gov sen rep lt col sgt mt ave no "
+                           "jan feb mar apr jun jul aug sep sept oct nov dec".split())
+
+
+def _kind(char: str) -> str:
+    """A character's part in a word: "s" space, "m" a combining mark (or a joiner of an emoji or a script), "c" a
+    letter of a script without spaces, "w" a word character (letter, digit, connector), "p" punctuation."""
+    if char.isspace():
+        return "s"
+    category = unicodedata.category(char)
+    if category[0] == "M" or char in "\u200d\ufe0f":
+        return "m"
+    if category[0] in "LN" or category == "Pc":
+        code = ord(char)
+        return "c" if any(low <= code <= high for low, high in _UNSPACED) else "w"
+    return "p"
 
 
 def split_words(text: str) -> list[tuple[int, int]]:
-    """Character spans (start, end) of the words of raw text."""
-    return [m.span() for m in _WORD.finditer(text)]
+    """Character spans (start, end) of the words of raw text, close to how CoNLL-2003 tokenises: runs of word
+    characters with their combining marks (a decomposed "é" is one word with its "e"; Devanagari's vowel signs stay
+    in their word), inner hyphens, apostrophes and dots ("well-known", "don't", "U.S"), a final dot on initials,
+    dotted words and common abbreviations ("P.", "U.S.", "Corp."), "..." whole, other punctuation one mark each,
+    and each character of a script written without spaces (Chinese, Japanese, Thai) a word of its own."""
+    kinds = [_kind(char) for char in text]
+    spans, i, n = [], 0, len(text)
+    while i < n:
+        kind, j = kinds[i], i + 1
+        if kind == "s":
+            i = j
+            continue
+        if kind == "c":
+            while j < n and kinds[j] == "m":
+                j += 1
+        elif kind in "wm":
+            while j < n and (kinds[j] in "wm" or (text[j] in _JOINERS and j + 1 < n and kinds[j + 1] == "w"
+                                                   and kinds[j - 1] in "wm")):
+                j += 1
+            word = text[i:j]
+            if j < n and text[j] == "." and ("." in word or (len(word) == 1 and word.isupper())
+                                             or word.lower() in _ABBREVIATIONS):
+                j += 1
+        elif text.startswith("...", i):
+            j = i + 3
+        else:  # a mark with its modifiers, an emoji with what it joins ("👨‍👩‍👧": one)
+            while j < n and (kinds[j] == "m" or (text[j - 1] == "\u200d" and kinds[j] == "p")):
+                j += 1
+        spans.append((i, j))
+        i = j
+    return spans
 
 
 def join_words(words: tuple[str, ...] | list[str]) -> tuple[str, list[tuple[int, int]]]:
