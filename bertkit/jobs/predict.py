@@ -1,8 +1,8 @@
 """`bertkit predict`: a finetuned model over texts from a file or stdin, one JSON line out per input, in order.
 
 classify: {"text", "label", "score", "scores"}; ner: {"text", "entities": [{"label", "start", "end", "text",
-"score"}]} with character offsets into the record's "text" (the input stripped of surrounding spaces). Inputs run in length-sorted batches; the output keeps the
-input order.
+"score"}]} with character offsets into the record's "text" (the input stripped of surrounding spaces). Inputs run
+in length-sorted batches; the output keeps the input order.
 """
 
 from __future__ import annotations
