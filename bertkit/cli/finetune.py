@@ -254,6 +254,9 @@ def predict(model: Annotated[Path, typer.Option("--model", "-m", help="A finetun
                                                                          "stdout).")] = None,
             text_column: Annotated[str | None, typer.Option(help="Column of .jsonl/.csv/.tsv input (default: "
                                                                  "the one used in finetuning).")] = None,
+            text_pair_column: Annotated[str | None, typer.Option(
+                help="A pair model's second text column (default: the one used in finetuning; a 0-based position "
+                     "with --text-column's means no header row).")] = None,
             batch_size: Annotated[int, typer.Option(min=1, help="Inputs per batch (sorted by length).")] = 64,
             precision: PrecisionOption = "auto",
             overwrite: Annotated[bool, typer.Option(help="Replace an existing --out predictions file "
@@ -261,8 +264,8 @@ def predict(model: Annotated[Path, typer.Option("--model", "-m", help="A finetun
     """Label texts (classify) or find entities with character offsets (NER); one JSON line per input, in order."""
     from bertkit.jobs import predict as job
 
-    job.run(job.PredictJob(model, source, out, text_column=text_column, batch_size=batch_size, overwrite=overwrite,
-                           precision=precision))
+    job.run(job.PredictJob(model, source, out, text_column=text_column, text_pair_column=text_pair_column,
+                           batch_size=batch_size, overwrite=overwrite, precision=precision))
 
 
 @app.command()

@@ -23,15 +23,28 @@ from bertkit.text.features import split_words
 from bertkit.text.tasks import read_texts, split_lines
 
 
+def missing(task_model: TaskModel, inputs: list[tuple[str, str | None]]) -> list[bool]:
+    """Which inputs have no text (or, for a pair model, no pair): finetuning and `evaluate` refuse such rows, and a
+    model's answer to an empty input is no prediction of anything."""
+    pairs = task_model.kind in ("classify", "regress") and task_model.config.task.text_pair_column is not None
+    return [not text or (pairs and not pair) for text, pair in inputs]
+
+
 def predict(task_model: TaskModel, inputs: list[tuple[str, str | None]]) -> tuple[list[dict], int]:
-    """One record per input (text, pair) and how many inputs were truncated."""
+    """One record per input (text, pair) and how many inputs were truncated. An input without its text (or pair)
+    keeps its place with no answer: label and score null (a tagger's: no entities)."""
+    empty = missing(task_model, inputs)
     texts = [text for text, _ in inputs]
     if task_model.kind in ("classify", "regress"):
         pairs = [pair or "" for _, pair in inputs] if task_model.config.task.text_pair_column else None
-        results, truncated = task_model.classify(texts, pairs)
+        kept = [i for i, gone in enumerate(empty) if not gone]
+        results, truncated = task_model.classify([texts[i] for i in kept],
+                                                 None if pairs is None else [pairs[i] for i in kept])
+        nothing = {"score": None} if task_model.kind == "regress" else {"label": None, "score": None, "scores": {}}
+        answers = dict(zip(kept, results))
         records = []
-        for (text, pair), result in zip(inputs, results):
-            records.append({"text": text, **({"pair": pair} if pairs is not None else {}), **result})
+        for i, (text, pair) in enumerate(inputs):
+            records.append({"text": text, **({"pair": pair} if pairs is not None else {}), **answers.get(i, nothing)})
         return records, truncated
     spans = [split_words(text) for text in texts]
     tagged, truncated = task_model.tag(texts, spans)
@@ -71,6 +84,9 @@ def run(job: PredictJob, console: Console | None = None) -> PredictResult:
         claim(out, PREDICTIONS, overwrite, inputs=(source, model))
     task_model = TaskModel(model, batch_size=job.batch_size, precision=job.precision)
     task = task_model.config.task
+    if text_pair_column is not None and (task_model.kind == "ner" or task.text_pair_column is None):
+        raise BertkitError(f"--text-pair-column {text_pair_column}: {model} was finetuned on single texts; it reads "
+                           "no second text")
     pair_column = text_pair_column or task.text_pair_column
 
     def warn(message: str) -> None:
@@ -85,6 +101,11 @@ def run(job: PredictJob, console: Console | None = None) -> PredictResult:
         where = str(source)
     if not inputs:
         raise BertkitError(f"{where}: no input texts")
+    if gone := [i for i, empty in enumerate(missing(task_model, inputs), start=1) if empty]:
+        what = "no text or no pair" if task_model.kind != "ner" and pair_column is not None else "no text"
+        warn(f"{len(gone):,} of {len(inputs):,} inputs have {what} (the first: input {gone[0]:,}): their records "
+             "keep their place with no answer (null)" if task_model.kind != "ner" else
+             f"{len(gone):,} of {len(inputs):,} inputs have no text (the first: input {gone[0]:,}): no entities")
     records, truncated = predict(task_model, inputs)
     if truncated:
         console.print(f"[yellow]warning: {truncated:,} of {len(inputs):,} inputs are longer than "

@@ -308,22 +308,24 @@ def read_labelled(path: str | Path, text_column: str = "text", label_column: str
 
 def read_texts(path: str | Path, text_column: str = "text", text_pair_column: str | None = None,
                warn: Callable[[str], None] | None = None) -> list[tuple[str, str | None]]:
-    """Unlabelled inputs for prediction: (text, pair) per CSV / TSV / JSONL row, or per non-blank line of any other
-    file (a pair model reads `text<TAB>pair` lines; `warn` hears how many blank lines were skipped)."""
+    """Unlabelled inputs for prediction: (text, pair) per CSV / TSV / JSONL row (columns given as 0-based positions
+    mean no header row, as finetuning and `evaluate` read them: STS-B, CoLA), or per non-blank line of any other
+    file (a pair model reads `text<TAB>pair` lines; `warn` hears how many blank lines were skipped, in a JSON lines
+    file too: the output has one line per row)."""
     path = Path(path)
     if path.suffix.lower() in (".jsonl", ".json", ".csv", ".tsv"):
-        header, rows, _ = _rows(path)
-        for role, column in (("text", text_column), ("text pair", text_pair_column)):
-            if column is not None and column not in header:
-                raise BertkitError(f"{path}: no {role} column '{column}' (columns found: "
-                                   f"{', '.join(header) or 'none'})")
+        _, rows, lines = _columns(path, {"text": text_column, "text pair": text_pair_column})
+        blank = (lines[-1] - len(rows)) if rows and path.suffix.lower() in (".jsonl", ".json") else 0
+        if blank and warn is not None:
+            warn(f"skipped {blank:,} blank line{'s' if blank != 1 else ''} before or between the rows of {path}: the "
+                 "output has one line per row")
         # stripped as the finetuning and `evaluate` read them (`_text`): a trailing space is another input to the
         # tokenizer, and flipped a label
-        return [(_text(row.get(text_column)), None if text_pair_column is None else
-                 _text(row.get(text_pair_column))) for row in rows]
+        return [(_text(row.get(str(text_column))), None if text_pair_column is None else
+                 _text(row.get(str(text_pair_column)))) for row in rows]
     need_file(path)
-    try:
-        lines = path.read_text(encoding="utf-8-sig").split("\n")
+    try:  # bytes: text mode would make a lone \r a line break, where stdin keeps it inside its text
+        lines = path.read_bytes().decode("utf-8-sig").split("\n")
     except UnicodeDecodeError as exc:
         raise BertkitError(f"{path}: invalid UTF-8 at byte {exc.start}") from None
     return split_lines(lines, text_pair_column is not None, warn)

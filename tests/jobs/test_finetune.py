@@ -78,6 +78,27 @@ def test_classify_learns_predicts_and_evaluates(tmp_path, base):
     assert [r["label"] for r in low] == [r["label"] for r in records]
     assert all(abs(a["scores"][k] - b["scores"][k]) < 0.02 for a, b in zip(low, records) for k in a["scores"])
 
+    # inputs predict once answered or lost without a word (inference review, 2026-11-28): JSON lines with a blank
+    # line (said) and rows without their text (kept in place, no answer: they got a confident label); a headerless
+    # file read by column position (its first row was a header: "no text column '1'"); a lone \r inside a .txt line
+    # (text mode made it a line break, stdin did not)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"review": "the film was great"}\n\n{"review": null}\n{"other": "x"}\n{"review": "awful"}\n')
+    result = _ok("predict", "--model", out, rows)
+    said = " ".join(result.output.split())
+    assert "skipped 1 blank line" in said and "2 of 4 inputs have no text (the first: input 2)" in said
+    got = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    assert [r["label"] for r in got][1:3] == [None, None] and got[0]["label"] and got[3]["label"]
+    headerless = tmp_path / "headerless.tsv"
+    headerless.write_text("7\tthe film was great\n8\tawful\n")
+    got = [json.loads(line) for line in _ok("predict", "--model", out, headerless, "--text-column", "1")
+           .stdout.splitlines() if line.startswith("{")]
+    assert [r["text"] for r in got] == ["the film was great", "awful"]
+    lone = tmp_path / "lone.txt"
+    lone.write_bytes(b"the film was great\rand long\nawful\n")
+    assert len([line for line in _ok("predict", "--model", out, lone).stdout.splitlines() if line.startswith("{")]) == 2
+    assert "was finetuned on single texts" in _error("predict", "--model", out, rows, "--text-pair-column", "x")
+
     # evaluate: metrics, confusion matrix, and an unseen label reported and counted, not a crash
     test = tmp_path / "test.csv"
     test.write_text(_reviews(tmp_path / "t.csv", 12, seed=2).read_text() + "the film was great,ecstatic\n")
