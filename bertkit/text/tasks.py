@@ -153,8 +153,9 @@ GROUPS = {"name": "name", "integer": "integer", "boolean": "integer", "fraction"
 
 def canonical_label(raw) -> tuple[str | None, str]:
     """A label as read (a JSON value, or a CSV / TSV field) → (its canonical class name, its kind). An integer, a
-    float equal to one, its numeric string and a boolean (true = 1) are one class, written "1"; other numbers are
-    written as Python prints them ("0.5"); any other text is a name, stripped. No label (missing, null, NaN, blank):
+    float equal to one, its numeric string and a boolean (true = 1) are one class, written "1"; a JSON number that is
+    not an integer is written as Python prints it (0.5 → "0.5"), a text one as written ("1.10" and "1.1" are two
+    classes); any other text is a name, stripped. No label (missing, null, NaN, blank):
     (None, "missing"); a JSON list or object: (None, "list" / "object")."""
     if raw is None:
         return None, "missing"
@@ -172,7 +173,10 @@ def canonical_label(raw) -> tuple[str | None, str]:
     if INTEGER.fullmatch(text):
         return str(int(text)), "integer"  # exact for any length (a float would round big ones)
     if NUMBER.fullmatch(text):
-        return _number(float(text))
+        number = _number(float(text))
+        # a fraction keeps its text: classes are names, and "1.10" and "1.1" (section or version codes) are two of
+        # them, where a float made them one without a word
+        return (text, number[1]) if number[1] == "fraction" else number
     return text, "name"
 
 

@@ -153,7 +153,8 @@ def _jsonl(path, rows):
 @pytest.mark.parametrize("raw, expected", [
     (1, ("1", "integer")), ("1", ("1", "integer")), (1.0, ("1", "integer")), (" 1 ", ("1", "integer")),
     ("1.0", ("1", "integer")), ("-0", ("0", "integer")), ("1e1", ("10", "integer")), (True, ("1", "boolean")),
-    (False, ("0", "boolean")), (0.5, ("0.5", "fraction")), ("0.50", ("0.5", "fraction")),
+    (False, ("0", "boolean")), (0.5, ("0.5", "fraction")), ("0.50", ("0.50", "fraction")),
+    ("1.10", ("1.10", "fraction")), ("1.1", ("1.1", "fraction")),  # codes, not one number (inference review)
     ("positive", ("positive", "name")), ("True", ("True", "name")), ("[0]", ("[0]", "name")),
     (None, (None, "missing")), (float("nan"), (None, "missing")), ("NaN", (None, "missing")),
     ("  ", (None, "missing")), ([0], (None, "list")), ({"a": 1}, (None, "object")),
