@@ -265,6 +265,27 @@ def test_regression_finetunes_predicts_and_evaluates(tmp_path, base):
     scored = json.loads((tmp_path / "ev.json").read_text())
     assert said["spearman"] == pytest.approx(scored["spearman"], abs=1e-6)
     assert said["mse"] == pytest.approx(scored["mse"], rel=1e-5)
+    # and `glue` scores a cell as `evaluate` does (it took predict's four-decimal scores: a third review)
+    import dataclasses
+
+    from bertkit.inference import TaskModel
+    from bertkit.jobs.glue import DEV_SCORES, _score_cell
+    from bertkit.text.glue import TASKS
+
+    asked, real = [], TaskModel.classify
+
+    def classify(self, texts, pairs=None, digits=4):
+        asked.append(digits)
+        return real(self, texts, pairs, digits)
+
+    TaskModel.classify = classify
+    try:
+        _score_cell(half, dataclasses.replace(TASKS["stsb"], pair=False),
+                    [(line.rsplit(",", 1)[0], None, line.rsplit(",", 1)[1]) for line in lines[1:31]])
+    finally:
+        TaskModel.classify = real
+    assert asked == [None]  # the scores as computed (ties of near-equal scores moved Spearman 0.19208 to 0.19184)
+    assert json.loads((half / DEV_SCORES).read_text())["spearman"] == pytest.approx(scored["spearman"], abs=1e-6)
     evals = [json.loads(line) for line in (half / "metrics.jsonl").read_text().splitlines()]
     best = max((r for r in evals if r.get("kind") == "eval"), key=lambda r: r["spearman"])
     assert best["spearman"] == pytest.approx(said["spearman"], abs=1e-4)  # picked on the numbers it reports

@@ -109,9 +109,12 @@ def markdown_table(summary: list[dict], task: str, baseline: dict | None = None,
     by_seed: dict = {}
     for row in rows:
         by_seed.setdefault(row["seed"], []).append(row)
-    variants = {row["variant"] for row in rows}
+    # seed variants (`--vary seed=N`) run their own seed, never the shared ones: not counted as running them
+    variants = {row["variant"] for row in rows
+                if not (str(row.get("changes") or "").split()
+                        and all(c.startswith("train.seed=") for c in str(row.get("changes")).split()))}
     lost = sorted((seed for seed, runs in by_seed.items() if len(variants) > 1
-                   and {r["variant"] for r in runs} == variants and all(r["status"] != "ok" for r in runs)), key=str)
+                   and {r["variant"] for r in runs} >= variants and all(r["status"] != "ok" for r in runs)), key=str)
     best_loss = min((s["val_loss"] for s in ok), default=None)
     for s in summary:
         if s["status"] != "ok":

@@ -102,6 +102,9 @@ def test_a_seed_that_failed_for_every_variant_is_named_not_dropped():
     assert "failed for every variant" not in markdown_table(summarise(early), "pretrain", None, early)
     seeds = [_row("base", 0, 5.0), {**_row("seed=2", 2, None, "failed"), "changes": "train.seed=2"}]
     assert "failed for every variant" not in markdown_table(summarise(seeds), "pretrain", None, seeds)
+    # and a seed variant beside does not hide a shared seed lost everywhere (a third review)
+    beside = rows + [{**_row("seed=7", 7, 5.1), "changes": "train.seed=7"}]
+    assert "Seed 2 failed for every variant" in markdown_table(summarise(beside), "pretrain", None, beside)
 
 
 def test_a_seed_variant_shares_no_seed_with_the_base_and_gets_the_unpaired_delta():
