@@ -31,7 +31,7 @@ from bertkit.errors import BertkitError
 from bertkit.hardware import resolve_precision
 from bertkit.nn.model import Model
 from bertkit.run.files import atomic_dir, atomic_file, copy_atomic, to_json, write_atomic
-from bertkit.text.tasks import canonical_label
+from bertkit.text.labels import canonical_label
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bertkit.errors import BertkitError
 from bertkit.metrics import correlation_metrics
-from bertkit.text.tasks import canonical_label
+from bertkit.text.labels import canonical_label
 
 Row = tuple[str, str | None, str]  # (text, pair or None, label)
 

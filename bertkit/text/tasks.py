@@ -13,7 +13,6 @@ import csv
 import io
 import json
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 from bertkit.errors import BertkitError
 from bertkit.paths import need_file, resolve_data_path
 from bertkit.text.corpus import allow_long_fields, csv_dialect, csv_error
+from bertkit.text.labels import LabelKinds, spelled_twice
 
 
 @dataclass(frozen=True)
@@ -142,79 +142,7 @@ def _columns(path: Path, roles: dict[str, str | None], overfull: list[int] | Non
     return header, rows, lines
 
 
-# -------------------------------------------------------------------------------------------- labels and bad rows
-
-INTEGER = re.compile(r"[+-]?[0-9]+")
-NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
-# the kinds a label can be written as, in messages; kinds in one group name the same classes (true is the class 1)
-KINDS = {"name": "names", "integer": "integers", "boolean": "booleans", "fraction": "non-integer numbers"}
-GROUPS = {"name": "name", "integer": "integer", "boolean": "integer", "fraction": "fraction"}
-
-
-def canonical_label(raw) -> tuple[str | None, str]:
-    """A label as read (a JSON value, or a CSV / TSV field) → (its canonical class name, its kind). An integer, a
-    float equal to one, its numeric string and a boolean (true = 1) are one class, written "1"; a JSON number that is
-    not an integer is written as Python prints it (0.5 → "0.5"), a text one as written ("1.10" and "1.1" are two
-    classes); any other text is a name, stripped. No label (missing, null, NaN, blank):
-    (None, "missing"); a JSON list or object: (None, "list" / "object")."""
-    if raw is None:
-        return None, "missing"
-    if isinstance(raw, bool):  # before int: bool is an int subclass
-        return str(int(raw)), "boolean"
-    if isinstance(raw, int):
-        return str(raw), "integer"
-    if isinstance(raw, float):
-        return _number(raw)
-    if isinstance(raw, (list, dict)):
-        return None, "list" if isinstance(raw, list) else "object"
-    text = str(raw).strip()
-    if not text or text.lower() == "nan":  # NaN written out as text (str(float("nan")), a dataframe's cell)
-        return None, "missing"
-    if INTEGER.fullmatch(text):
-        return str(int(text)), "integer"  # exact for any length (a float would round big ones)
-    if NUMBER.fullmatch(text):
-        number = _number(float(text))
-        # a fraction keeps its text: classes are names, and "1.10" and "1.1" (section or version codes) are two of
-        # them, where a float made them one without a word
-        return (text, number[1]) if number[1] == "fraction" else number
-    return text, "name"
-
-
-def _number(value: float) -> tuple[str | None, str]:
-    if math.isnan(value):
-        return None, "missing"
-    if value.is_integer():
-        return str(int(value)), "integer"
-    return repr(value), "fraction"
-
-
-class LabelKinds:
-    """One file's labels made canonical, with the first example of every kind they were written as, so that a file
-    mixing kinds that name different classes ("positive" and 1, 0.5 and 1) is refused in one line."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.first: dict[str, tuple[object, int]] = {}  # kind -> (the first label of that kind as written, its line)
-
-    def read(self, raw, line: int) -> str | None:
-        """The row's canonical label, or None when it has none; a list or an object is an error."""
-        label, kind = canonical_label(raw)
-        if kind in ("list", "object"):
-            raise BertkitError(f"{self.path}:{line}: the label {json.dumps(raw)[:60]} is a JSON {kind}; give one "
-                               "label per row (a string or an integer)")
-        if label is not None:
-            self.first.setdefault(kind, (raw, line))
-        return label
-
-    def check(self) -> None:
-        """Refuse labels whose kinds do not map to one another."""
-        if len({GROUPS[kind] for kind in self.first}) > 1:
-            kinds = ", ".join(f"{KINDS[kind]} ({json.dumps(raw, ensure_ascii=False)[:40]} at {self.path}:{line})"
-                              for kind, (raw, line) in self.first.items())
-            scores = " (non-integer numbers look like scores, not classes)" if "fraction" in self.first else ""
-            raise BertkitError(f"{self.path}: labels of different kinds: {kinds}; write every label as a name, or "
-                               f"every one as an integer{scores}")
-
+# -------------------------------------------------------------------------------------------- bad rows
 
 @dataclass
 class BadRows:
@@ -307,6 +235,9 @@ def read_labelled(path: str | Path, text_column: str = "text", label_column: str
             examples.append(LabelledText(text, pair, label))
     if not scores:
         labels.check()
+        if warn is not None and (twice := spelled_twice(e.label for e in examples)):
+            warn(f"{path}: labels {' and '.join(twice)} are one number written two ways, so two classes (write them "
+                 "alike if they are one)")
     return _finish(path, examples, bad, skip_bad_lines, warn, "examples")
 
 

@@ -150,6 +150,24 @@ def _jsonl(path, rows):
     return path
 
 
+def test_a_fraction_written_otherwise_than_a_runs_labels_is_that_class_and_two_spellings_are_said(tmp_path):
+    """Fractions keep their text now ("1.10" and "1.1" were one class through a float): a run that stored "0.5"
+    (as bertkit did before) scores gold "0.50" as its "0.5", not as a label it never saw (accuracy 0 on a third
+    review's probe), and a file writing one number two ways is warned (ratings "1.5" and "1.50": two classes now)."""
+    from bertkit.text.labels import as_known
+    from bertkit.text.tasks import read_labelled
+
+    assert as_known("0.50", ["0.5", "1.5"]) == "0.5" and as_known("1.10", ["1.1", "1.10"]) == "1.10"
+    assert as_known("2.50", ["0.5", "1.5"]) == "2.50" and as_known("positive", ["0.5"]) == "positive"
+    path = tmp_path / "codes.tsv"
+    path.write_text("text\tlabel\na\t1.5\nb\t1.50\nc\t2.5\n")
+    said = []
+    examples = read_labelled(path, warn=said.append)
+    assert [e.label for e in examples] == ["1.5", "1.50", "2.5"]
+    assert said == [f"{path}: labels 1.5 and 1.50 are one number written two ways, so two classes (write them alike "
+                    "if they are one)"]
+
+
 @pytest.mark.parametrize("raw, expected", [
     (1, ("1", "integer")), ("1", ("1", "integer")), (1.0, ("1", "integer")), (" 1 ", ("1", "integer")),
     ("1.0", ("1", "integer")), ("-0", ("0", "integer")), ("1e1", ("10", "integer")), (True, ("1", "boolean")),
@@ -161,7 +179,7 @@ def _jsonl(path, rows):
     ("123456789012345678901234567890", ("123456789012345678901234567890", "integer")),  # exact, not via a float
 ])
 def test_canonical_label_of_each_way_of_writing_one(raw, expected):
-    from bertkit.text.tasks import canonical_label
+    from bertkit.text.labels import canonical_label
 
     assert canonical_label(raw) == expected
 
