@@ -287,7 +287,12 @@ def split_lines(lines: list[str], pairs: bool, warn: Callable[[str], None] | Non
     """Non-blank lines as inputs, stripped (`non_blank`; `warn` hears of blank lines between them); with `pairs` each
     line is `text<TAB>pair`."""
     out = []
-    for line in non_blank(lines, warn):
+    kept = non_blank(lines, warn)
+    if len(kept) == 1 and "\r" in kept[0].strip() and warn is not None:  # a lone \r stays in its text (as in
+        # every reader): a whole file of them, old Mac line endings, is one input, and that is said
+        warn(f"the input has no line feed but {kept[0].count(chr(13)):,} carriage returns: read as one text (old "
+             "Mac line endings? convert them to \\n, e.g. tr '\\r' '\\n')")
+    for line in kept:
         text, _, pair = line.partition("\t") if pairs else (line, "", None)
         out.append((text.strip(), None if pair is None else pair.strip()))
     return out
