@@ -7,6 +7,7 @@ a job can report them once instead of silently losing text.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from dataclasses import dataclass
 
@@ -20,9 +21,15 @@ from bertkit.text.collate import IGNORE_INDEX
 _UNSPACED = ((0x3040, 0x30FF), (0x31F0, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF),
              (0x20000, 0x2FFFF), (0x0E00, 0x0EFF), (0x1780, 0x17FF), (0x1000, 0x109F))
 _JOINERS = "-'’."  # inside a word, between word characters: "well-known", "don't", "U.S"
+# dotted initials take a final dot ("U.S." "p.m." "F.C."); a dotted word or number does not ("Amazon.com", "3.5")
+_INITIALS = re.compile(r"(?=.*[^\W\d_])(?:\w{1,2}\.)+\w{1,2}")
 # abbreviations CoNLL-2003 keeps their dot on (besides initials "P." and dotted words "U.S."): "Corp." "vs."
 _ABBREVIATIONS = frozenset("vs st inc corp co ltd mr mrs ms dr jr sr calif gen gov sen rep lt col sgt mt ave no "
                            "jan feb mar apr jun jul aug sep sept oct nov dec".split())
+
+
+def _flag_letter(char: str) -> bool:
+    return "\U0001F1E6" <= char <= "\U0001F1FF"  # regional indicators: two make a flag
 
 
 def _kind(char: str) -> str:
@@ -31,12 +38,15 @@ def _kind(char: str) -> str:
     if char.isspace():
         return "s"
     category = unicodedata.category(char)
-    if category[0] == "M" or char in "\u200d\ufe0f":
+    if category[0] == "M" or char in "\u200d\ufe0f" or "\U0001F3FB" <= char <= "\U0001F3FF":  # + skin tones
         return "m"
     if category[0] in "LN" or category == "Pc":
         code = ord(char)
         return "c" if any(low <= code <= high for low, high in _UNSPACED) else "w"
     return "p"
+
+
+_ASCII = [_kind(chr(code)) for code in range(128)]  # most characters: a lookup, not a category
 
 
 def split_words(text: str) -> list[tuple[int, int]]:
@@ -45,7 +55,7 @@ def split_words(text: str) -> list[tuple[int, int]]:
     in their word), inner hyphens, apostrophes and dots ("well-known", "don't", "U.S"), a final dot on initials,
     dotted words and common abbreviations ("P.", "U.S.", "Corp."), "..." whole, other punctuation one mark each,
     and each character of a script written without spaces (Chinese, Japanese, Thai) a word of its own."""
-    kinds = [_kind(char) for char in text]
+    kinds = [_ASCII[code] if (code := ord(char)) < 128 else _kind(char) for char in text]
     spans, i, n = [], 0, len(text)
     while i < n:
         kind, j = kinds[i], i + 1
@@ -60,12 +70,14 @@ def split_words(text: str) -> list[tuple[int, int]]:
                                                    and kinds[j - 1] in "wm")):
                 j += 1
             word = text[i:j]
-            if j < n and text[j] == "." and ("." in word or (len(word) == 1 and word.isupper())
+            if j < n and text[j] == "." and (_INITIALS.fullmatch(word) or (len(word) == 1 and word.isupper())
                                              or word.lower() in _ABBREVIATIONS):
                 j += 1
         elif text.startswith("...", i):
             j = i + 3
-        else:  # a mark with its modifiers, an emoji with what it joins ("👨‍👩‍👧": one)
+        else:  # a mark with its modifiers, an emoji with what it joins ("👨‍👩‍👧": one), a flag's two letters
+            if _flag_letter(text[i]) and j < n and _flag_letter(text[j]):
+                j += 1
             while j < n and (kinds[j] == "m" or (text[j - 1] == "\u200d" and kinds[j] == "p")):
                 j += 1
         spans.append((i, j))

@@ -27,6 +27,10 @@ def test_split_words_gives_character_spans_like_conll_tokens():
     assert words("नरेंद्र मोदी दिल्ली गए") == ["नरेंद्र", "मोदी", "दिल्ली", "गए"]
     assert words("李明在北京工作。") == ["李", "明", "在", "北", "京", "工", "作", "。"]
     assert words("iPhone手机 👨\u200d👩\u200d👧 ok") == ["iPhone", "手", "机", "👨\u200d👩\u200d👧", "ok"]
+    # but a dotted word or number leaves a sentence's final dot (a third review: "Amazon.com." was one word)
+    assert words("He works for Amazon.com. The rate rose to 3.5.") == [
+        "He", "works", "for", "Amazon.com", ".", "The", "rate", "rose", "to", "3.5", "."]
+    assert words("👍🏽 🇩🇪 👨🏽\u200d💻") == ["👍🏽", "🇩🇪", "👨🏽\u200d💻"]  # skin tones, flags: whole
     assert words("well-known -dash dash- rock'n'roll x_y") == ["well-known", "-", "dash", "dash", "-", "rock'n'roll",
                                                               "x_y"]
 
