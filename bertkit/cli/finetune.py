@@ -279,10 +279,13 @@ def evaluate(model: Annotated[Path, typer.Option("--model", "-m", help="A finetu
              = None,
              precision: PrecisionOption = "auto",
              overwrite: Annotated[bool, typer.Option(help="Replace an existing --out evaluation report bertkit "
-                                                          "wrote.")] = False) -> None:
+                                                          "wrote.")] = False,
+             skip_bad_lines: Annotated[bool, typer.Option(
+                 "--skip-bad-lines", help="Skip (and count) rows that have no label (or score), an empty text, or "
+                                          "more fields than the header, instead of stopping.")] = False) -> None:
     """Metrics on a labelled file: accuracy / macro-F1 / MCC + confusion matrix, or entity P/R/F1 per type."""
     from bertkit.jobs import evaluate as job
     from bertkit.paths import resolve_data_path
 
     job.run(job.EvaluateJob(model, resolve_data_path(data), text_column, label_column, tag_column, out, overwrite,
-                            precision=precision))
+                            precision=precision, skip_bad_lines=skip_bad_lines))

@@ -34,6 +34,7 @@ class EvaluateJob:
     out: Path | None = None
     overwrite: bool = False
     precision: str = "auto"
+    skip_bad_lines: bool = False  # rows without a label or text skipped and counted (else: one error line)
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ def run(job: EvaluateJob, console: Console | None = None) -> EvaluateResult:
     task_model = TaskModel(job.model, precision=job.precision)
     columns = {"text_column": job.text_column, "label_column": job.label_column, "tag_column": job.tag_column}
     task = dataclasses.replace(task_model.config.task, **{k: v for k, v in columns.items() if v is not None})
-    examples = finetune_task(task.kind).read(dataclasses.replace(task_model.config, task=task), job.data)
+    examples = finetune_task(task.kind).read(dataclasses.replace(task_model.config, task=task), job.data,
+                                             job.skip_bad_lines, lambda said: console.print(f"[yellow]warning: {said}"))
     scores = task_model.evaluate(examples)
     report(console, task_model.kind, scores, job.data)
     if out is not None:

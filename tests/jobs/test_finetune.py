@@ -112,6 +112,14 @@ def test_classify_learns_predicts_and_evaluates(tmp_path, base):
     metrics = json.loads(report.read_text())
     assert metrics["unseen_labels"] == ["ecstatic"] and metrics["examples"] == 13
     assert metrics["confusion"]["labels"][-1] == "ecstatic" and metrics["accuracy"] <= 12 / 13
+    # a row without its label: one line offering --skip-bad-lines (evaluate had no such option: a dev file with one
+    # label-less row could not be scored); with it, skipped and counted
+    holed = tmp_path / "holed.csv"
+    holed.write_text(_reviews(tmp_path / "h.csv", 6, seed=3).read_text() + "the film was fine,\n")
+    assert "--skip-bad-lines" in _error("evaluate", "--model", out, "--data", holed)
+    skipped = _ok("evaluate", "--model", out, "--data", holed, "--skip-bad-lines", "--out", tmp_path / "holed.json")
+    assert "skipped 1" in " ".join(skipped.output.split())
+    assert json.loads((tmp_path / "holed.json").read_text())["examples"] == 6
 
     # plot: loss and the metric that picked the best checkpoint (a pretraining's val_accuracy is not there)
     _ok("plot", out)
