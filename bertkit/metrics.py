@@ -73,12 +73,14 @@ def correlation_metrics(gold: list[float] | np.ndarray, predicted: list[float] |
             "pairs": len(gold)}
 
 
-def translation_metrics(hypotheses: list[str], references: list[str]) -> dict:
+def translation_metrics(hypotheses: list[str], references: list[str], lowercase: bool = False) -> dict:
     """Corpus BLEU and chrF (sacrebleu, its default 13a tokenisation: comparable with published scores) of
-    detokenised outputs against one reference each."""
+    detokenised outputs against one reference each. `lowercase`: case-insensitive (the signature says case:lc),
+    for a model whose tokenizer lowercases: it cannot write a capital, and cased scoring counts each one a miss."""
     import sacrebleu
 
-    bleu_metric, chrf_metric = sacrebleu.metrics.BLEU(), sacrebleu.metrics.CHRF()
+    bleu_metric = sacrebleu.metrics.BLEU(lowercase=lowercase)
+    chrf_metric = sacrebleu.metrics.CHRF(lowercase=lowercase)
     bleu = bleu_metric.corpus_score(hypotheses, [references])
     chrf = chrf_metric.corpus_score(hypotheses, [references])
     return {"bleu": float(bleu.score), "chrf": float(chrf.score), "bleu_detail": str(bleu),

@@ -36,3 +36,17 @@ def test_entity_metrics_are_strict():
     short = entity_metrics(gold, [["B-PER", "O", "O", "B-LOC"]])
     assert short["precision"] == pytest.approx(0.5) and short["recall"] == pytest.approx(0.5)
     assert short["per_type"]["PER"]["f1"] == 0.0 and short["per_type"]["LOC"]["f1"] == 1.0
+
+
+def test_a_lowercasing_tokenizers_translations_are_scored_without_case():
+    """A run whose tokenizer lowercases cannot write a capital: scored against cased references, every capital was a
+    miss and the signature said case:mixed (noticed 2026-11-28). Its BLEU and chrF are case-insensitive now, and
+    the signature says so."""
+    from bertkit.metrics import translation_metrics
+    from bertkit.text.tokenizer import build_untrained, lowercases
+
+    assert lowercases(build_untrained(lowercase=True)) and not lowercases(build_untrained())
+    hypotheses, references = ["two men are playing guitars ."], ["Two men are playing Guitars ."]
+    cased, folded = translation_metrics(hypotheses, references), translation_metrics(hypotheses, references, True)
+    assert folded["bleu"] == pytest.approx(100.0) and cased["bleu"] < 60 and folded["chrf"] > cased["chrf"]
+    assert "case:lc" in folded["bleu_signature"] and "case:mixed" in cased["bleu_signature"]

@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bertkit.errors import BertkitError
 from bertkit.metrics import translation_metrics
+from bertkit.text.tokenizer import lowercases
 from bertkit.run.files import atomic_file
 from bertkit.run.outputs import TEXT, claim
 from bertkit.text.tasks import parallel_rows
@@ -153,7 +154,10 @@ def evaluate(job: EvaluateSeq2SeqJob, console: Console | None = None) -> Evaluat
     if cut:
         console.print(f"[yellow]warning: {cut} source sentence(s) were longer than the model's "
                       f"{translator.max_length} tokens and were cut")
-    scores = translation_metrics(outputs, [t for _, t in pairs])
+    lowered = lowercases(translator.tokenizers.target)
+    if lowered:
+        console.print("the run's tokenizer lowercases: BLEU and chrF are case-insensitive (case:lc in the signature)")
+    scores = translation_metrics(outputs, [t for _, t in pairs], lowercase=lowered)
     result = EvaluateSeq2SeqResult(bleu=scores["bleu"], chrf=scores["chrf"], bleu_detail=scores["bleu_detail"],
                                    bleu_signature=scores["bleu_signature"], sentences=scores["sentences"],
                                    beam=beam, length_penalty=job.length_penalty, seconds=seconds, skipped=skipped,

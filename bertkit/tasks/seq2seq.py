@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from bertkit.config import ModelConfig, TrainConfig
 from bertkit.errors import BertkitError
 from bertkit.metrics import translation_metrics
+from bertkit.text.tokenizer import lowercases
 from bertkit.nn.flops import train_flops
 from bertkit.nn.model import Model
 from bertkit.text.collate import IGNORE_INDEX, EpochSampler, pad_sequences
@@ -115,7 +116,8 @@ class Seq2SeqObjective:
             self.translator.model = model
             hyps = self.translator.translate_ids(source[:len(self.references)])
             texts = [self.translator.tokenizers.decode(h) for h in hyps]
-            self.last_bleu = translation_metrics(texts, self.references)
+            self.last_bleu = translation_metrics(texts, self.references,
+                                                 lowercase=lowercases(self.translator.tokenizers.target))
             result["bleu"] = self.last_bleu["bleu"]
         model.train(was_training)
         return result

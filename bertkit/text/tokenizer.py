@@ -55,6 +55,19 @@ def continuation(tokenizer: Tokenizer, head: list[int], new: list[int]) -> str:
     return whole[len(before):] if whole.startswith(before) else tokenizer.decode(list(new))
 
 
+def lowercases(tokenizer: Tokenizer) -> bool:
+    """Whether `tokenizer` lowercases its input (a Lowercase normaliser, or BERT's with lowercase on): what it
+    decodes is lowercase, so scoring it against cased references counts every capital as a miss."""
+    def lowering(step) -> bool:
+        if not isinstance(step, dict):
+            return False
+        if step.get("type") == "Lowercase" or (step.get("type") == "BertNormalizer" and step.get("lowercase")):
+            return True
+        return any(lowering(inner) for inner in step.get("normalizers") or [])
+
+    return lowering(json.loads(tokenizer.to_str()).get("normalizer"))
+
+
 def build_untrained(byte_level: bool = True, lowercase: bool = False, nfkc: bool = True) -> Tokenizer:
     """An empty BPE pipeline: normalizer, pre-tokenizer and decoder for byte-level or Metaspace BPE."""
     tok = Tokenizer(models.BPE(unk_token=None if byte_level else UNK))
