@@ -288,11 +288,13 @@ class VectorIndex:
         return out
 
     def hits(self, scores: np.ndarray, rows: np.ndarray) -> list[list[Hit]]:
-        """Search results with their documents, per query (FAISS's -1 for "no result" dropped)."""
+        """Search results with their documents, per query (FAISS's -1 for "no result" dropped). Scores are cosines,
+        shown within [-1, 1]: an int8 code's dequantized vector is not quite unit length (1.0008 for a text's own
+        copy), nor a float32 one after rounding (1.0000001); the order is the search's."""
         flat = sorted({int(r) for r in rows.ravel() if r >= 0})
         docs = dict(zip(flat, self.docs(flat)))
-        return [[Hit(int(r), float(s), docs[int(r)]["id"], docs[int(r)]["text"]) for s, r in zip(qs, qr) if r >= 0]
-                for qs, qr in zip(scores, rows)]
+        return [[Hit(int(r), min(1.0, max(-1.0, float(s))), docs[int(r)]["id"], docs[int(r)]["text"])
+                 for s, r in zip(qs, qr) if r >= 0] for qs, qr in zip(scores, rows)]
 
     def ids(self) -> Iterator[str]:
         """Every document id, in row order (streamed)."""

@@ -280,7 +280,7 @@ def test_build_add_search_and_info_through_the_commands(tmp_path, base, precisio
     assert info["vectors"] == precision and info["bytes_per_vector"] == (32 if precision == "int8" else 4)
     for sentence in (SENTENCES[3], SENTENCES[20]):
         hits = job.search(job.SearchJob(idx, (sentence,), k=5)).hits[0]
-        assert len(hits) == 5 and all(-1 <= h.score <= 1.05 for h in hits)
+        assert len(hits) == 5 and all(-1 <= h.score <= 1 for h in hits)  # cosines, shown within [-1, 1] (1.0008)
         if precision == "int8":  # a document is its own nearest neighbour, at ~1
             assert hits[0].text == sentence and hits[0].score > 0.95
         else:  # 32 dimensions are 4 bytes of signs: near-identical sentences tie; it is among the candidates
