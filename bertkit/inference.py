@@ -23,7 +23,6 @@ from bertkit.nn.model import TASK_HEADS, Model
 from bertkit.run.directory import LABELS_FILE, load_run, read_labels
 from bertkit.text.features import (Encoded, TaskEncoder, bucket_rows, bucket_width, in_input_order, join_words,
                                    length_sorted, pad_batch)
-from bertkit.text.labels import as_known
 from bertkit.text.tokenizer import load_run_tokenizer, special_ids
 
 if TYPE_CHECKING:  # types only: text.tasks reads files through datasets, which inference does not need
@@ -278,7 +277,7 @@ class TaskModel:
         if self.kind == "classify":
             pairs = [e.pair or "" for e in examples] if self.config.task.text_pair_column else None
             predictions, truncated = self.classify([e.text for e in examples], pairs)
-            gold = [as_known(e.label, known) for e in examples]
+            gold = [e.label for e in examples]
             result = classification_metrics(gold, [p["label"] for p in predictions], self.labels)
             unseen = sorted({g for g in gold if g not in known})
             result["unseen_examples"] = sum(g not in known for g in gold)

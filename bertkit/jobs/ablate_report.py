@@ -109,10 +109,10 @@ def markdown_table(summary: list[dict], task: str, baseline: dict | None = None,
     by_seed: dict = {}
     for row in rows:
         by_seed.setdefault(row["seed"], []).append(row)
-    # seed variants (`--vary seed=N`) run their own seed, never the shared ones: not counted as running them
+    # variants that set the seed (`--vary seed=N`, a --grid cell with it) run their own, never the shared ones: not
+    # counted as running them
     variants = {row["variant"] for row in rows
-                if not (str(row.get("changes") or "").split()
-                        and all(c.startswith("train.seed=") for c in str(row.get("changes")).split()))}
+                if not any(c.startswith("train.seed=") for c in str(row.get("changes") or "").split())}
     lost = sorted((seed for seed, runs in by_seed.items() if len(variants) > 1
                    and {r["variant"] for r in runs} >= variants and all(r["status"] != "ok" for r in runs)), key=str)
     best_loss = min((s["val_loss"] for s in ok), default=None)

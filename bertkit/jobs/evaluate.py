@@ -18,6 +18,7 @@ from bertkit.errors import BertkitError
 from bertkit.inference import TaskModel
 from bertkit.run.files import atomic_file, to_json
 from bertkit.run.outputs import EVALUATION, claim
+from bertkit.text.labels import written_otherwise
 from bertkit.tasks.registry import finetune_task
 
 
@@ -56,18 +57,21 @@ def run(job: EvaluateJob, console: Console | None = None) -> EvaluateResult:
     task_model = TaskModel(job.model, precision=job.precision)
     columns = {"text_column": job.text_column, "label_column": job.label_column, "tag_column": job.tag_column}
     task = dataclasses.replace(task_model.config.task, **{k: v for k, v in columns.items() if v is not None})
+    if job.skip_bad_lines and task.kind == "ner":
+        console.print("[yellow]warning: --skip-bad-lines does nothing for a CoNLL file (a sentence has no label "
+                      "column to lack)")
     examples = finetune_task(task.kind).read(dataclasses.replace(task_model.config, task=task), job.data,
                                              job.skip_bad_lines, lambda said: console.print(f"[yellow]warning: {said}"))
     scores = task_model.evaluate(examples)
-    report(console, task_model.kind, scores, job.data)
+    report(console, task_model.kind, scores, job.data, task_model.labels)
     if out is not None:
         with atomic_file(out, overwrite=job.overwrite) as tmp:
             tmp.write_text(to_json(scores) + "\n", encoding="utf-8")  # strict: a NaN correlation is null
     return EvaluateResult(task_model.kind, scores)
 
 
-def report(console: Console, kind: str, result: dict, data: Path) -> None:
-    """Human-readable metrics (rich tables)."""
+def report(console: Console, kind: str, result: dict, data: Path, labels: list[str] = ()) -> None:
+    """Human-readable metrics (rich tables); `labels`: the run's, for a hint on a label it has written otherwise."""
     if result["truncated"]:
         many = result["truncated"] != 1
         console.print(f"[yellow]warning: {result['truncated']:,} example{'s' if many else ''} "
@@ -78,6 +82,12 @@ def report(console: Console, kind: str, result: dict, data: Path) -> None:
         what = ("example" if kind == "classify" else "tag") + ("s" if count != 1 else "")
         console.print(f"[yellow]warning: {count:,} {what} {'carry' if count != 1 else 'carries'} labels the "
                       f"model never saw ({', '.join(result['unseen_labels'])}): counted as errors")
+        if kind == "classify" and (otherwise := [(label, stored) for label in result["unseen_labels"]
+                                                 if (stored := written_otherwise(label, labels)) is not None]):
+            label, stored = otherwise[0]
+            console.print(f"[yellow]  {label} is the run's {stored} written otherwise (runs before 2026-11-28 "
+                          "stored fractions as Python prints them): write the labels as the run's labels.json has "
+                          "them to score them as that class")
     if kind == "regress":
         console.print(f"{data}: {result['examples']:,} examples  Spearman {result['spearman']:.4f}  "
                       f"Pearson {result['pearson']:.4f}  MSE {result['mse']:.4f}")

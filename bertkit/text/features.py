@@ -22,7 +22,7 @@ _UNSPACED = ((0x3040, 0x30FF), (0x31F0, 0x31FF), (0x3400, 0x4DBF), (0x4E00, 0x9F
              (0x20000, 0x2FFFF), (0x0E00, 0x0EFF), (0x1780, 0x17FF), (0x1000, 0x109F))
 _JOINERS = "-'’."  # inside a word, between word characters: "well-known", "don't", "U.S"
 # dotted initials take a final dot ("U.S." "p.m." "F.C."); a dotted word or number does not ("Amazon.com", "3.5")
-_INITIALS = re.compile(r"(?=.*[^\W\d_])(?:\w{1,2}\.)+\w{1,2}")
+_INITIALS = re.compile(r"(?:[^\W\d_]{1,2}\.)+[^\W\d_]{1,2}")  # letters only: not "v1.2", "2.5m", "ch.12"
 # abbreviations CoNLL-2003 keeps their dot on (besides initials "P." and dotted words "U.S."): "Corp." "vs."
 _ABBREVIATIONS = frozenset("vs st inc corp co ltd mr mrs ms dr jr sr calif gen gov sen rep lt col sgt mt ave no "
                            "jan feb mar apr jun jul aug sep sept oct nov dec".split())
@@ -70,7 +70,8 @@ def split_words(text: str) -> list[tuple[int, int]]:
                                                    and kinds[j - 1] in "wm")):
                 j += 1
             word = text[i:j]
-            if j < n and text[j] == "." and (_INITIALS.fullmatch(word) or (len(word) == 1 and word.isupper())
+            if j < n and text[j] == "." and (_INITIALS.fullmatch(re.split(r"[-'’]", word)[-1])  # aid-U.N.
+                                             or (len(word) == 1 and word.isupper())
                                              or word.lower() in _ABBREVIATIONS):
                 j += 1
         elif text.startswith("...", i):

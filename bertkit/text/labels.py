@@ -8,6 +8,7 @@ import json
 import math
 import re
 from collections.abc import Iterable
+from decimal import Decimal
 from pathlib import Path
 
 from bertkit.errors import BertkitError
@@ -41,10 +42,12 @@ def canonical_label(raw) -> tuple[str | None, str]:
     if INTEGER.fullmatch(text):
         return str(int(text)), "integer"  # exact for any length (a float would round big ones)
     if NUMBER.fullmatch(text):
-        number = _number(float(text))
+        exact = Decimal(text)  # a float would round 12345678901234567.7 to an integer
+        if exact == exact.to_integral_value():
+            return str(int(exact)), "integer"
         # a fraction keeps its text: classes are names, and "1.10" and "1.1" (section or version codes) are two of
         # them, where a float made them one without a word
-        return (text, number[1]) if number[1] == "fraction" else number
+        return text, "fraction"
     return text, "name"
 
 
@@ -94,11 +97,11 @@ def spelled_twice(labels: Iterable[str]) -> list[str]:
     return next((sorted(names) for names in seen.values() if len(names) > 1), [])
 
 
-def as_known(label: str, known: set[str] | list[str]) -> str:
-    """A gold label as a run knows it: itself, or a non-integer number written otherwise than in its labels.json
-    ("0.50" for a run that stored "0.5", as bertkit stored fractions before 2026-11-28) where exactly one known
-    label is that number."""
-    if label in known or not NUMBER.fullmatch(label):
-        return label
+def written_otherwise(label: str, known: set[str] | list[str]) -> str | None:
+    """The known label that is the same non-integer number as `label`, written otherwise ("0.5" for "0.50"), if
+    exactly one is: a hint, never a mapping (a run trained on "1.1" has not seen the code "1.10"). Runs before
+    2026-11-28 stored fractions as Python prints them."""
+    if label in known or not NUMBER.fullmatch(label) or INTEGER.fullmatch(label):
+        return None
     same = [name for name in known if NUMBER.fullmatch(name) and float(name) == float(label)]
-    return same[0] if len(same) == 1 else label
+    return same[0] if len(same) == 1 else None

@@ -288,10 +288,13 @@ def split_lines(lines: list[str], pairs: bool, warn: Callable[[str], None] | Non
     line is `text<TAB>pair`."""
     out = []
     kept = non_blank(lines, warn)
-    if len(kept) == 1 and "\r" in kept[0].strip() and warn is not None:  # a lone \r stays in its text (as in
-        # every reader): a whole file of them, old Mac line endings, is one input, and that is said
-        warn(f"the input has no line feed but {kept[0].count(chr(13)):,} carriage returns: read as one text (old "
-             "Mac line endings? convert them to \\n, e.g. tr '\\r' '\\n')")
+    # a lone \r stays in its text (as in every reader); inputs holding one inside (old Mac line endings: a whole
+    # file of them is one input) are said
+    inner = [number for number, line in enumerate(kept, start=1) if "\r" in line.strip()]
+    if inner and warn is not None:
+        warn(f"{len(inner):,} input{'s hold' if len(inner) != 1 else ' holds'} a carriage return inside the text (the "
+             f"first: input {inner[0]:,}), each read as one text (old Mac line endings? convert them to \\n, e.g. "
+             "tr '\\r' '\\n')")
     for line in kept:
         text, _, pair = line.partition("\t") if pairs else (line, "", None)
         out.append((text.strip(), None if pair is None else pair.strip()))

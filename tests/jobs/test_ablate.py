@@ -103,7 +103,8 @@ def test_a_seed_that_failed_for_every_variant_is_named_not_dropped():
     seeds = [_row("base", 0, 5.0), {**_row("seed=2", 2, None, "failed"), "changes": "train.seed=2"}]
     assert "failed for every variant" not in markdown_table(summarise(seeds), "pretrain", None, seeds)
     # and a seed variant beside does not hide a shared seed lost everywhere (a third review)
-    beside = rows + [{**_row("seed=7", 7, 5.1), "changes": "train.seed=7"}]
+    beside = rows + [{**_row("seed=7", 7, 5.1), "changes": "train.seed=7"},
+                     {**_row("seed=7+positions=rotary", 7, 5.0), "changes": "train.seed=7 model.positions=rotary"}]
     assert "Seed 2 failed for every variant" in markdown_table(summarise(beside), "pretrain", None, beside)
 
 

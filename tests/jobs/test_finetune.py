@@ -98,8 +98,8 @@ def test_classify_learns_predicts_and_evaluates(tmp_path, base):
     lone.write_bytes(b"the film was great\rand long\nawful\n")
     assert len([line for line in _ok("predict", "--model", out, lone).stdout.splitlines() if line.startswith("{")]) == 2
     lone.write_bytes(b"the film was great\rawful\rokay\r")  # old Mac line endings: one text, and said so
-    assert "no line feed but 3 carriage returns: read as one text" in " ".join(_ok("predict", "--model", out,
-                                                                                   lone).output.split())
+    assert "1 input holds a carriage return inside the text (the first: input 1), each read as one text" in \
+        " ".join(_ok("predict", "--model", out, lone).output.split())
     assert "was finetuned on single texts" in _error("predict", "--model", out, rows, "--text-pair-column", "x")
 
     # evaluate: metrics, confusion matrix, and an unseen label reported and counted, not a crash

@@ -30,6 +30,7 @@ def test_split_words_gives_character_spans_like_conll_tokens():
     # but a dotted word or number leaves a sentence's final dot (a third review: "Amazon.com." was one word)
     assert words("He works for Amazon.com. The rate rose to 3.5.") == [
         "He", "works", "for", "Amazon.com", ".", "The", "rate", "rose", "to", "3.5", "."]
+    assert words("aid-U.N. talks, v1.2. and 2.5m.") == ["aid-U.N.", "talks", ",", "v1.2", ".", "and", "2.5m", "."]
     assert words("👍🏽 🇩🇪 👨🏽\u200d💻") == ["👍🏽", "🇩🇪", "👨🏽\u200d💻"]  # skin tones, flags: whole
     assert words("well-known -dash dash- rock'n'roll x_y") == ["well-known", "-", "dash", "dash", "-", "rock'n'roll",
                                                               "x_y"]

@@ -150,16 +150,19 @@ def _jsonl(path, rows):
     return path
 
 
-def test_a_fraction_written_otherwise_than_a_runs_labels_is_that_class_and_two_spellings_are_said(tmp_path):
-    """Fractions keep their text now ("1.10" and "1.1" were one class through a float): a run that stored "0.5"
-    (as bertkit did before) scores gold "0.50" as its "0.5", not as a label it never saw (accuracy 0 on a third
-    review's probe), and a file writing one number two ways is warned (ratings "1.5" and "1.50": two classes now)."""
-    from bertkit.text.labels import as_known
+def test_a_fraction_written_otherwise_than_a_runs_labels_is_named_and_two_spellings_are_said(tmp_path):
+    """Fractions keep their text now ("1.10" and "1.1" were one class through a float). A run that stored "0.5" (as
+    bertkit did before) meets gold "0.50" as a label it never saw: `evaluate` names the stored one it writes
+    otherwise, a hint, never a mapping (a run trained on "1.1" has not seen the code "1.10": a review). A file
+    writing one number two ways is warned (ratings "1.5" and "1.50": two classes now)."""
+    from bertkit.text.labels import canonical_label, written_otherwise
     from bertkit.text.tasks import read_labelled
 
-    assert as_known("0.50", ["0.5", "1.5"]) == "0.5" and as_known("1.10", ["1.1", "1.10"]) == "1.10"
-    assert as_known("2.50", ["0.5", "1.5"]) == "2.50" and as_known("positive", ["0.5"]) == "positive"
-    path = tmp_path / "codes.tsv"
+    assert written_otherwise("0.50", ["0.5", "1.5"]) == "0.5" and written_otherwise("1.10", ["1.1", "1.10"]) is None
+    assert written_otherwise("2.50", ["0.5"]) is None and written_otherwise("positive", ["0.5"]) is None
+    assert written_otherwise("10", ["1e1"]) is None  # integers are one class however written: never a hint
+    assert canonical_label("12345678901234567.7") == ("12345678901234567.7", "fraction")  # a float rounded it to
+    path = tmp_path / "codes.tsv"                                                          # an integer class
     path.write_text("text\tlabel\na\t1.5\nb\t1.50\nc\t2.5\n")
     said = []
     examples = read_labelled(path, warn=said.append)
