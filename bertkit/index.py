@@ -293,7 +293,7 @@ class VectorIndex:
         copy), nor a float32 one after rounding (1.0000001); the order is the search's."""
         flat = sorted({int(r) for r in rows.ravel() if r >= 0})
         docs = dict(zip(flat, self.docs(flat)))
-        return [[Hit(int(r), min(1.0, max(-1.0, float(s))), docs[int(r)]["id"], docs[int(r)]["text"])
+        return [[Hit(int(r), _cosine(s), docs[int(r)]["id"], docs[int(r)]["text"])
                  for s, r in zip(qs, qr) if r >= 0] for qs, qr in zip(scores, rows)]
 
     def ids(self) -> Iterator[str]:
@@ -340,6 +340,12 @@ def _reading(file: Path) -> Iterator[None]:
     except OSError as exc:
         raise BertkitError(f"{file}: cannot be read ({exc.strerror or exc}; was the index changed or moved "
                            "while in use?)") from None
+
+
+def _cosine(score) -> float:
+    """A score shown as a cosine, within [-1, 1]; NaN stays NaN (a query that embedded to NaN must not read -1)."""
+    score = float(score)
+    return score if math.isnan(score) else min(1.0, max(-1.0, score))
 
 
 class NotUnitLength(Exception):

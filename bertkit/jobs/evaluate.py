@@ -85,9 +85,9 @@ def report(console: Console, kind: str, result: dict, data: Path, labels: list[s
         if kind == "classify" and (otherwise := [(label, stored) for label in result["unseen_labels"]
                                                  if (stored := written_otherwise(label, labels)) is not None]):
             label, stored = otherwise[0]
-            console.print(f"[yellow]  {label} is the run's {stored} written otherwise (runs before 2026-11-28 "
-                          "stored fractions as Python prints them): write the labels as the run's labels.json has "
-                          "them to score them as that class")
+            console.print(f"[yellow]  {label} may be the run's {stored} written otherwise: runs before 2026-11-28 "
+                          "stored fractions as Python prints them; if this one did, write the labels as its "
+                          "labels.json has them to score them as that class")
     if kind == "regress":
         console.print(f"{data}: {result['examples']:,} examples  Spearman {result['spearman']:.4f}  "
                       f"Pearson {result['pearson']:.4f}  MSE {result['mse']:.4f}")

@@ -38,6 +38,7 @@ from bertkit.run.outputs import refuse_nested
 from bertkit.tasks.base import FinetuneTask
 from bertkit.tasks.registry import finetune_task
 from bertkit.text.features import TaskEncoder
+from bertkit.text.labels import written_otherwise
 from bertkit.text.tasks import hold_out
 from bertkit.text.tokenizer import load_run_tokenizer, save_tokenizer, special_ids
 from bertkit.train.defaults import finetune_learning_rate, with_learning_rate
@@ -115,11 +116,13 @@ def _examples(config: Config, task_config, task: FinetuneTask, out: Path, resume
         if not (out / LABELS_FILE).is_file():
             raise BertkitError(f"{out}: has no {LABELS_FILE}; it is not a finetuning run to resume")
         labels = read_labels(out)[1]
+        examples = _as_stored(task, examples, labels)
     else:
         labels = task.label_set(examples)
         _check_singletons(task, examples, labels, task_config.train_file, warn)
     if task_config.validation_file is not None:
-        train_examples, validation = examples, task.read(config, task_config.validation_file, skip_bad_lines, warn)
+        validation = task.read(config, task_config.validation_file, skip_bad_lines, warn)
+        train_examples, validation = examples, _as_stored(task, validation, labels) if resume else validation
     else:
         train_examples, validation = hold_out(examples, task_config.validation_split, config.train.seed,
                                               task.example_labels)
@@ -129,6 +132,19 @@ def _examples(config: Config, task_config, task: FinetuneTask, out: Path, resume
                            f"{out / LABELS_FILE}; resume with the training file the run began with")
     _check_unseen(task, validation, labels, task_config.validation_file or task_config.train_file, warn)
     return train_examples, validation, labels
+
+
+def _as_stored(task: FinetuneTask, examples: list, labels: list[str]) -> list:
+    """A resumed classifier's examples with their labels spelled as the run stored them where only the spelling
+    differs: a run from before 2026-11-28 stored fractions as Python prints them ("0.5" for its file's "0.50"; the
+    resume has checked that the file is the one it began with), and refused its own file as 'labels not in
+    labels.json'. Before the split, so the held-out rows are the run's."""
+    if task.kind != "classify":
+        return examples
+    spelled = {label: stored for label in {e.label for e in examples} - set(labels)
+               if (stored := written_otherwise(label, labels)) is not None}
+    return [dataclasses.replace(e, label=spelled[e.label]) if e.label in spelled else e for e in examples] \
+        if spelled else examples
 
 
 def _longest(encoded: list, max_length: int) -> int:

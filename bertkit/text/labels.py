@@ -43,7 +43,8 @@ def canonical_label(raw) -> tuple[str | None, str]:
         return str(int(text)), "integer"  # exact for any length (a float would round big ones)
     if NUMBER.fullmatch(text):
         exact = Decimal(text)  # a float would round 12345678901234567.7 to an integer
-        if exact == exact.to_integral_value():
+        # (an exponent past 40 digits is no class number: kept as written, where int() would build 1e9999999)
+        if abs(exact.adjusted()) <= 40 and exact == exact.to_integral_value():
             return str(int(exact)), "integer"
         # a fraction keeps its text: classes are names, and "1.10" and "1.1" (section or version codes) are two of
         # them, where a float made them one without a word

@@ -287,17 +287,16 @@ def split_lines(lines: list[str], pairs: bool, warn: Callable[[str], None] | Non
     """Non-blank lines as inputs, stripped (`non_blank`; `warn` hears of blank lines between them); with `pairs` each
     line is `text<TAB>pair`."""
     out = []
-    kept = non_blank(lines, warn)
+    for line in non_blank(lines, warn):
+        text, _, pair = line.partition("\t") if pairs else (line, "", None)
+        out.append((text.strip(), None if pair is None else pair.strip()))
     # a lone \r stays in its text (as in every reader); inputs holding one inside (old Mac line endings: a whole
     # file of them is one input) are said
-    inner = [number for number, line in enumerate(kept, start=1) if "\r" in line.strip()]
+    inner = [number for number, (text, pair) in enumerate(out, start=1) if "\r" in text or "\r" in (pair or "")]
     if inner and warn is not None:
         warn(f"{len(inner):,} input{'s hold' if len(inner) != 1 else ' holds'} a carriage return inside the text (the "
              f"first: input {inner[0]:,}), each read as one text (old Mac line endings? convert them to \\n, e.g. "
              "tr '\\r' '\\n')")
-    for line in kept:
-        text, _, pair = line.partition("\t") if pairs else (line, "", None)
-        out.append((text.strip(), None if pair is None else pair.strip()))
     return out
 
 

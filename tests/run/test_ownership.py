@@ -307,6 +307,24 @@ def test_a_run_stored_with_a_key_its_command_never_reads_resumes(tmp_path, base)
     assert "holds a different run (train.weight_decay" in line
 
 
+def test_a_run_that_stored_fractions_as_python_printed_them_resumes_on_its_own_file(tmp_path, base):
+    """Before 2026-11-28 a label "0.50" was stored as "0.5" (through a float); the same file now reads "0.50", and
+    the resume was refused: "labels 0.50 are not in labels.json; resume with the training file the run began
+    with", which it was (a review). The file's labels are taken as the run spelled them, before the split."""
+    train = tmp_path / "fractions.csv"
+    train.write_text("review,stars\n" + "".join(f"the film was {w} number {i},{lab}\n" for i, (w, lab) in
+                                              enumerate([("great", "1.50"), ("awful", "0.50")] * 15)))
+    args = ["finetune", "classify", "--model", base, "--train", train, "--text-column", "review", "--label-column",
+            "stars", "--no-progress", "--set", "save_every=1", "--out", tmp_path / "ft"]
+    cli_ok(*args, "--max-steps", "3", "--out", tmp_path / "straight")
+    interrupted(ClassifyObjective, 2, *args, "--max-steps", "3")
+    labels = json.loads((tmp_path / "ft" / "labels.json").read_text())
+    assert labels["labels"] == ["0.50", "1.50"]
+    (tmp_path / "ft" / "labels.json").write_text(json.dumps({**labels, "labels": ["0.5", "1.5"]}))  # as then
+    cli_ok(*args, "--max-steps", "3", "--resume")
+    assert _curve(tmp_path / "ft") == _curve(tmp_path / "straight")
+
+
 def test_a_finetune_resume_on_a_changed_training_file_is_refused(tmp_path, base):
     train = _reviews(tmp_path / "train.csv", 30)
     args = ["finetune", "classify", "--model", base, "--train", train, "--text-column", "review", "--label-column",

@@ -161,6 +161,7 @@ def test_a_fraction_written_otherwise_than_a_runs_labels_is_named_and_two_spelli
     assert written_otherwise("0.50", ["0.5", "1.5"]) == "0.5" and written_otherwise("1.10", ["1.1", "1.10"]) is None
     assert written_otherwise("2.50", ["0.5"]) is None and written_otherwise("positive", ["0.5"]) is None
     assert written_otherwise("10", ["1e1"]) is None  # integers are one class however written: never a hint
+    assert canonical_label("1e9999999") == ("1e9999999", "fraction")  # not an integer of ten million digits
     assert canonical_label("12345678901234567.7") == ("12345678901234567.7", "fraction")  # a float rounded it to
     path = tmp_path / "codes.tsv"                                                          # an integer class
     path.write_text("text\tlabel\na\t1.5\nb\t1.50\nc\t2.5\n")
