@@ -230,7 +230,7 @@ def read_labelled(path: str | Path, text_column: str = "text", label_column: str
         elif pair == "":  # a pair task's row with one side missing: the same, for the second segment
             bad.add("an empty text pair", line)
         elif (label := labels.read(row.get(label_column), line)) is None:
-            bad.add("no label", line)
+            bad.add("no score" if scores else "no label", line)  # a regression row lacks its score
         else:
             examples.append(LabelledText(text, pair, label))
     if not scores:

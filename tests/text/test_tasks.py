@@ -238,6 +238,9 @@ def test_rows_with_no_label_are_refused_or_skipped_with_their_count(tmp_path):
     examples = read_labelled(path, skip_bad_lines=True, warn=warnings.append)
     assert len(examples) == 16 and "t3" not in {e.text for e in examples}
     assert warnings == [f"skipped 4 of 20 rows with no label ({path}:4 first)"]
+    scores = []  # a regression's rows lack a score, and say so (they read "no label")
+    read_labelled(path, skip_bad_lines=True, warn=scores.append, scores=True)
+    assert scores == [f"skipped 4 of 20 rows with no score ({path}:4 first)"]
     _jsonl(path, [{"text": "a", "label": None}])
     with pytest.raises(BertkitError, match=r"a.jsonl: no rows left: 1 has no label \(line 1 first\)"):
         read_labelled(path, skip_bad_lines=True)
