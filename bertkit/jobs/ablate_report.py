@@ -63,6 +63,11 @@ def _fmt(value, std=None, digits: int = 3, scale: float = 1.0) -> str:
     return text + (f" ± {std * scale:.{digits}f}" if std is not None else "")
 
 
+def _changes(row: dict) -> list[str]:
+    """A variant's `section.key=value` changes to the base (ablation.csv's "changes", space-separated)."""
+    return str(row.get("changes") or "").split()
+
+
 def _paired_delta(variant: dict, base: dict) -> str:
     """Δ validation loss against the base over the seeds both finished (a seed failed on one side would
     otherwise compare different seed sets: the base's hard seed against the variant's missing one). A variant
@@ -72,7 +77,7 @@ def _paired_delta(variant: dict, base: dict) -> str:
     both = [seed for seed in mine if seed in theirs]
     if both:
         return f"{statistics.fmean(mine[s] - theirs[s] for s in both):+.3f}"
-    changes = str(variant.get("changes") or "").split()
+    changes = _changes(variant)
     if mine and theirs and changes and all(c.startswith("train.seed=") for c in changes):
         # only a seed variant: elsewhere (seeds failed on either side, a grid cell changing the seed and more) the
         # difference of means would mix the change with seed noise and be read as the noise itself
@@ -111,8 +116,7 @@ def markdown_table(summary: list[dict], task: str, baseline: dict | None = None,
         by_seed.setdefault(row["seed"], []).append(row)
     # variants that set the seed (`--vary seed=N`, a --grid cell with it) run their own, never the shared ones: not
     # counted as running them
-    variants = {row["variant"] for row in rows
-                if not any(c.startswith("train.seed=") for c in str(row.get("changes") or "").split())}
+    variants = {row["variant"] for row in rows if not any(c.startswith("train.seed=") for c in _changes(row))}
     lost = sorted((seed for seed, runs in by_seed.items() if len(variants) > 1
                    and {r["variant"] for r in runs} >= variants and all(r["status"] != "ok" for r in runs)), key=str)
     best_loss = min((s["val_loss"] for s in ok), default=None)

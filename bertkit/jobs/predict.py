@@ -102,10 +102,10 @@ def run(job: PredictJob, console: Console | None = None) -> PredictResult:
     if not inputs:
         raise BertkitError(f"{where}: no input texts")
     if gone := [i for i, empty in enumerate(missing(task_model, inputs), start=1) if empty]:
-        what = "no text or no pair" if task_model.kind != "ner" and pair_column is not None else "no text"
-        warn(f"{len(gone):,} of {len(inputs):,} inputs have {what} (the first: input {gone[0]:,}): their records "
-             "keep their place with no answer (null)" if task_model.kind != "ner" else
-             f"{len(gone):,} of {len(inputs):,} inputs have no text (the first: input {gone[0]:,}): no entities")
+        ner = task_model.kind == "ner"
+        what = "no text or no pair" if not ner and pair_column is not None else "no text"
+        answer = "no entities" if ner else "their records keep their place with no answer (null)"
+        warn(f"{len(gone):,} of {len(inputs):,} inputs have {what} (the first: input {gone[0]:,}): {answer}")
     records, truncated = predict(task_model, inputs)
     if truncated:
         console.print(f"[yellow]warning: {truncated:,} of {len(inputs):,} inputs are longer than "

@@ -39,6 +39,8 @@ class Seq2SeqObjective:
         self.validation = (validation_source, validation_target)
         self.references = validation_references[:bleu_examples]
         self.translator = translator  # a Translator on the training model, for validation BLEU
+        # a tokenizer that lowercases cannot write a capital: its BLEU is case-insensitive (read once, not per eval)
+        self.lowercase = translator is not None and lowercases(translator.tokenizers.target)
         self.last_bleu: dict | None = None  # the last evaluation's full sacrebleu result
         if bleu_examples == 0:
             self.default_metric = "val_loss"
@@ -116,8 +118,7 @@ class Seq2SeqObjective:
             self.translator.model = model
             hyps = self.translator.translate_ids(source[:len(self.references)])
             texts = [self.translator.tokenizers.decode(h) for h in hyps]
-            self.last_bleu = translation_metrics(texts, self.references,
-                                                 lowercase=lowercases(self.translator.tokenizers.target))
+            self.last_bleu = translation_metrics(texts, self.references, lowercase=self.lowercase)
             result["bleu"] = self.last_bleu["bleu"]
         model.train(was_training)
         return result

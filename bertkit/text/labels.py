@@ -88,12 +88,17 @@ class LabelKinds:
                                f"every one as an integer{scores}")
 
 
+def _fraction(label: str) -> bool:
+    """A class name written as a non-integer number (a canonical label: integers are written as integers)."""
+    return bool(NUMBER.fullmatch(label)) and not INTEGER.fullmatch(label)
+
+
 def spelled_twice(labels: Iterable[str]) -> list[str]:
     """The first set of class names that are one non-integer number written differently ("1.5", "1.50"), if any:
     classes as written, where a float once made them one (and made codes such as "1.1" and "1.10" one)."""
     seen: dict[float, set[str]] = {}
     for label in labels:
-        if NUMBER.fullmatch(label) and not INTEGER.fullmatch(label):
+        if _fraction(label):
             seen.setdefault(float(label), set()).add(label)
     return next((sorted(names) for names in seen.values() if len(names) > 1), [])
 
@@ -102,7 +107,7 @@ def written_otherwise(label: str, known: set[str] | list[str]) -> str | None:
     """The known label that is the same non-integer number as `label`, written otherwise ("0.5" for "0.50"), if
     exactly one is: a hint, never a mapping (a run trained on "1.1" has not seen the code "1.10"). Runs before
     2026-11-28 stored fractions as Python prints them."""
-    if label in known or not NUMBER.fullmatch(label) or INTEGER.fullmatch(label):
+    if label in known or not _fraction(label):
         return None
-    same = [name for name in known if NUMBER.fullmatch(name) and float(name) == float(label)]
+    same = [name for name in known if _fraction(name) and float(name) == float(label)]
     return same[0] if len(same) == 1 else None

@@ -133,9 +133,10 @@ def refuse_respelled(files: list[Path], text_field: str, keep_empty: bool, exist
     for row, key in enumerate(existing()):
         old_path, _, line = key.rpartition(":")
         if old_path and line.isdigit():
-            if Path(old_path).name in names:
+            name = Path(old_path).name
+            if name in names:
                 indexed[old_path] = indexed.get(old_path, 0) + 1
-            where = place(Path(old_path).name, int(line))
+            where = place(name, int(line))
             found = np.searchsorted(wanted, where)
             if found < len(wanted) and wanted[found] == where:
                 candidates.setdefault(where, []).append((row, key))
