@@ -41,7 +41,9 @@ class Sampling:
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """Set every logit outside the top-k and outside the nucleus (the smallest set of most likely tokens whose
-    probability reaches top_p) to -inf. (N, V) -> (N, V); the most likely token always survives."""
+    probability reaches top_p) to -inf. (N, V) -> (N, V); the most likely token always survives. Tokens tied with
+    the k-th all survive (so more than k may; as in transformers); among tokens tied at the nucleus's edge, those
+    the sort puts first survive."""
     if top_k and top_k < logits.shape[-1]:
         kth = logits.topk(top_k, dim=-1).values[:, -1:]  # (N, 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -60,7 +62,11 @@ def pick(logits: torch.Tensor, sampling: Sampling, generators: list[torch.Genera
     global one), so a row's sample does not depend on the rows beside it."""
     if sampling.greedy:
         return logits.argmax(-1)
-    filtered = filter_logits(logits.float() / sampling.temperature, sampling.top_k, sampling.top_p)
+    logits = logits.float()
+    # shifted by each row's largest first (softmax, top-k and top-p do not change): a temperature like 1e-40 would
+    # make the logits inf and the probabilities NaN; shifted, the largest stays 0 and the draw is all but argmax
+    scaled = (logits - logits.amax(-1, keepdim=True)) / sampling.temperature  # (N, V)
+    filtered = filter_logits(scaled, sampling.top_k, sampling.top_p)
     probs = filtered.softmax(-1).cpu()  # (N, V)
     if generators is None:
         return torch.multinomial(probs, 1).squeeze(-1).to(logits.device)

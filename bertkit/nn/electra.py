@@ -78,4 +78,6 @@ def sample_tokens(logits: torch.Tensor, seed: int) -> torch.Tensor:
     generator = torch.Generator(device=logits.device).manual_seed(seed)
     cdf = logits.detach().float().softmax(-1).cumsum(-1)  # (N, V)
     u = torch.rand(cdf.shape[0], 1, generator=generator, device=logits.device) * cdf[:, -1:]  # (N, 1)
-    return torch.searchsorted(cdf, u).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
+    # right=True: the first token whose cumulative probability exceeds u, so a token of probability 0 is never drawn
+    # (left, u = 0 drew token 0 whatever its probability)
+    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)

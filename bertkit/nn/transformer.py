@@ -104,6 +104,23 @@ class _Stack(nn.Module):
 
     def _run(self, input_ids, attention_mask, token_type_ids, position_ids, memory, memory_mask,
              output_hidden_states, output_attentions, cache: KVCache | None = None) -> StackOutput:
+        if cache is None:
+            return self._forward(input_ids, attention_mask, token_type_ids, position_ids, memory, memory_mask,
+                                 output_hidden_states, output_attentions)
+        # a forward that raises (a step past max_len) leaves the cache as it was: its positions and self-attention
+        # keys grow as the forward goes, and a caller decoding on would otherwise be misaligned without a word
+        positions, keys = cache.positions, [dict(layer.get("self", {})) for layer in cache.layers]
+        try:
+            return self._forward(input_ids, attention_mask, token_type_ids, position_ids, memory, memory_mask,
+                                 output_hidden_states, output_attentions, cache)
+        except BaseException:
+            cache.positions = positions
+            for layer, kept in zip(cache.layers, keys):
+                layer["self"] = kept
+            raise
+
+    def _forward(self, input_ids, attention_mask, token_type_ids, position_ids, memory, memory_mask,
+                 output_hidden_states, output_attentions, cache: KVCache | None = None) -> StackOutput:
         t = input_ids.shape[1]
         key_positions = position_ids
         if cache is not None:  # incremental decoding: these t tokens follow the cache.length cached ones

@@ -5,7 +5,7 @@ import itertools
 import pytest
 import torch
 
-from bertkit.generation import row_seed, Sampling, beam_search, filter_logits, generate
+from bertkit.generation import row_seed, Sampling, beam_search, filter_logits, generate, pick
 from bertkit.nn.attention import KVCache
 from bertkit.nn.model import Model
 from tests.conftest import POSITIONS, heads, tiny
@@ -86,6 +86,23 @@ def test_top_k_and_top_p_keep_the_right_tokens():
     for temperature in (0, float("nan"), float("inf")):  # nan: a nan softmax; inf: uniform noise
         with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
             Sampling(temperature=temperature)
+    # a tiny temperature made the scaled logits inf and the probabilities NaN (multinomial raised): now all but argmax
+    logits = torch.tensor([[1.0, 3.0, 2.0], [0.5, -1.0, 0.0]])
+    assert pick(logits, Sampling(temperature=1e-40), None).tolist() == [1, 0]
+
+
+def test_a_cached_forward_that_raises_leaves_the_cache_as_it_was():
+    """A step past max_len raised after the cache had counted its position (a review, 2026-11-28): a caller that
+    went on decoding was one position off without a word. The cache is now left as it was before the call."""
+    model = _decoder("learned", max_len=8)
+    ids = torch.randint(5, 101, (1, 8))
+    cache = KVCache(len(model.backbone.blocks))
+    model(ids[:, :7], cache=cache, head="lm")
+    with pytest.raises(ValueError):
+        model(ids[:, 7:8].repeat(1, 2), cache=cache, head="lm")  # two more: position 8 is past max_len
+    assert cache.length == 7 and all(layer["self"]["k"].shape[2] == 7 for layer in cache.layers)
+    last = model(ids[:, 7:8], cache=cache, head="lm").logits[:, -1]
+    torch.testing.assert_close(last, model(ids, head="lm").logits[:, -1], atol=1e-5, rtol=1e-4)
 
 
 def _greedy_reference(model, source, max_new):

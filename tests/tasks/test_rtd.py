@@ -75,6 +75,14 @@ def test_the_sampler_draws_from_the_softmax():
         share = torch.bincount(half, minlength=3).float() / len(half)
         assert torch.allclose(share, logits[row * 50_000].softmax(-1), atol=0.01)  # ~5 standard errors
     assert torch.equal(drawn, sample_tokens(logits, 3)) and not torch.equal(drawn, sample_tokens(logits, 4))
+    # a uniform draw of exactly 0 (one in ~2^24) took the first token even at probability 0 (a review, 2026-11-28)
+    zeros = torch.zeros(2, 1)
+    original = torch.rand
+    torch.rand = lambda *shape, **kwargs: zeros  # noqa: E731
+    try:
+        assert sample_tokens(torch.tensor([[float("-inf"), 0.0, 1.0], [0.0, 0.0, 0.0]]), 0).tolist() == [1, 0]
+    finally:
+        torch.rand = original
 
 
 def test_samples_are_seeded_and_carry_no_gradient():
