@@ -69,8 +69,8 @@ def hf_to_bertkit_key(key: str) -> str | None:
     return None
 
 
-def bertkit_to_hf_key(key: str) -> str:
-    """Inverse of `hf_to_bertkit_key` (BertModel layout, no prefix)."""
+def bertkit_to_hf_key(key: str, command: str = "export --format hf") -> str:
+    """Inverse of `hf_to_bertkit_key` (BertModel layout, no prefix); `command` names the export in an error."""
     inverse_global = {v: k for k, v in _GLOBAL.items()}
     if key in inverse_global:
         return inverse_global[key]
@@ -78,7 +78,7 @@ def bertkit_to_hf_key(key: str) -> str:
     inverse_layer = {v: k for k, v in _LAYER.items()}
     if match and match.group(2) in inverse_layer:
         return f"encoder.layer.{match.group(1)}.{inverse_layer[match.group(2)]}.{match.group(3)}"
-    raise BertkitError(f"export --format hf: bertkit tensor '{key}' has no place in a BERT checkpoint")
+    raise BertkitError(f"{command}: bertkit tensor '{key}' has no place in a BERT checkpoint")
 
 
 def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
@@ -107,17 +107,18 @@ def config_from_hf(hf: dict[str, Any]) -> ModelConfig:
         raise BertkitError(f"import-hf: config.json lacks {exc.args[0]}") from None
 
 
-def config_to_hf(cfg: ModelConfig, heads: HeadsConfig = HeadsConfig()) -> dict[str, Any]:
+def config_to_hf(cfg: ModelConfig, heads: HeadsConfig = HeadsConfig(), command: str = "export --format hf"
+                 ) -> dict[str, Any]:
     """An HF BertConfig dict for a bertkit encoder (BertForMaskedLM where it carries an MLM head); refuses switches
-    BERT cannot express, naming them."""
+    BERT cannot express, naming them (and `command`, the export asked for)."""
     required = {"architecture": "encoder", "norm": "layernorm", "norm_position": "post", "activation": "gelu",
                 "positions": "learned", "bias": True, "embedding_norm": True, "scale_embeddings": False}
     for key, value in required.items():
         if getattr(cfg, key) != value:
-            raise BertkitError(f"export --format hf: model.{key}={getattr(cfg, key)!r} cannot be expressed as BERT "
+            raise BertkitError(f"{command}: model.{key}={getattr(cfg, key)!r} cannot be expressed as BERT "
                                f"(BERT needs {key}={value!r})")
     if cfg.n_kv_heads != cfg.n_heads:
-        raise BertkitError(f"export --format hf: model.n_kv_heads={cfg.n_kv_heads} (GQA/MQA) cannot be expressed as "
+        raise BertkitError(f"{command}: model.n_kv_heads={cfg.n_kv_heads} (GQA/MQA) cannot be expressed as "
                            f"BERT (needs n_kv_heads == n_heads = {cfg.n_heads})")
     return {
         "architectures": ["BertForMaskedLM" if "mlm" in heads.names else "BertModel"], "model_type": "bert",
@@ -139,9 +140,14 @@ def read_hf_config(src: str | Path) -> dict[str, Any]:
     if not config_path.is_file():
         raise BertkitError(f"{src}: no config.json (not a Hugging Face model folder)")
     try:
-        return json.loads(config_path.read_text(encoding="utf-8"))
+        config = json.loads(config_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BertkitError(f"{config_path}: not valid JSON ({exc})") from None
+    if isinstance(config, dict) and isinstance(config.get("model"), dict) and "vocab_size" not in config:
+        # a bertkit run (its config.json holds sections): it was "config.json lacks vocab_size"
+        raise BertkitError(f"{src}: a bertkit run directory already, not a Hugging Face folder: every bertkit "
+                           "command takes it as it is")
+    return config
 
 
 def read_hf_weights(src: str | Path) -> dict[str, torch.Tensor]:
@@ -215,10 +221,16 @@ def copy_tokenizer(src: Path, dest: Path) -> bool:
     if (src / "vocab.txt").is_file():
         from tokenizers.implementations import BertWordPieceTokenizer
 
-        lowercase = True
+        settings = {}
         if (src / "tokenizer_config.json").is_file():
-            lowercase = json.loads((src / "tokenizer_config.json").read_text()).get("do_lower_case", True)
-        BertWordPieceTokenizer(str(src / "vocab.txt"), lowercase=lowercase).save(str(dest / TOKENIZER_FILE))
+            settings = json.loads((src / "tokenizer_config.json").read_text())
+        # as transformers' BertTokenizer reads them: accents stripped where lowercasing unless strip_accents says
+        # otherwise, Chinese characters split apart unless tokenize_chinese_chars is false (both were ignored, so
+        # "café" was "cafe" where transformers gave [UNK]; a review, 2026-11-28)
+        BertWordPieceTokenizer(str(src / "vocab.txt"), lowercase=settings.get("do_lower_case", True),
+                               strip_accents=settings.get("strip_accents"),
+                               handle_chinese_chars=settings.get("tokenize_chinese_chars", True)
+                               ).save(str(dest / TOKENIZER_FILE))
         return True
     return False
 
@@ -234,10 +246,12 @@ def export_hf(run: str | Path, out: str | Path, overwrite: bool = False) -> dict
     return {"out": str(out), "tensors": tensors}
 
 
-def write_hf_folder(folder: Path, run: Path, config: Config, model: Model, with_mlm: bool) -> int:
+def write_hf_folder(folder: Path, run: Path, config: Config, model: Model, with_mlm: bool,
+                    command: str = "export --format hf") -> int:
     """The HF files of a run's encoder into `folder`; task heads are refused (BERT has no place for them), an MLM
-    head is kept (BertForMaskedLM layout) only `with_mlm`. Returns the number of tensors written."""
-    hf_config = config_to_hf(config.model, config.heads)
+    head is kept (BertForMaskedLM layout) only `with_mlm`; `command` names the export in an error. Returns the
+    number of tensors written."""
+    hf_config = config_to_hf(config.model, config.heads, command)
     # ELECTRA's pretraining heads (generator, replaced-token detection) have no place in BERT: the encoder goes
     dropped = ("heads.rtd.", "heads.generator.") + (() if with_mlm else ("heads.mlm.",))
     kept = {key: tensor for key, tensor in model.state_dict().items() if not key.startswith(dropped)}
@@ -246,7 +260,7 @@ def write_hf_folder(folder: Path, run: Path, config: Config, model: Model, with_
         raise BertkitError(f"{run}: a Hugging Face export holds BERT's encoder (BertModel, BertForMaskedLM), which "
                            f"has no place for this run's {', '.join(task_heads)} head: --format onnx exports the "
                            "whole model, --format sentence-transformers its finetuned encoder")
-    state = {bertkit_to_hf_key(key): tensor.contiguous() for key, tensor in kept.items()}
+    state = {bertkit_to_hf_key(key, command): tensor.contiguous() for key, tensor in kept.items()}
     if with_mlm and "mlm" in config.heads.names:  # BertForMaskedLM: the encoder under "bert.", the tied decoder
         state = {k if k.startswith("cls.") else f"bert.{k}": v for k, v in state.items()}
         state["cls.predictions.decoder.weight"] = state["bert.embeddings.word_embeddings.weight"].clone()

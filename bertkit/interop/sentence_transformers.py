@@ -115,7 +115,8 @@ def export_sentence_transformers(run: str | Path, out: str | Path, overwrite: bo
                "pooling_mode_mean_sqrt_len_tokens": False}
     claim(out, ST_EXPORT, overwrite, inputs=(run,), hint="choose another output or pass --overwrite")
     with atomic_dir(out, overwrite=overwrite) as tmp:
-        tensors = write_hf_folder(tmp, run, config, model, with_mlm=False)
+        tensors = write_hf_folder(tmp, run, config, model, with_mlm=False,
+                                  command="export --format sentence-transformers")
         (tmp / "modules.json").write_text(json.dumps(modules, indent=2) + "\n", encoding="utf-8")
         (tmp / "1_Pooling").mkdir()
         (tmp / "1_Pooling" / "config.json").write_text(json.dumps(pooling, indent=2) + "\n", encoding="utf-8")

@@ -136,8 +136,8 @@ def load_config(run: str | Path) -> Config:
     if not path.is_file():
         if (Path(run) / "manifest.json").is_file():  # deploy/manifest.py's MANIFEST_FILE (run/ may not import it)
             raise BertkitError(f"{run}: an ONNX export (bertkit export --format onnx), not a run directory: the "
-                               "inference commands (predict, evaluate, embed, similarity, index, search) take it; "
-                               "this one takes the run it was exported from")
+                               "inference commands (predict, evaluate, embed, similarity, evaluate-sts, index, "
+                               "search) take it; this one takes the run it was exported from")
         raise BertkitError(f"{run}: not a bertkit run directory (no {CONFIG_FILE})")
     data = read_json(path, "config")
     if "bertkit_version" not in data:

@@ -127,6 +127,56 @@ def test_parity_sees_what_a_cosine_cannot(monkeypatch, kind, wrong, fp32, int8):
     assert (export_module.passes(result, "fp32"), export_module.passes(result, "int8")) == (fp32, int8), result
 
 
+def test_a_regressor_whose_scores_barely_vary_is_measured_against_their_size(monkeypatch):
+    """An early checkpoint scores every text ~1.0 (std 2.4e-5): a graph within 2.4e-7 of it was refused as
+    0.0097 spreads (a review, 2026-11-28). The spread has a floor of a thousandth of the scores' size; a score
+    moved by a tenth of a point is still refused."""
+    from bertkit.text.features import Encoded
+
+    batches = [[Encoded([1, 5, 2], [0, 0, 0])] * n for n in export_module.PROBE_BATCHES]
+    reference = [(1.0 + 2.4e-5 * np.random.default_rng(n).standard_normal((n, 1))).astype(np.float32)
+                 for n in export_module.PROBE_BATCHES]
+    for moved, passes in ((2.4e-7, True), (0.1, False)):
+        got = iter([r + moved for r in reference])
+
+        class Graph:
+            def __init__(self, folder, threads=1):
+                pass
+
+            def forward(self, ids, mask, types, output):
+                return next(got)
+
+        monkeypatch.setattr(export_module, "OnnxModel", Graph)
+        result = export_module.parity(None, reference, batches, 0, "regress")
+        assert export_module.passes(result, "fp32") is passes, result
+        assert result["spread"] < result["spread_floor"] == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_a_pair_run_is_checked_on_pairs(tmp_path, sample_tokenizer, monkeypatch):
+    """The parity probes were single texts, so a pair model's second segment (token type 1) was never checked
+    (a review, 2026-11-28): a run on text pairs is probed with pairs, and its export matches its run on them."""
+    run = _task_run(tmp_path, sample_tokenizer, "regress")
+    config = json.loads((run / "config.json").read_text())
+    config["task"]["text_pair_column"] = "sentence2"
+    (run / "config.json").write_text(json.dumps(config))
+    seen = []
+    checked = export_module.parity
+
+    def parity(folder, reference, batches, pad_id, kind):
+        seen.extend(e.type_ids for batch in batches for e in batch)
+        return checked(folder, reference, batches, pad_id, kind)
+
+    monkeypatch.setattr(export_module, "parity", parity)
+    export_onnx(run, tmp_path / "onnx")
+    assert seen and all(1 in types for types in seen)
+    ours, theirs = TaskModel(tmp_path / "onnx"), TaskModel(run, precision="fp32")
+    texts, pairs = TEXTS[:6], TEXTS[1:7]
+    scores = [[row["score"] for row in model.classify(texts, pairs, digits=None)[0]] for model in (ours, theirs)]
+    assert scores[0] == pytest.approx(scores[1], abs=1e-5)
+    alone = [row["score"] for row in theirs.classify(texts, digits=None)[0]]
+    assert max(abs(a - b) for a, b in zip(scores[1], alone)) > 1e-4  # the pairs mattered: compared on them
+
+
 def test_int8_is_smaller_within_its_bound_and_has_its_own_identity(runs, tmp_path):
     fp32, int8 = tmp_path / "fp32", tmp_path / "int8"
     export_onnx(runs["encoder"], fp32, say=lambda line: None)

@@ -165,11 +165,16 @@ def test_bertkit_trained_model_exports_to_transformers(tmp_path, type_vocab_size
                                              (dict(architecture="decoder"), "model.architecture"),
                                              (dict(scale_embeddings=True), "model.scale_embeddings")])
 def test_export_refuses_what_bert_cannot_express(tmp_path, overrides, key):
+    from bertkit.interop.sentence_transformers import export_sentence_transformers
+
     cfg = tiny(**overrides)
     save_run(tmp_path / "run", Model(cfg), Config(model=cfg))
-    with pytest.raises(BertkitError, match=key):
+    with pytest.raises(BertkitError, match=f"export --format hf: {key}"):
         export_hf(tmp_path / "run", tmp_path / "hf")
     assert not (tmp_path / "hf").exists()
+    if key != "model.architecture":  # the sentence-transformers export names itself (it said "--format hf")
+        with pytest.raises(BertkitError, match=f"export --format sentence-transformers: {key}"):
+            export_sentence_transformers(tmp_path / "run", tmp_path / "st")
 
 
 @pytest.mark.parametrize("head, num_labels", [("classifier", 3), ("tagger", 5)])
@@ -201,6 +206,36 @@ def test_import_refuses_non_bert_and_bad_folders(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "is_decoder": True}))
     with pytest.raises(BertkitError, match="is_decoder"):
         model_from_hf(tmp_path)
+    # a bertkit run given to import-hf: it said "config.json lacks vocab_size"
+    cfg = tiny()
+    save_run(tmp_path / "run", Model(cfg), Config(model=cfg))
+    with pytest.raises(BertkitError, match="a bertkit run directory already, not a Hugging Face folder"):
+        import_hf(tmp_path / "run", tmp_path / "imported")
+    assert not (tmp_path / "imported").exists()
+
+
+@pytest.mark.parametrize("settings", [{}, {"do_lower_case": True, "strip_accents": False},
+                                      {"do_lower_case": False}, {"tokenize_chinese_chars": False}])
+def test_a_folder_with_only_vocab_txt_tokenizes_as_transformers_does(tmp_path, settings):
+    """Without a tokenizer.json the WordPiece tokenizer is built from vocab.txt and tokenizer_config.json: its
+    strip_accents and tokenize_chinese_chars were ignored, so "café" was "cafe" where transformers gave [UNK]
+    (a review, 2026-11-28)."""
+    from tokenizers import Tokenizer
+    from transformers import BertTokenizer
+
+    from bertkit.interop.hf import copy_tokenizer
+
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "cafe", "café", "Cafe", "naive", "北", "京", "resume",
+             "the", "##s"]
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "vocab.txt").write_text("\n".join(words) + "\n", encoding="utf-8")
+    (tmp_path / "hf" / "tokenizer_config.json").write_text(json.dumps(settings))
+    (tmp_path / "out").mkdir()
+    assert copy_tokenizer(tmp_path / "hf", tmp_path / "out")
+    ours = Tokenizer.from_file(str(tmp_path / "out" / "tokenizer.json"))
+    theirs = BertTokenizer(str(tmp_path / "hf" / "vocab.txt"), **settings)
+    for text in ("Café résumé naïve", "北京 the cafes", "CAFE Cafe café"):
+        assert ours.encode(text).ids == theirs(text)["input_ids"], (settings, text)
 
 
 def test_imported_minilm_finetunes_through_the_same_path(tmp_path, minilm_dir):
