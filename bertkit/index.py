@@ -185,6 +185,10 @@ class VectorIndex:
         queries = np.asarray(queries, dtype=np.float32)
         if queries.ndim != 2 or queries.shape[1] != self.dim:
             raise BertkitError(f"queries of shape {queries.shape} do not fit an index of dimension {self.dim}")
+        bad = ~np.isfinite(queries).all(axis=1)  # (Q,): a NaN query scored NaN, no hits or 'corrupt' by precision
+        if bad.any():
+            raise BertkitError(f"{int(bad.sum()):,} of {len(queries):,} query embedding(s) are not finite (NaN or "
+                               f"inf; query {int(np.argmax(bad)) + 1} first): check the model (a diverged run?)")
         queries = np.ascontiguousarray(queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12))
         k = min(k, self.count)
         if k < 1:

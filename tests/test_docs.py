@@ -35,6 +35,22 @@ def test_every_config_key_is_listed_with_a_meaning():
                 "bertkit/config.py"
 
 
+def test_a_comment_continued_after_its_hash_stays_with_its_field():
+    """config.py aligns a long beside-comment's next line after the `#` (`    #      finetuning …`): such lines
+    were read as the next field's comment above it, so three rows of the table held their neighbours' words (a
+    review, 2026-11-28)."""
+    notes = config_reference._field_notes(
+        "class T:\n"
+        "    a: int = 1  # first half,\n"
+        "    #             second half\n"
+        "    # above b\n"
+        "    b: int = 2  # beside b\n"
+        "        # indented under b\n"
+        "    c: int = 3\n")
+    assert notes == {("T", "a"): "first half, second half", ("T", "b"): "above b beside b indented under b",
+                     ("T", "c"): ""}
+
+
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")  # [text](target) and ![alt](target)
 
 

@@ -169,6 +169,12 @@ def test_corrupt_truncated_and_foreign_indexes_are_refused(tmp_path, base):
     assert "shard-00000.jsonl: missing, truncated or corrupt" in cli_error("search", docs, "films")
     with pytest.raises(BertkitError, match="do not fit an index of dimension"):
         VectorIndex(idx).search(np.zeros((1, 5), np.float32))
+    # a query embedding that is not finite (a diverged model) is refused: it scored NaN, found nothing or called
+    # the index corrupt, by the index's precision
+    queries = np.ones((3, VectorIndex(idx).dim), np.float32)
+    queries[1:, 0] = np.nan, np.inf
+    with pytest.raises(BertkitError, match=r"2 of 3 query embedding\(s\) are not finite .*query 2 first"):
+        VectorIndex(idx).search(queries)
     malformed = shutil.copytree(idx, tmp_path / "malformed")
     meta = json.loads((malformed / "index.json").read_text())
     del meta["shards"][0]["offsets"]

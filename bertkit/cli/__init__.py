@@ -93,7 +93,9 @@ def export(run: Annotated[Path, typer.Argument(help="A bertkit run directory.")]
                                 "--model.")] = "hf",
            quantize: Annotated[Optional[Literal["int8"]], typer.Option(
                help="With --format onnx: onnxruntime's dynamic int8 on the matrix products (about 4x smaller; "
-                    "refused below cosine 0.99 against the run).")] = None,
+                    "refused unless it keeps the run's outputs: a mean cosine of 0.99 and 0.95 on every probe text, "
+                    "90% of a classifier's or tagger's decisions, a regressor's scores within 0.25 of their "
+                    "spread).")] = None,
            overwrite: Annotated[bool, typer.Option(help="Replace OUT if it is an export of the same format "
                                                         "(never anything else), atomically.")] = False) -> None:
     """Export a run directory for another library, or as an ONNX graph for onnxruntime."""

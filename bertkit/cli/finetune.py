@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from bertkit.cli.common import (PrecisionOption, ProgressOption, SetOption, app, given_once, user_errors,
-                                 with_max_time)
+from bertkit.cli.common import (PrecisionOption, ProgressOption, SetOption, app, budget_steps, given_once,
+                                 user_errors, with_max_time)
 
 finetune_app = typer.Typer(help="Finetune a pretrained or imported encoder: text classification, NER, or sentence "
                                 "embeddings (SBERT); or train an encoder-decoder on parallel text (seq2seq).",
@@ -35,9 +35,10 @@ SkipBadRowsOption = Annotated[bool, typer.Option(
 EpochsOption = Annotated[float | None, typer.Option(help="train.epochs: passes over the training set.")]
 MaxStepsOption = Annotated[int | None, typer.Option(help="train.max_steps: replaces the recipe's epochs (not to "
                                                          "be given with --epochs).")]
-MaxTimeOption = Annotated[str | None, typer.Option(help="train.max_time: a wall-clock budget such as 10m; none: no "
-                                                            "clock, even where the recipe sets one (the run ends "
-                                                            "at --max-steps or its epochs).")]
+MaxTimeOption = Annotated[str | None, typer.Option(help="train.max_time: a wall-clock budget such as 10m (where no "
+                                                            "step count or epochs are given, it alone ends the "
+                                                            "run); none: no clock, even where the recipe sets one "
+                                                            "(the run ends at --max-steps or its epochs).")]
 InitOption = Annotated[str | None, typer.Option(help="task.init: pretrained (default) or random — the same "
                                                      "architecture and tokenizer from random weights.")]
 
@@ -87,6 +88,7 @@ def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: boo
             raise BertkitError(f"{steps} and {epochs_said} both set the run's length; give one (epochs set the "
                                "steps, a step count replaces the recipe's epochs)")
         config = _clear_epochs(config)
+    config = budget_steps(config, recipe, max_steps, set_)
     if resume:  # the run's own limits unless this command changes them
         from bertkit.run.directory import keep_run_limits
 
@@ -245,7 +247,8 @@ def finetune_seq2seq(
 
 @app.command()
 @user_errors
-def predict(model: Annotated[Path, typer.Option("--model", "-m", help="A finetuned run directory.")],
+def predict(model: Annotated[Path, typer.Option(
+        "--model", "-m", help="A finetuned run directory (or its ONNX export folder).")],
             source: Annotated[Path | None, typer.Argument(
                 metavar="INPUT", help="Texts: a .txt file (one per line; blank lines are skipped, with a "
                                       "warning), .jsonl / .csv / .tsv (the text column; cells stripped as in "
@@ -270,7 +273,8 @@ def predict(model: Annotated[Path, typer.Option("--model", "-m", help="A finetun
 
 @app.command()
 @user_errors
-def evaluate(model: Annotated[Path, typer.Option("--model", "-m", help="A finetuned run directory.")],
+def evaluate(model: Annotated[Path, typer.Option(
+        "--model", "-m", help="A finetuned run directory (or its ONNX export folder).")],
              data: Annotated[Path, typer.Option("--data", help="Labelled file: like the training data.")],
              text_column: Annotated[str | None, typer.Option(help="Override the finetuning text column.")] = None,
              label_column: Annotated[str | None, typer.Option(help="Override the label column.")] = None,

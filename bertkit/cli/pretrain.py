@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from bertkit.cli.common import SetOption, TextFieldOption, app, given_once, user_errors, with_max_time
+from bertkit.cli.common import (SetOption, TextFieldOption, app, budget_steps, given_once, user_errors,
+                                with_max_time)
 
 tokenizer_app = typer.Typer(help="Train BPE tokenizers.", no_args_is_help=True)
 app.add_typer(tokenizer_app, name="tokenizer")
@@ -59,7 +60,9 @@ def pretrain(recipe: Annotated[str | None, typer.Option(
              = False,
              max_steps: Annotated[int | None, typer.Option(help="train.max_steps")] = None,
              max_time: Annotated[str | None, typer.Option(help="train.max_time: a wall-clock budget such as 30m; "
-                                                               "the schedule is fitted to it; none: no clock, "
+                                                               "the schedule is fitted to it (where neither "
+                                                               "--max-steps nor the recipe gives a step count, it "
+                                                               "alone ends the run); none: no clock, "
                                                                "even where the recipe sets one (the run ends at "
                                                                "--max-steps or the recipe's max_steps).")] = None,
              text_field: TextFieldOption = None, skip_bad_lines: SkipBadOption = False,
@@ -82,7 +85,8 @@ def pretrain(recipe: Annotated[str | None, typer.Option(
     # the default recipe follows the objective, given as --objective or as --set objective=
     sets = set_keys(set_ or [])
     wanted = objective or parse_value("train", "objective", sets.get(("train", "objective"), ("", "mlm"))[1])
-    config = load_recipe(recipe or ("decoder-mini" if wanted == "clm" else "mini"), set_ or [], PRETRAIN_READS)
+    recipe = recipe or ("decoder-mini" if wanted == "clm" else "mini")
+    config = load_recipe(recipe, set_ or [], PRETRAIN_READS)
     values = {"train.objective": objective, "data.corpus": tuple(corpus) if corpus else None,
               "train.max_steps": max_steps, "data.text_field": text_field,
               "data.skip_bad_lines": skip_bad_lines or None, "data.streaming": streaming or None}
@@ -93,7 +97,7 @@ def pretrain(recipe: Annotated[str | None, typer.Option(
 
         Console(stderr=True).print(f"[yellow]warning: --set {', '.join(training)} does nothing with --tokenizer "
                                    f"{tokenizer}: a trained tokenizer keeps its own settings")
-    config = with_max_time(with_values(config, values), max_time)
+    config = budget_steps(with_max_time(with_values(config, values), max_time), recipe, max_steps, set_)
     if resume:  # the run's own limits unless this command changes them
         from bertkit.run.directory import keep_run_limits
 

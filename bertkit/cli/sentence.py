@@ -12,7 +12,8 @@ from bertkit.cli.common import PrecisionOption, ProgressOption, TextFieldOption,
 
 @app.command("evaluate-sts")
 @user_errors
-def evaluate_sts(model: Annotated[Path, typer.Option("--model", "-m", help="Any encoder run directory.")],
+def evaluate_sts(model: Annotated[Path, typer.Option(
+        "--model", "-m", help="Any encoder run directory (or its ONNX export folder).")],
                  data: Annotated[Path, typer.Option("--data", help="Scored pairs: the STS benchmark's sts-*.csv, or "
                                                                   "a file with sentence1 / sentence2 / score "
                                                                   "columns.")],
@@ -35,7 +36,8 @@ def evaluate_sts(model: Annotated[Path, typer.Option("--model", "-m", help="Any 
 
 @app.command()
 @user_errors
-def embed(model: Annotated[Path, typer.Option("--model", "-m", help="Any encoder run directory.")],
+def embed(model: Annotated[Path, typer.Option(
+        "--model", "-m", help="Any encoder run directory (or its ONNX export folder).")],
           inputs: Annotated[list[str], typer.Argument(metavar="INPUT...", help="Text files (.txt one per line, "
                                                       ".gz, .jsonl, .csv, .tsv, .parquet) or directories.")],
           out: Annotated[Path, typer.Option("--out", "-o", help="OUT.npy (the matrix) or OUT.parquet (file, line, "
@@ -78,7 +80,8 @@ def embed(model: Annotated[Path, typer.Option("--model", "-m", help="Any encoder
 
 @app.command()
 @user_errors
-def similarity(model: Annotated[Path, typer.Argument(help="Any encoder run directory.")],
+def similarity(model: Annotated[Path, typer.Argument(
+        help="Any encoder run directory (or its ONNX export folder).")],
                a: Annotated[str, typer.Argument(help="First sentence.")],
                b: Annotated[str, typer.Argument(help="Second sentence.")]) -> None:
     """Cosine similarity of two sentences' embeddings."""

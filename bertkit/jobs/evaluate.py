@@ -41,7 +41,8 @@ class EvaluateJob:
 @dataclass(frozen=True)
 class EvaluateResult:
     """The run's task kind and its scores on the file: classify — examples, accuracy, macro_f1, mcc, confusion;
-    ner — sentences, precision, recall, f1, per_type; both — truncated, unseen_labels (the JSON report)."""
+    ner — sentences, precision, recall, f1, per_type; both — truncated, unseen_labels; with --skip-bad-lines,
+    skipped_rows (the JSON report)."""
 
     kind: str
     scores: dict[str, Any]
@@ -60,9 +61,17 @@ def run(job: EvaluateJob, console: Console | None = None) -> EvaluateResult:
     if job.skip_bad_lines and task.kind == "ner":
         console.print("[yellow]warning: --skip-bad-lines does nothing for a CoNLL file (a sentence has no label "
                       "column to lack)")
+    skipped = []
+
+    def warn(said: str) -> None:
+        console.print(f"[yellow]warning: {said}")
+        skipped.append(getattr(said, "rows", 0))  # text.tasks.Skipped: the rows --skip-bad-lines left out
+
     examples = finetune_task(task.kind).read(dataclasses.replace(task_model.config, task=task), job.data,
-                                             job.skip_bad_lines, lambda said: console.print(f"[yellow]warning: {said}"))
+                                             job.skip_bad_lines, warn)
     scores = task_model.evaluate(examples)
+    if job.skip_bad_lines and task.kind != "ner":
+        scores["skipped_rows"] = sum(skipped)  # in the JSON report: what the scores leave out
     report(console, task_model.kind, scores, job.data, task_model.labels)
     if out is not None:
         with atomic_file(out, overwrite=job.overwrite) as tmp:

@@ -165,9 +165,10 @@ class BadRows:
             total = sum(n for n, _ in self.reasons.values())
             if len(self.reasons) == 1:
                 (reason, (_, line)), = self.reasons.items()
-                return f"skipped {total:,} of {self.rows:,} rows with {reason} ({self.path}:{line} first)"
+                return Skipped(f"skipped {total:,} of {self.rows:,} rows with {reason} ({self.path}:{line} first)",
+                               total)
             counts = [f"{n:,} with {reason} ({self.path}:{line} first)" for reason, (n, line) in self.reasons.items()]
-            return f"skipped {total:,} of {self.rows:,} rows: {', '.join(counts)}"
+            return Skipped(f"skipped {total:,} of {self.rows:,} rows: {', '.join(counts)}", total)
         (reason, (n, line)), *others = sorted(self.reasons.items(), key=lambda item: item[1][1])
         also = "".join(f"; {m:,} {_have(m)} {other} (line {first} first)" for other, (m, first) in others)
         if skip_bad_lines:
@@ -176,6 +177,17 @@ class BadRows:
         rows = f"{self.rows:,} row{'s' * (self.rows != 1)}"
         raise BertkitError(f"{self.path}:{line}: {n:,} of the file's {rows} {_have(n)} {reason}, this one first{also}; "
                            f"fill them in or remove them{hint}")
+
+
+class Skipped(str):
+    """The warning counting a file's skipped rows, with the count itself (`rows`) for a report that records it."""
+
+    rows: int
+
+    def __new__(cls, message: str, rows: int) -> "Skipped":
+        said = super().__new__(cls, message)
+        said.rows = rows
+        return said
 
 
 def _have(count: int) -> str:

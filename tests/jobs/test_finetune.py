@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from bertkit.cli import app
-from bertkit.cli.common import with_max_time
+from bertkit.cli.common import BUDGET_STEPS, budget_steps, with_max_time
 from bertkit.hardware import resolve_precision
 from bertkit.jobs.plot import curve_metric, pretraining_titles
 from bertkit.recipes import load_recipe
@@ -119,7 +119,8 @@ def test_classify_learns_predicts_and_evaluates(tmp_path, base):
     assert "--skip-bad-lines" in _error("evaluate", "--model", out, "--data", holed)
     skipped = _ok("evaluate", "--model", out, "--data", holed, "--skip-bad-lines", "--out", tmp_path / "holed.json")
     assert "skipped 1" in " ".join(skipped.output.split())
-    assert json.loads((tmp_path / "holed.json").read_text())["examples"] == 6
+    holed_report = json.loads((tmp_path / "holed.json").read_text())
+    assert holed_report["examples"] == 6 and holed_report["skipped_rows"] == 1  # the report says what it leaves out
 
     # plot: loss and the metric that picked the best checkpoint (a pretraining's val_accuracy is not there)
     _ok("plot", out)
@@ -246,6 +247,33 @@ def test_max_time_none_drops_a_recipes_clock(tmp_path, base):
     assert load_config(tmp_path / "pre").train.max_time is None
     assert "train.max_time: 'never' is not a duration" in _error(*pretrain, "--max-time", "never",
                                                                  "--out", tmp_path / "bad")
+
+
+def test_a_time_budget_with_no_length_given_is_the_runs_limit(tmp_path):
+    """`pretrain --recipe mini --max-time 30m` ended at TrainConfig's default cap of 1,000 steps, ~17 minutes into
+    its 30 (a review, 2026-11-28): a budget with no step count or epochs given anywhere runs to the budget."""
+    mini = load_recipe("mini")
+    budget = with_max_time(mini, "30m")
+    assert budget_steps(budget, "mini", None, []).train.max_steps == BUDGET_STEPS
+    assert budget_steps(mini, "mini", None, []).train.max_steps == 1000  # no budget: the default cap
+    assert budget_steps(budget, "mini", 50, []).train.max_steps == 1000  # --max-steps given: with_values sets it
+    assert budget_steps(budget, "mini", None, ["max_steps=70"]).train.max_steps == 1000  # --set max_steps
+    assert budget_steps(with_max_time(load_recipe("demo"), "1m"), "demo", None, []).train.max_steps == 100_000
+    capped = tmp_path / "capped.toml"  # a recipe's own cap stays, even at the default's value
+    capped.write_text((ROOT / "recipes" / "tiny.toml").read_text() + "\n[train]\nmax_steps = 1000\n")
+    assert budget_steps(with_max_time(load_recipe(capped), "1m"), capped, None, []).train.max_steps == 1000
+    epochs = with_max_time(load_recipe("finetune-classify"), "5m")  # epochs give the length
+    assert budget_steps(epochs, "finetune-classify", None, []) == epochs
+    # through the CLI: the stored config, and the run trains past where a cap of 3 steps would stop it
+    corpus = repeated_corpus(tmp_path / "c.txt", 6)
+    pretrain = ["pretrain", "--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set",
+                "batch_size=4", "--set", "min_frequency=1", "--corpus", corpus, "--no-progress"]
+    _ok(*pretrain, "--max-time", "2s", "--out", tmp_path / "budget")
+    assert load_config(tmp_path / "budget").train.max_steps == BUDGET_STEPS
+    _ok(*pretrain, "--max-time", "2s", "--max-steps", "3", "--out", tmp_path / "capped")
+    assert load_config(tmp_path / "capped").train.max_steps == 3
+    steps = [json.loads((tmp_path / run / "results.json").read_text())["step"] for run in ("budget", "capped")]
+    assert steps[1] == 3 < steps[0]
 
 
 def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base, monkeypatch):
