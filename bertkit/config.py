@@ -383,7 +383,8 @@ class TaskConfig:
     label_column: str = "label"  # the column or field holding the label
     tag_column: int = -1  # CoNLL: which whitespace column holds the tag (-1: the last)
     max_length: int | None = None  # tokens per example, specials included; longer ones are truncated (None: max_len)
-    max_train_examples: int | None = None  # train on the first N examples of the file (a slice, e.g. for the demo)
+    max_train_examples: int | None = None  # the first N examples of the file (a slice, e.g. for the demo; a
+    #                                        held-out validation share comes out of them)
     finetune_dropout: float | None = 0.1  # dropout while finetuning, backbone and head (None: keep the model's own)
     init: Init = "pretrained"  # random: the same architecture and tokenizer from random weights (an ablation)
 

@@ -20,7 +20,7 @@ from bertkit.config import HeadsConfig, ModelConfig  # noqa: E402
 
 # Two threads; one per pytest-xdist worker (two workers of two threads each on CI's two cores would oversubscribe
 # them), two again for a test marked `alone` (`pytest_runtest_protocol`); the same for the BLAS and OpenMP pools of
-# numpy, scipy and scikit-learn under xdist. Tests' subprocesses pick their own.
+# numpy, scipy and scikit-learn under xdist, and for the tests' subprocesses (OMP_NUM_THREADS) there.
 THREADS = min(2, torch.get_num_threads())
 torch.set_num_threads(THREADS)
 
@@ -74,6 +74,11 @@ def pytest_runtest_protocol(item, nextitem):
     if not _xdist_worker(item.config):
         return (yield)
     alone = item.get_closest_marker("alone") is not None
+    # the test's subprocesses (bertkit runs, torchrun, the GPU check's steps) take its share too: they took torch's
+    # default, a thread per core, and spun two OpenMP threads beside the other worker (the reliability tests: 177 s
+    # with it, 109 s with one thread each)
+    threads, inherited = str(THREADS if alone else 1), os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = threads
     # the run's base temporary folder, which every worker's folder is in (pytest keeps the last three runs' only)
     with machine_share(item.config._tmp_path_factory.getbasetemp().parent, alone), \
             threadpool_limits(THREADS if alone else 1):  # BLAS and OpenMP pools as torch's
@@ -82,6 +87,10 @@ def pytest_runtest_protocol(item, nextitem):
             return (yield)
         finally:
             torch.set_num_threads(1)
+            if inherited is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = inherited
 
 
 def pytest_collection_modifyitems(config, items):

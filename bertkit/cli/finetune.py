@@ -130,8 +130,9 @@ def finetune_classify(
         out: FinetuneOut = Path("runs/classify"), resume: ResumeOption = False,
         accept_changed_data: AcceptChangedOption = False, epochs: EpochsOption = None,
         max_steps: MaxStepsOption = None, max_time: MaxTimeOption = None, init: InitOption = None,
-        max_train_examples: Annotated[int | None, typer.Option(help="task.max_train_examples: train on the first "
-                                                                    "N examples only.")] = None,
+        max_train_examples: Annotated[int | None, typer.Option(help="task.max_train_examples: the first N examples "
+                                                                    "of the file only (without --validation, the "
+                                                                    "held-out share comes out of them).")] = None,
         regression: Annotated[bool, typer.Option(help="task.kind = regress: the label column holds a number (e.g. "
                                                       "STS-B's 0-5 similarity); one output trained by mean squared "
                                                       "error, validation Spearman / Pearson.")] = False,

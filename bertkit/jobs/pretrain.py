@@ -141,6 +141,8 @@ def _data(config: Config, out: Path, tokenizer_path: Path | None, resume: bool, 
                                  config.data.tokenize_workers, console=quiet)
             if stats.bad_lines and main:
                 console.print(f"[yellow]skipped {stats.bad_lines:,} line(s) that are not valid UTF-8")
+            if stats.bad_rows and main:
+                console.print(f"[yellow]skipped {stats.bad_rows:,} CSV / TSV row(s) with more fields than the header")
     return tokenizer, packed, stats
 
 

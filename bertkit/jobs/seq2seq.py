@@ -160,7 +160,9 @@ def _write_results(out: Path, summary: dict, objective: Seq2SeqObjective, model:
         summary["validation"]["bleu_detail"] = objective.last_bleu
     write_json(out / RESULTS_FILE, summary)
     headline = {k: v for k, v in summary["validation"].items() if isinstance(v, float)}
-    console.print(f"wrote {out} (best step {summary['best_step']} of {summary['steps']}): validation "
+    kept = f"best step {summary['best_step']}" if not summary.get("no_best") else \
+        f"no evaluation gave a finite {summary['metric']}: the last step's weights, step {summary['best_step']}"
+    console.print(f"wrote {out} ({kept} of {summary['steps']}): validation "
                   + "  ".join(f"{k} {v:.4f}" for k, v in headline.items()))
 
 

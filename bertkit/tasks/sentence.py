@@ -150,9 +150,17 @@ class SentenceTask(FinetuneTask):
                                "column (--text-pair-column)")
         settings = config.sentence_loss
         loss = LOSSES[settings.loss]
-        return read_pairs(resolve_data_path(path), task.text_column, task.text_pair_column, loss.target_column,
-                          task.label_column, settings.negative_column if loss.negatives else None, settings.max_score,
-                          skip_bad_lines, warn)
+        pairs = read_pairs(resolve_data_path(path), task.text_column, task.text_pair_column, loss.target_column,
+                           task.label_column, settings.negative_column if loss.negatives else None,
+                           settings.max_score, skip_bad_lines, warn)
+        top = max((e.score for e in pairs if e.score is not None), default=None)
+        if warn is not None and top is not None and 0 < top <= settings.max_score / 4:
+            # scores on a 0..1 scale read against STS-B's 5 train cosines of 0..0.2, without a word (Spearman, rank
+            # only, hid it; a review, 2026-11-28)
+            warn(f"{path}: its scores reach at most {top:g} of sentence_loss.max_score {settings.max_score:g} (the "
+                 f"targets are score / {settings.max_score:g}); if its scale ends at {top:g}, pass --set "
+                 f"max_score={top:g}")
+        return pairs
 
     def max_length(self, config: Config, base: Config) -> int:
         return config.sentence.max_seq_length or base.model.max_len

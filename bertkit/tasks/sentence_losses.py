@@ -86,7 +86,8 @@ class CosineLoss(SentenceLoss):
 
 class MNRLoss(SentenceLoss):
     """In-batch ranking: every other positive (and every hard negative) of the micro-batch is a negative, except a
-    duplicate of the row's own positive (or a positive of the same anchor text), which is masked."""
+    duplicate of the row's own positive, the row's anchor text itself, or a positive of the same anchor text, which
+    are masked."""
 
     name = "mnrl"
     metric_names = ("val_loss", "accuracy", "mrr")
@@ -119,10 +120,13 @@ class MNRLoss(SentenceLoss):
         scores = self.scale * emb[:rows] @ candidates.T  # (B, W * (k - 1) * B): every positive and negative
         gold = start + torch.arange(rows, device=scores.device)  # this process's positives
         if keys is not None:
-            # a candidate is no negative where it is this row's positive text, or (on a positive side) the positive
-            # of a row with this row's anchor text: a duplicate pair, or a row an epoch's wrap repeated
+            # a candidate is no negative where it is this row's positive text, or this row's anchor text itself
+            # (symmetrised pairs (a, b) and (b, a) in one batch: "a" scored 1 against row (a, b), a loss that could
+            # not fall; a review, 2026-11-28), or (on a positive side) the positive of a row with this row's anchor
+            # text: a duplicate pair, or a row an epoch's wrap repeated
             positive = torch.arange(found.shape[0], device=scores.device) % (sides * rows) < rows  # (W*(k-1)*B,)
-            same = (found[None, :] == keys[:, 1:2]) | (positive[None, :] & (anchors[None, :] == keys[:, :1]))
+            same = (found[None, :] == keys[:, 1:2]) | (found[None, :] == keys[:, :1]) | \
+                (positive[None, :] & (anchors[None, :] == keys[:, :1]))
             same[torch.arange(rows, device=scores.device), gold] = False
             scores = scores.masked_fill(same, float("-inf"))
         return F.cross_entropy(scores, gold, reduction="sum"), {"accuracy": (scores.argmax(-1) == gold).sum()}

@@ -21,6 +21,8 @@ def train_on_corpus(corpus: list[str] | tuple[str, ...], vocab_size: int, cfg: T
     dataset, stats, _ = load_corpus(corpus, text_field, skip_bad_lines)
     if stats.bad_lines:
         console.print(f"[yellow]skipped {stats.bad_lines:,} line(s) that are not valid UTF-8")
+    if stats.bad_rows:
+        console.print(f"[yellow]skipped {stats.bad_rows:,} CSV / TSV row(s) with more fields than the header")
     limit = min(len(dataset), cfg.max_documents or len(dataset))
 
     def texts():

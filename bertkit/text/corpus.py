@@ -32,7 +32,8 @@ if TYPE_CHECKING:  # types only: the CSV helpers that task readers import need n
 
 FORMATS = {".txt": "text", ".text": "text", ".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv",
            ".parquet": "parquet"}
-_VERSION = "corpus-v2"  # v2: TSV read without quote processing; a .csv whose header is tab-separated reads as TSV
+_VERSION = "corpus-v3"  # v2: TSV read without quote processing; a .csv whose header is tab-separated reads as TSV;
+# v3: a quoted CSV field keeps its line breaks, a byte-order mark is not text, a JSON text is text (not a repr)
 _CACHE_VERSION = "corpus-cache-v1"  # the cache folder's layout (manifest.json), apart from how files are read
 _BATCH = 10_000
 # Python's csv refuses a field over 128 kB (field_size_limit() is 131072), and a document or a review can be longer.
@@ -50,6 +51,7 @@ class ReadStats:
     characters: int = 0
     bad_lines: int = 0
     empty_lines: int = 0
+    bad_rows: int = 0  # CSV / TSV rows with more fields than the header, skipped (skip_bad_lines)
 
 
 def find_files(paths: list[str] | tuple[str, ...]) -> list[Path]:
@@ -133,9 +135,11 @@ def record_key(value, where: str) -> str:
     return str(value)
 
 
-def _lines(path: Path, skip_bad_lines: bool | None, stats: ReadStats) -> Iterator[str]:
-    """Decoded lines of a (possibly gzipped) file; invalid UTF-8 stops with the byte offset, or is skipped. None:
-    the caller's command cannot skip such lines, so the error does not offer it (embed, index build)."""
+def _lines(path: Path, skip_bad_lines: bool | None, stats: ReadStats, ends: bool = False) -> Iterator[str]:
+    """Decoded lines of a (possibly gzipped) file, without their line endings unless `ends` (csv's reader needs
+    them: a quoted field that spans lines keeps its line break); a UTF-8 byte-order mark opening the file is not
+    text. Invalid UTF-8 stops with the byte offset, or is skipped. None: the caller's command cannot skip such
+    lines, so the error does not offer it (embed, index build)."""
     opener = gzip.open if path.suffix.lower() == ".gz" else open
     offset, number = 0, 0
     try:
@@ -158,8 +162,10 @@ def _lines(path: Path, skip_bad_lines: bool | None, stats: ReadStats) -> Iterato
                     stats.bad_lines += 1
                     offset += len(raw)
                     continue
+                if number == 1:  # a BOM (Excel's "CSV UTF-8"): it hid a header's first column, ended in a text
+                    line = line.removeprefix("\ufeff")
                 offset += len(raw)
-                yield line.rstrip("\r\n")
+                yield line if ends else line.rstrip("\r\n")
     except (OSError, EOFError, zlib.error) as exc:  # truncated or damaged: where it stops (as text/stream.py says)
         raise BertkitError(f"{path}: unreadable at byte {offset}, line {number + 1} ({exc}); repair or replace "
                            "the file") from None
@@ -173,6 +179,47 @@ class Record:
     number: int
     id: str | None
     text: str
+
+
+def _delimited_records(path: Path, fmt: str, text_field: str, id_field: str | None, skip_bad_lines: bool | None,
+                       stats: ReadStats) -> Iterator[Record]:
+    """The rows of a .csv / .tsv file as records (`iter_records`): line endings kept for csv's reader, a row with
+    fewer fields than the text needs refused, one with more (a delimiter inside a text) refused or skipped."""
+    lines = _lines(path, skip_bad_lines, stats, ends=True)
+    first = next(lines, None)
+    if first is None:
+        return
+    suffix = f".{fmt}"
+    allow_long_fields()
+    reader = csv.reader(itertools.chain([first], lines), **csv_dialect(first.rstrip("\r\n"), suffix))
+    with csv_errors(path, reader, suffix):
+        header = next(reader)
+    columns = []
+    for field, role in ((text_field, "--text-field"), (id_field, "--id-field")):
+        if field is not None and field not in header:
+            raise BertkitError(f"{path}: no column '{field}' (found: {', '.join(header)}); set {role}")
+        columns.append(None if field is None else header.index(field))
+    width = max(c for c in columns if c is not None) + 1
+    while True:
+        with csv_errors(path, reader, suffix):  # not around the yield: the caller's errors are its own
+            row = next(reader, None)
+        if row is None:
+            break
+        if not row:
+            continue
+        if len(row) < width:  # never a silently dropped (or shifted) row
+            raise BertkitError(f"{path}:{reader.line_num}: {len(row)} fields, the header has {len(header)}")
+        if any(extra.strip() for extra in row[len(header):]):  # a delimiter inside a text: cut there, silently
+            if skip_bad_lines:
+                stats.bad_rows += 1
+                continue
+            inside = "an unquoted comma inside a text? quote the field" if reader.dialect.delimiter == "," \
+                else "a tab inside a text? a TSV cannot hold one: replace it"
+            offer = "" if skip_bad_lines is None else "; or pass --skip-bad-lines to skip and count such rows"
+            raise BertkitError(f"{path}:{reader.line_num}: {len(row)} fields, the header has {len(header)} "
+                               f"({inside}){offer}")
+        key = None if columns[1] is None else record_key(row[columns[1]], f"{path}:{reader.line_num}")
+        yield Record(reader.line_num, key, row[columns[0]])
 
 
 def iter_records(path: Path, text_field: str = "text", skip_bad_lines: bool | None = None,
@@ -195,40 +242,17 @@ def iter_records(path: Path, text_field: str = "text", skip_bad_lines: bool | No
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise BertkitError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+                lines = "; a .json corpus is read as JSON lines, one object per line (a JSON array or a " \
+                    "pretty-printed file is not)" if ".json" in path.suffixes[-2:] else ""
+                raise BertkitError(f"{path}:{number}: not valid JSON ({exc.msg}){lines}") from None
             for field, role in ((text_field, "--text-field"), (id_field, "--id-field")):
                 if field is not None and (not isinstance(record, dict) or field not in record):
                     fields = ", ".join(record) if isinstance(record, dict) else type(record).__name__
                     raise BertkitError(f"{path}:{number}: no field '{field}' (found: {fields}); set {role}")
             key = None if id_field is None else record_key(record[id_field], f"{path}:{number}")
-            yield Record(number, key, str(record[text_field] or ""))
+            yield Record(number, key, document_text(record[text_field], f"{path}:{number}", text_field))
     elif fmt in ("csv", "tsv"):
-        lines = _lines(path, skip_bad_lines, stats)
-        first = next(lines, None)
-        if first is None:
-            return
-        suffix = f".{fmt}"
-        allow_long_fields()
-        reader = csv.reader(itertools.chain([first], lines), **csv_dialect(first, suffix))
-        with csv_errors(path, reader, suffix):
-            header = next(reader)
-        columns = []
-        for field, role in ((text_field, "--text-field"), (id_field, "--id-field")):
-            if field is not None and field not in header:
-                raise BertkitError(f"{path}: no column '{field}' (found: {', '.join(header)}); set {role}")
-            columns.append(None if field is None else header.index(field))
-        width = max(c for c in columns if c is not None) + 1
-        while True:
-            with csv_errors(path, reader, suffix):  # not around the yield: the caller's errors are its own
-                row = next(reader, None)
-            if row is None:
-                break
-            if not row:
-                continue
-            if len(row) < width:  # never a silently dropped (or shifted) row
-                raise BertkitError(f"{path}:{reader.line_num}: {len(row)} fields, the header has {len(header)}")
-            key = None if columns[1] is None else record_key(row[columns[1]], f"{path}:{reader.line_num}")
-            yield Record(reader.line_num, key, row[columns[0]])
+        yield from _delimited_records(path, fmt, text_field, id_field, skip_bad_lines, stats)
     else:
         import pyarrow.parquet as pq
 
@@ -249,6 +273,21 @@ def iter_records(path: Path, text_field: str = "text", skip_bad_lines: bool | No
                 number += 1
                 yield Record(number, None if id_field is None else record_key(key, f"{path}: row {number}"),
                              text or "")
+
+
+def document_text(value, where: str, field: str) -> str:
+    """A JSON record's text field as text: a string as it is, a number as written, null as empty; a list, an
+    object or a boolean is refused (a list of paragraphs was trained on as its Python repr, and 0 or false read as
+    an empty document)."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    kind = {bool: "a boolean", list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+    raise BertkitError(f"{where}: field '{field}' holds {kind}, not text; join it into one string (or set "
+                       "--text-field)")
 
 
 def _documents(path: Path, text_field: str, skip_bad_lines: bool, stats: ReadStats) -> Iterator[str]:
@@ -316,4 +355,5 @@ def load_corpus(paths: list[str] | tuple[str, ...], text_field: str = "text", sk
 
 
 __all__ = ["CSV_FIELD_LIMIT", "ReadStats", "Record", "allow_long_fields", "corpus_fingerprint", "csv_dialect",
-           "csv_error", "csv_errors", "file_format", "find_files", "iter_corpus", "iter_records", "load_corpus"]
+           "csv_error", "csv_errors", "document_text", "file_format", "find_files", "iter_corpus", "iter_records",
+           "load_corpus"]

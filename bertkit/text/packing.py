@@ -30,7 +30,8 @@ from bertkit.run.files import atomic_dir
 from bertkit.text.cache import open_or_build, write_manifest
 from bertkit.text.tokenizer import special_ids, vocab_span
 
-_VERSION = "pack-v3"  # v3: the manifest records every file's size, rows and a digest, checked on open
+_VERSION = "pack-v4"  # v3: the manifest records every file's size, rows and a digest, checked on open; v4: the
+# corpus's own "[SEP]", "[MASK]" … are text, not special tokens
 _DOCS_PER_BATCH = 1000
 
 
@@ -46,7 +47,11 @@ class Packed:
 
 @lru_cache(maxsize=4)
 def _tokenizer(tokenizer_json: str) -> Tokenizer:  # one parse per worker process
-    return Tokenizer.from_str(tokenizer_json)
+    tokenizer = Tokenizer.from_str(tokenizer_json)
+    # a corpus's "[SEP]" or "[MASK]" is text (a paper about BERT, its code): read as the special tokens, it made a
+    # false document boundary, or a mask with no label (a review, 2026-11-28)
+    tokenizer.encode_special_tokens = True
+    return tokenizer
 
 
 def tokenize_documents(batch: dict, tokenizer_json: str, sep_id: int) -> dict:

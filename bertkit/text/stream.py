@@ -29,7 +29,7 @@ from datasets import Dataset
 from tokenizers import Tokenizer
 
 from bertkit.errors import BertkitError
-from bertkit.text.corpus import file_format, find_files
+from bertkit.text.corpus import document_text, file_format, find_files
 from bertkit.text.packing import Packed, cut_blocks, tokenize_documents
 from bertkit.text.tokenizer import special_ids
 
@@ -134,11 +134,19 @@ class BlockStream:
         """(document index, text) of every non-empty document from where `source` stands."""
         doc = first_doc
         for row in _decoded(source, self.corpus):
+            if any(str(key).startswith("__index_level_") for key in row):
+                # pandas reads a CSV whose rows hold more fields than its header with the first fields as an
+                # index: the text was the row's tail, or empty (a review, 2026-11-28)
+                raise BertkitError(f"data.corpus: {', '.join(map(str, self.corpus[:2]))} has rows with more fields "
+                                   "than its header (an unquoted comma or a tab inside a text?): fix the file, or "
+                                   "pack it (data.streaming = false) with --skip-bad-lines to skip such rows")
             if self.text_field not in row:
                 raise BertkitError(f"data.text_field: the streamed corpus {', '.join(map(str, self.corpus[:2]))} has "
                                    f"no field {self.text_field!r} (fields: {', '.join(map(str, row))}); set "
                                    "data.text_field")
-            text = str(row[self.text_field] or "").strip()
+            # (datasets gives a record without the field None, as a null: read as empty, where the packed path
+            # refuses the file; docs/pretraining.md says so)
+            text = document_text(row[self.text_field], f"data.corpus: document {doc + 1}", self.text_field).strip()
             if text:
                 yield doc, text
                 doc += 1

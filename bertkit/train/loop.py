@@ -379,8 +379,11 @@ def train_best(model: Model, objective: SupervisedObjective, cfg: TrainConfig, r
             copy_weights(best, Path(run_dir) / WEIGHTS_FILE)
         else:
             write_weights(Path(run_dir) / WEIGHTS_FILE, whole)
-    summary = {"out": str(run_dir), "best_step": result["state"]["best_step"], "metric": metric,
+    # no evaluation gave a finite metric (a constant prediction's correlation): the last step's weights are the
+    # run's, and best_step says so (it read 0, a step never trained; a review, 2026-11-28)
+    kept = result["state"]["best_step"] if best is not None else result["state"]["step"]
+    summary = {"out": str(run_dir), "best_step": kept, "metric": metric,
                "steps": result["state"]["step"], "stopped_early": result["state"]["stopped_early"],
-               "precision": result["state"]["precision"]}
+               "precision": result["state"]["precision"], **({} if best is not None else {"no_best": True})}
     return summary, whole if main else None
 

@@ -249,6 +249,24 @@ def test_max_time_none_drops_a_recipes_clock(tmp_path, base):
                                                                  "--out", tmp_path / "bad")
 
 
+def test_a_run_whose_metric_was_never_finite_keeps_and_names_its_last_step(tmp_path, base):
+    """Every validation score equal: Spearman is undefined at every evaluation, so no checkpoint was best and the
+    last weights were kept, but results.json said best step 0, a step never trained (a review, 2026-11-28)."""
+    train, valid = tmp_path / "train.csv", tmp_path / "valid.csv"
+    train.write_text("review,score\n" + "".join(f"the film was {w},{s}\n" for w, s in
+                                               [("great", 5), ("awful", 1), ("fine", 3)] * 10))
+    valid.write_text("review,score\n" + "".join(f"the film was {w},2\n" for w in ("great", "awful", "fine")))
+    out = tmp_path / "flat"
+    result = _ok("finetune", "classify", "--regression", "--model", base, "--train", train, "--validation", valid,
+                 "--text-column", "review", "--label-column", "score", "--max-steps", "4", "--out", out,
+                 *[item.replace("eval_every=10", "eval_every=2") for item in FAST])
+    results = json.loads((out / "results.json").read_text())
+    assert results["best_step"] == results["steps"] == 4 and results["no_best"] is True
+    assert results["validation"]["spearman"] is None
+    assert "no evaluation gave a finite spearman: the last step's weights, step 4 of 4" in " ".join(
+        result.output.split())
+
+
 def test_a_time_budget_with_no_length_given_is_the_runs_limit(tmp_path):
     """`pretrain --recipe mini --max-time 30m` ended at TrainConfig's default cap of 1,000 steps, ~17 minutes into
     its 30 (a review, 2026-11-28): a budget with no step count or epochs given anywhere runs to the budget."""

@@ -143,6 +143,28 @@ def test_headerless_files_by_column_position(tmp_path):
                                                           ("Rain.", "A cat.", 0.0)]
 
 
+def test_scores_far_below_max_score_are_warned(tmp_path):
+    """A 0..1 file (the Hub's stsb layout) read against the default max_score 5 trained cosines of 0..0.2 without
+    a word (a review, 2026-11-28): warned, naming the --set that fixes it; STS-B's own 0..5 scores are not."""
+    from bertkit.config import Config, SentenceLossConfig, TaskConfig
+    from bertkit.tasks.registry import finetune_task
+
+    said = []
+    config = Config(task=TaskConfig(kind="sentence", text_column="sentence1", text_pair_column="sentence2",
+                                    label_column="score"))
+    scaled = tmp_path / "scaled.jsonl"
+    scaled.write_text("".join(json.dumps({**row, "score": row["score"] / 5}) + "\n" for row in
+                              map(json.loads, _pairs(tmp_path / "p.jsonl", 8).read_text().splitlines())))
+    finetune_task("sentence").read(config, scaled, None, said.append)
+    assert said == [f"{scaled}: its scores reach at most 1 of sentence_loss.max_score 5 (the targets are score / 5); "
+                    "if its scale ends at 1, pass --set max_score=1"]
+    said.clear()
+    finetune_task("sentence").read(config, tmp_path / "p.jsonl", None, said.append)
+    ones = Config(task=config.task, sentence_loss=SentenceLossConfig(max_score=1.0))
+    finetune_task("sentence").read(ones, scaled, None, said.append)
+    assert said == []
+
+
 @pytest.mark.data
 def test_real_stsb_splits_read():
     try:

@@ -126,3 +126,26 @@ def test_mnrl_masks_a_duplicate_of_the_rows_positive_instead_of_ranking_it_as_a_
     assert total.item() == pytest.approx(3 * np.log1p(np.exp(-20.0)), abs=1e-6) and stats["accuracy"].item() == 3
     unmasked, stats = loss.loss(out, None, 3)
     assert unmasked.item() > 2 * np.log(2) - 1e-6 and stats["accuracy"].item() == 2
+
+
+def test_mnrl_masks_a_candidate_that_is_the_rows_own_anchor():
+    """Symmetrised pairs (a, b) and (b, a) in one batch: row (a, b) met "a" among the candidates, scored 1 against
+    itself, above its true positive; the loss could not fall (1.31 on a review's probe, 2026-11-28)."""
+    from types import SimpleNamespace
+
+    from bertkit.tasks.sentence_losses import MNRLoss
+    from bertkit.text.tasks import SentencePair
+
+    loss = MNRLoss(scale=20.0)
+    pairs = [SentencePair("a dog runs", "a dog is running"), SentencePair("a dog is running", "a dog runs"),
+             SentencePair("rain today", "it rains")]
+    keys = torch.tensor(loss.targets(pairs, 5.0, False))
+    anchors = F.normalize(torch.tensor([[1.0, 0.0], [0.95, 0.31], [0.0, 1.0]]), dim=-1)
+    positives = anchors[[1, 0, 2]]  # each row's positive is the other's anchor: the same texts, the same vectors
+    out = SimpleNamespace(pooled=torch.cat([anchors, positives]))
+    total, stats = loss.loss(out, keys, 3)
+    # rows 0 and 1 rank their positive against row 2's only, the third against rows 0 and 1's (far off)
+    scores = 20.0 * anchors @ positives.T
+    kept = {0: [0, 2], 1: [1, 2], 2: [0, 1, 2]}  # each row's candidates, its own positive first where it can be
+    expected = sum(-torch.log_softmax(scores[i][kept[i]], 0)[kept[i].index(i)] for i in range(3))
+    assert total.item() == pytest.approx(float(expected), abs=1e-5) and stats["accuracy"].item() == 3

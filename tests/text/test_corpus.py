@@ -53,6 +53,53 @@ def test_single_files_and_fields(tmp_path):
         load_corpus([str(tmp_path / "y.csv")])
 
 
+def test_a_row_cut_by_a_delimiter_in_its_text_is_refused_not_truncated(tmp_path):
+    """A one-column CSV whose texts hold unquoted commas (or a TSV with a tab in a text) was read up to the first
+    one, without a word (a review, 2026-11-28): refused with the line, or skipped and counted."""
+    notes = tmp_path / "notes.csv"
+    notes.write_text("text\nHello, world, this is a sentence.\nNo comma here\n")
+    with pytest.raises(BertkitError, match=r"notes.csv:2: 3 fields, the header has 1 \(an unquoted comma inside a "
+                                           r"text\? quote the field\); or pass --skip-bad-lines"):
+        load_corpus([str(notes)])
+    dataset, stats, _ = load_corpus([str(notes)], skip_bad_lines=True)
+    assert dataset["text"] == ["No comma here"] and stats.bad_rows == 1
+    tabbed = tmp_path / "tab.tsv"
+    tabbed.write_text("text\tlabel\nsome\ttabbed text\t1\nplain\t0\n")
+    with pytest.raises(BertkitError, match=r"tab.tsv:2: 3 fields, the header has 2 \(a tab inside a text\?"):
+        load_corpus([str(tabbed)])
+    trailing = tmp_path / "trailing.csv"  # empty fields past the header cut nothing: read as before
+    trailing.write_text("text,label\nfine,1,\nalso fine,0,,\n")
+    assert load_corpus([str(trailing)])[0]["text"] == ["fine", "also fine"]
+
+
+def test_a_quoted_field_keeps_its_line_breaks_and_a_byte_order_mark_is_not_text(tmp_path):
+    """csv read lines stripped of their endings, so a quoted field over two lines joined its words ("First
+    linesecond line"); a UTF-8 BOM hid a CSV header's first column and began a text file's first document."""
+    quoted = tmp_path / "quoted.csv"
+    quoted.write_bytes(b'id,text\n1,"First line\nsecond line"\n2,"CRLF\r\nline"\r\n3,last\n')
+    assert load_corpus([str(quoted)])[0]["text"] == ["First line\nsecond line", "CRLF\r\nline", "last"]
+    for name, body in (("bom.csv", "text,label\nhello,1\n"), ("bom.txt", "hello\n"),
+                       ("bom.jsonl", json.dumps({"text": "hello"}) + "\n")):
+        (tmp_path / name).write_bytes(b"\xef\xbb\xbf" + body.encode())
+        assert load_corpus([str(tmp_path / name)])[0]["text"] == ["hello"], name
+
+
+def test_a_json_text_that_is_not_text_is_refused(tmp_path):
+    """A list of paragraphs was trained on as its Python repr; 0 and false read as empty documents."""
+    numbers = tmp_path / "numbers.jsonl"
+    numbers.write_text("".join(json.dumps({"text": v}) + "\n" for v in (0, 2.5, "words", None)))
+    assert load_corpus([str(numbers)])[0]["text"] == ["0", "2.5", "words"]  # null: an empty document
+    for value, kind in ((["para one", "para two"], "a list"), ({"body": "x"}, "an object"), (False, "a boolean")):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps({"text": value}) + "\n")
+        with pytest.raises(BertkitError, match=f"bad.jsonl:2: field 'text' holds {kind}, not text"):
+            load_corpus([str(bad)])
+    array = tmp_path / "array.json"
+    array.write_text(json.dumps([{"text": "a"}, {"text": "b"}], indent=2))
+    with pytest.raises(BertkitError, match="a .json corpus is read as JSON lines"):
+        load_corpus([str(array)])
+
+
 def test_missing_empty_and_unreadable_inputs(tmp_path, monkeypatch):
     with pytest.raises(BertkitError, match=r"missing.txt: no such file or directory$"):  # absolute: looked nowhere else
         load_corpus([str(tmp_path / "missing.txt")])

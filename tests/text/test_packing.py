@@ -36,6 +36,21 @@ def test_blocks_are_cls_plus_the_document_stream(tmp_path, sample_tokenizer):
     assert packed.stats["validation_blocks"] > 0 and packed.stats["documents"] == len(dataset)
 
 
+def test_a_corpus_that_writes_special_tokens_keeps_them_as_text(tmp_path, sample_tokenizer):
+    """A paper about BERT writes "[SEP]" and "[MASK]": packed as the special tokens they made a false document
+    boundary and a mask with no label (a review, 2026-11-28). They are text: the only [SEP]s end documents."""
+    path = tmp_path / "bert.txt"
+    path.write_text("".join(f"{i}: sentence A [SEP] sentence B, and a [MASK] token [CLS] here\n" for i in range(40)))
+    dataset, _, key = load_corpus([str(path)])
+    packed = pack_corpus(dataset, key, sample_tokenizer, block_size=32, validation_fraction=0.0)
+    blocks = np.array(packed.train["input_ids"])
+    ids = {name: sample_tokenizer.token_to_id(name) for name in ("[SEP]", "[MASK]", "[CLS]")}
+    assert not (blocks[:, 1:] == ids["[MASK]"]).any() and not (blocks[:, 1:] == ids["[CLS]"]).any()
+    assert (blocks == ids["[SEP]"]).sum() <= 40  # one per document at most (the last may be left over)
+    expected = sample_tokenizer.encode("0: sentence A", add_special_tokens=False).ids
+    assert blocks[0, 1:1 + len(expected)].tolist() == expected and blocks[0, 1 + len(expected)] != ids["[SEP]"]
+
+
 def test_word_starts_follow_the_pre_tokenizer(tmp_path, sample_tokenizer):
     dataset, _, key = _corpus(tmp_path, copies=5)
     packed = pack_corpus(dataset, key, sample_tokenizer, block_size=64, validation_fraction=0.0)

@@ -153,6 +153,14 @@ def test_what_a_stream_cannot_do_is_one_line(streamed_runs, tmp_path, sample_tok
              .blocks(Point()))
     with pytest.raises(BertkitError, match="corpus too small: the streamed corpus does not fill one training block"):
         next(BlockStream([str(tmp_path / "more.txt")], "text", sample_tokenizer, 64, 0.0).blocks(Point()))
+    # rows with more fields than the header: pandas made their first fields an index and streamed the tail, or an
+    # empty text (a review, 2026-11-28); a JSON text that is a list was streamed as its repr
+    (tmp_path / "notes.csv").write_text("text\nHello, world, this is a sentence.\nNo comma here\n")
+    with pytest.raises(BertkitError, match="has rows with more fields than its header"):
+        next(BlockStream([str(tmp_path / "notes.csv")], "text", sample_tokenizer, 8, 0.0).blocks(Point()))
+    (tmp_path / "lists.jsonl").write_text(json.dumps({"text": ["para one", "para two"]}) + "\n")
+    with pytest.raises(BertkitError, match="field 'text' holds a list, not text"):
+        next(BlockStream([str(tmp_path / "lists.jsonl")], "text", sample_tokenizer, 8, 0.0).blocks(Point()))
 
 
 def _truncated_gz(path, rows=400):
