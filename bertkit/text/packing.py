@@ -14,6 +14,7 @@ import hashlib
 import os
 import sys
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 from pathlib import Path
 
@@ -113,15 +114,30 @@ def pack_key(corpus_key: str, tokenizer: Tokenizer, block_size: int, validation_
     return h.hexdigest()[:20]
 
 
+def validation_share(fraction: float) -> tuple[int, int] | None:
+    """The fraction as p / q (q at most 10,000), or None for none: document i is held out when
+    ((i + 1) p) // q > (i p) // q, so every k-th one for a fraction 1 / k (0.01: every 100th), and exactly the
+    fraction spread evenly for any other (0.4 held out every 2nd, half, when k was round(1 / fraction))."""
+    if fraction <= 0:
+        return None
+    share = Fraction(fraction).limit_denominator(10_000)
+    return share.numerator, share.denominator
+
+
+def held_out(doc: int, share: tuple[int, int] | None) -> bool:
+    """Whether document `doc` (0-based) is a validation document under `validation_share`'s p / q."""
+    return share is not None and ((doc + 1) * share[0]) // share[1] > (doc * share[0]) // share[1]
+
+
 def _split(corpus: Dataset, validation_fraction: float) -> tuple[Dataset, Dataset]:
-    """Every k-th document (k = 1 / fraction) is validation: deterministic, spread over the whole corpus."""
-    if validation_fraction <= 0:
+    """The documents `held_out` picks are validation: deterministic, spread over the whole corpus."""
+    share = validation_share(validation_fraction)
+    if share is None:
         return corpus, corpus.select([])
-    stride = max(2, round(1 / validation_fraction))
-    n = len(corpus)
-    val = np.arange(stride - 1, n, stride)
-    train = np.setdiff1d(np.arange(n), val, assume_unique=True)
-    return corpus.select(train), corpus.select(val)
+    p, q = share
+    i = np.arange(len(corpus), dtype=np.int64)
+    validation = ((i + 1) * p) // q > (i * p) // q  # (n,)
+    return corpus.select(np.flatnonzero(~validation)), corpus.select(np.flatnonzero(validation))
 
 
 def pack_corpus(corpus: Dataset, corpus_key: str, tokenizer: Tokenizer, block_size: int,

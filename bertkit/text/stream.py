@@ -2,9 +2,10 @@
 packed on the fly, never written to the disk cache.
 
 The source is the corpus's local files (a builder per format: text, json, csv, parquet) or a Hub dataset
-(`hf:NAME` or `hf:NAME@SPLIT`, for users with internet). Documents are stripped and empty ones skipped, every k-th
-is validation (k = 1 / data.validation_fraction), and the training documents are packed into blocks exactly as the
-cached path packs them (text/packing.py), in the same order — the same blocks for the same corpus (tested), except
+(`hf:NAME` or `hf:NAME@SPLIT`, for users with internet). Documents are stripped and empty ones skipped, the ones
+text/packing.held_out picks are validation (data.validation_fraction of them, spread evenly), and the training
+documents are packed into blocks exactly as the cached path packs them (text/packing.py), in the same order — the
+same blocks for the same corpus (tested), except
 where a .txt line holds a lone carriage return: the text builder reads in text mode, which ends a line there, and
 the cached path does not.
 
@@ -30,7 +31,7 @@ from tokenizers import Tokenizer
 
 from bertkit.errors import BertkitError
 from bertkit.text.corpus import document_text, file_format, find_files
-from bertkit.text.packing import Packed, cut_blocks, tokenize_documents
+from bertkit.text.packing import Packed, cut_blocks, held_out, tokenize_documents, validation_share
 from bertkit.text.tokenizer import special_ids
 
 HUB_PREFIX = "hf:"
@@ -128,7 +129,7 @@ class BlockStream:
         self.corpus, self.text_field, self.block_size = tuple(corpus), text_field, block_size
         self.tokenizer_json = tokenizer.to_str()
         self.ids = special_ids(tokenizer)
-        self.stride = max(2, round(1 / validation_fraction)) if validation_fraction > 0 else 0  # text/packing.py
+        self.share = validation_share(validation_fraction)  # text/packing.py's split: the same documents held out
 
     def _documents(self, source, first_doc: int) -> Iterator[tuple[int, str]]:
         """(document index, text) of every non-empty document from where `source` stands."""
@@ -177,7 +178,7 @@ class BlockStream:
                 texts = []
                 for doc, text in docs:
                     next_doc = doc + 1
-                    if bool(self.stride) and doc % self.stride == self.stride - 1:  # every k-th: validation
+                    if held_out(doc, self.share):  # validation
                         if validation:
                             texts.append(text)
                     elif not validation:
@@ -202,7 +203,7 @@ class BlockStream:
     def validation(self, limit: int) -> Dataset:
         """The first `limit` validation blocks (the cached path's, for the same corpus): a prefix of the stream."""
         ids, starts = [], []
-        if self.stride:
+        if self.share is not None:
             for block, start, _ in self.blocks(Point(), validation=True):
                 ids.append(block)
                 starts.append(start)

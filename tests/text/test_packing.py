@@ -51,6 +51,21 @@ def test_a_corpus_that_writes_special_tokens_keeps_them_as_text(tmp_path, sample
     assert blocks[0, 1:1 + len(expected)].tolist() == expected and blocks[0, 1 + len(expected)] != ids["[SEP]"]
 
 
+def test_the_validation_share_is_the_fraction_asked_and_every_kth_for_one_over_k():
+    """0.4 held out every 2nd document (half) and 0.3 every 3rd, k being round(1 / fraction) (a review,
+    2026-11-28): the share is now the fraction itself, spread evenly; 1 / k fractions keep every k-th."""
+    from bertkit.text.packing import held_out, validation_share
+
+    for fraction in (0.01, 0.05, 0.1, 0.25):
+        k = round(1 / fraction)
+        assert [d for d in range(1000) if held_out(d, validation_share(fraction))] == list(range(k - 1, 1000, k))
+    for fraction in (0.3, 0.4, 0.37, 0.001, 0.499):
+        picked = [d for d in range(10_000) if held_out(d, validation_share(fraction))]
+        assert len(picked) == round(fraction * 10_000) and max(b - a for a, b in zip(picked, picked[1:])) <= \
+            -(-1 // fraction) + 1  # spread evenly: no gap much over 1 / fraction
+    assert validation_share(0.0) is None and not held_out(5, None)
+
+
 def test_word_starts_follow_the_pre_tokenizer(tmp_path, sample_tokenizer):
     dataset, _, key = _corpus(tmp_path, copies=5)
     packed = pack_corpus(dataset, key, sample_tokenizer, block_size=64, validation_fraction=0.0)
