@@ -94,6 +94,9 @@ class PretrainResult:
                    baseline=results.get("baseline"), already_done=already_done)
 
 
+TASK_HEADS = ("classifier", "tagger", "pair_classifier")  # finetuning's heads (config.HEADS), sized by its labels
+
+
 def run(job: PretrainJob, console: Console | None = None) -> PretrainResult:
     """Pretrain an encoder with the MLM (or RTD) objective or a decoder with the causal-LM objective
     (`train.objective`); returns the final evaluation and where the run is."""
@@ -109,6 +112,10 @@ def run(job: PretrainJob, console: Console | None = None) -> PretrainResult:
                            f"{'an' if wanted == 'encoder' else 'a'} {wanted}, the recipe has "
                            f"{config.model.architecture!r} (use --objective "
                            f"{'clm' if config.model.architecture == 'decoder' else 'mlm or rtd'}, or another recipe)")
+    untrained = [head for head in config.heads.names if head in TASK_HEADS]
+    if untrained:  # a task head pretraining never trains: stored random, as if it were part of the model
+        raise BertkitError(f"heads.names: pretraining trains its objective's heads, not {', '.join(untrained)} (a "
+                           "finetuning command adds a task's head from its labels)")
     config = with_sharding(config)
     accelerator = make_accelerator(config.train.precision, config.train.sharding)
     out = Path(job.out)

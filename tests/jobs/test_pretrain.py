@@ -252,6 +252,9 @@ def test_bad_inputs_are_one_line_and_never_damage_a_run(tmp_path, corpus):
     fails("--corpus", corpus, "--out", tmp_path / "a", "--set", "batch_size=4096",
           match="corpus too small for one batch")
     fails("--corpus", corpus, "--out", tmp_path / "a", "--set", "vocab_size=60000", match="corpus supports only")
+    # a task head pretraining never trains was stored random, as if part of the model
+    fails("--corpus", corpus, "--out", tmp_path / "a", "--set", "heads.names=['classifier']", "--set",
+          "num_labels=2", match="heads.names: pretraining trains its objective's heads, not classifier")
     assert not (tmp_path / "a").exists()
 
     run = tmp_path / "run"
