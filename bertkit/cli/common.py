@@ -85,15 +85,11 @@ def with_max_time(config, max_time: str | None):
     return with_values(config, {"train.max_time": max_time})
 
 
-# the step cap of a run whose time budget is its only limit: TrainConfig's default of 1,000 steps ended a
-# `pretrain --recipe mini --max-time 30m` after ~17 minutes on 2 cores (a review, 2026-11-28)
-BUDGET_STEPS = 1_000_000
-
-
 def budget_steps(config, recipe: str, max_steps: int | None, sets: list[str] | None):
     """The config with a time budget as its run's limit where nothing gives a length (no --max-steps, --set
     max_steps, recipe max_steps or epochs): max_steps BUDGET_STEPS, so the budget, not the default step cap, ends
     the run. A resume keeps the run's own (run.directory.keep_run_limits, applied after)."""
+    from bertkit.config import BUDGET_STEPS
     from bertkit.recipes import recipe_tables, set_keys
 
     train = config.train

@@ -26,7 +26,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_model, save_model
 
 import bertkit
-from bertkit.config import Config
+from bertkit.config import BUDGET_STEPS, Config
 from bertkit.errors import BertkitError
 from bertkit.hardware import resolve_precision
 from bertkit.nn.model import Model
@@ -182,7 +182,14 @@ def keep_run_limits(config: Config, out: str | Path, given: dict[str, object], s
         dropped = {key: None for key in ("epochs", "max_time") if key not in chosen}
         chosen.update(("epochs", "max_time"))
     keep = {key: getattr(stored, key) for key in LIMITS if key not in chosen}
-    return dataclasses.replace(config, train=dataclasses.replace(config.train, **keep, **dropped))
+    limits = dataclasses.replace(config.train, **keep, **dropped)
+    if "max_time" in chosen and "max_steps" not in chosen and stored.max_time is not None and \
+            limits.max_time is None and limits.epochs is None and limits.max_steps >= BUDGET_STEPS:
+        # a run whose only limit was its clock, resumed with `--max-time none` and no step count: it had re-planned
+        # to a million steps with no clock (a review, 2026-11-28)
+        raise BertkitError(f"{out}: its time budget was its only limit; with --max-time none give --max-steps N "
+                           "(how long it goes on)")
+    return dataclasses.replace(config, train=limits)
 
 
 def record_train(out: str | Path, train) -> None:

@@ -97,10 +97,11 @@ class MNRLoss(SentenceLoss):
     target_dtype = torch.long  # per pair, each side's text key (anchor, positive[, negative]): duplicates found
 
     def targets(self, examples, max_score, gold):
-        if gold:
-            return None  # validation ranks by position (`ranking_scores`)
-        # id_hash: a 64-bit key, the same in every process (Python's hash is salted per process)
-        return [[id_hash(e.text), id_hash(e.pair)] + ([id_hash(e.negative)] if e.negative else []) for e in examples]
+        # id_hash: a 64-bit key, the same in every process (Python's hash is salted per process); validation masks
+        # by them too (`ranking_scores`), a hard negative's only where every row has one (as its sides are built)
+        negatives = all(e.negative for e in examples) if gold else True
+        return [[id_hash(e.text), id_hash(e.pair)] + ([id_hash(e.negative)] if e.negative and negatives else [])
+                for e in examples]
 
     def flops(self, d_model, num_labels, rows, sides):
         return 2 * rows * (sides - 1) * rows * self.world * d_model  # the (B, W * (k - 1) * B) similarity matrix
@@ -132,7 +133,8 @@ class MNRLoss(SentenceLoss):
         return F.cross_entropy(scores, gold, reduction="sum"), {"accuracy": (scores.argmax(-1) == gold).sum()}
 
     def evaluate(self, model, embedded, gold):
-        return ranking_scores(embedded[0], np.concatenate(embedded[1:]), self.scale)
+        return ranking_scores(embedded[0], np.concatenate(embedded[1:]), self.scale,
+                              None if gold is None else np.asarray(gold, dtype=np.int64))
 
 
 class SoftmaxLoss(SentenceLoss):
@@ -182,13 +184,28 @@ def pair_scores(u: np.ndarray, v: np.ndarray, gold: np.ndarray) -> dict[str, flo
             "pearson": result["pearson"]}
 
 
-def ranking_scores(anchors: np.ndarray, candidates: np.ndarray, scale: float, chunk: int = 1024) -> dict[str, float]:
+def ranking_scores(anchors: np.ndarray, candidates: np.ndarray, scale: float, keys: np.ndarray | None = None,
+                   chunk: int = 1024) -> dict[str, float]:
     """Retrieval of each anchor's own positive (row i of `candidates`) among every candidate: the MNRL loss over
-    the whole validation set, accuracy@1 and mean reciprocal rank. anchors (N, D), candidates (M >= N, D)."""
+    the whole validation set, accuracy@1 and mean reciprocal rank. anchors (N, D), candidates (M >= N, D): the
+    positives, then any hard negatives. `keys` (N, 1 + sides): the rows' text keys (`MNRLoss.targets`), which mask
+    what training masks — another copy of the row's positive, its anchor's own text, a positive of a row with the
+    same anchor (they held every symmetrised or duplicated pair below its real rank)."""
     losses, hits, reciprocal = [], 0, 0.0
+    sides = len(candidates) // len(anchors)
+    if keys is not None:
+        found = keys[:, 1:1 + sides].T.reshape(-1)  # (M,) each candidate's text key
+        of_anchor = np.tile(keys[:, 0], sides)  # (M,) the anchor of each candidate's row
+        positive = np.arange(len(found)) < len(anchors)  # (M,)
     for start in range(0, len(anchors), chunk):
         scores = scale * anchors[start:start + chunk] @ candidates.T  # (n, M)
         rows = np.arange(len(scores))
+        if keys is not None:
+            mine = keys[start:start + chunk]  # (n, 1 + sides)
+            same = (found[None, :] == mine[:, 1:2]) | (found[None, :] == mine[:, :1]) | \
+                (positive[None, :] & (of_anchor[None, :] == mine[:, :1]))  # (n, M)
+            same[rows, start + rows] = False
+            scores = np.where(same, -np.inf, scores)
         own = scores[rows, start + rows]  # (n,)
         log_p = log_softmax(scores)
         losses.append(-log_p[rows, start + rows])

@@ -272,7 +272,7 @@ def iter_records(path: Path, text_field: str = "text", skip_bad_lines: bool | No
             for text, key in zip(texts, ids):
                 number += 1
                 yield Record(number, None if id_field is None else record_key(key, f"{path}: row {number}"),
-                             text or "")
+                             document_text(text, f"{path}: row {number}", text_field))
 
 
 def document_text(value, where: str, field: str) -> str:

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 from datasets import Dataset
+from pandas.errors import ParserError as _ParserError  # datasets' csv builder reads with pandas (its dependency)
 from tokenizers import Tokenizer
 
 from bertkit.errors import BertkitError
@@ -94,6 +95,14 @@ def unreadable(files: list[Path], exc: BaseException) -> BertkitError:
     return BertkitError(f"data.corpus: {where}: unreadable ({exc})")
 
 
+def too_wide(corpus) -> BertkitError:
+    """The error for a streamed CSV / TSV whose rows hold more fields than its header."""
+    return BertkitError(f"data.corpus: {', '.join(map(str, corpus[:2]))} has rows with more fields than its header "
+                        "(an unquoted comma or a tab inside a text, or a trailing delimiter), which a stream cannot "
+                        "read: fix the file, or pack it (data.streaming = false), which refuses or skips "
+                        "(--skip-bad-lines) such rows by line")
+
+
 def _decoded(source, corpus) -> Iterator[dict]:
     """The source's rows; a file that is not valid UTF-8, or truncated or damaged, is one line (a stream cannot skip
     such lines)."""
@@ -103,6 +112,8 @@ def _decoded(source, corpus) -> Iterator[dict]:
         raise BertkitError(f"data.corpus: {', '.join(map(str, corpus[:2]))} is not valid UTF-8 ({exc.reason} at byte "
                            f"{exc.start} of a chunk); a streamed corpus cannot skip bad lines: fix the file or pack it "
                            "(data.streaming = false, --skip-bad-lines)") from None
+    except _ParserError:  # a row wider than its header after the first chunk: pandas' own error, a traceback
+        raise too_wide(corpus) from None
     except _READ_ERRORS as exc:
         if any(str(c).startswith(HUB_PREFIX) for c in corpus):  # no local files to blame: the Hub's stream broke
             raise BertkitError(f"data.corpus: the stream of {corpus[0]} broke off ({exc})") from None
@@ -134,23 +145,30 @@ class BlockStream:
     def _documents(self, source, first_doc: int) -> Iterator[tuple[int, str]]:
         """(document index, text) of every non-empty document from where `source` stands."""
         doc = first_doc
+        delimited = self._delimited()
         for row in _decoded(source, self.corpus):
-            if any(str(key).startswith("__index_level_") for key in row):
-                # pandas reads a CSV whose rows hold more fields than its header with the first fields as an
+            if delimited and any(str(key).startswith("__index_level_") for key in row):
+                # pandas reads a CSV whose first rows hold more fields than its header with the first fields as an
                 # index: the text was the row's tail, or empty (a review, 2026-11-28)
-                raise BertkitError(f"data.corpus: {', '.join(map(str, self.corpus[:2]))} has rows with more fields "
-                                   "than its header (an unquoted comma or a tab inside a text?): fix the file, or "
-                                   "pack it (data.streaming = false) with --skip-bad-lines to skip such rows")
+                raise too_wide(self.corpus)
             if self.text_field not in row:
                 raise BertkitError(f"data.text_field: the streamed corpus {', '.join(map(str, self.corpus[:2]))} has "
                                    f"no field {self.text_field!r} (fields: {', '.join(map(str, row))}); set "
                                    "data.text_field")
             # (datasets gives a record without the field None, as a null: read as empty, where the packed path
             # refuses the file; docs/pretraining.md says so)
-            text = document_text(row[self.text_field], f"data.corpus: document {doc + 1}", self.text_field).strip()
+            text = document_text(row[self.text_field], f"data.corpus: document {doc + 1}", self.text_field)
+            text = text.removeprefix("\ufeff").strip()  # a file's byte-order mark, as the packed path drops it
             if text:
                 yield doc, text
                 doc += 1
+
+    def _delimited(self) -> bool:
+        """Whether the corpus is local CSV / TSV files (read by pandas, which takes a too-wide row's first fields
+        for an index; a Parquet file's or a Hub dataset's own index columns are no such sign)."""
+        if any(str(c).startswith(HUB_PREFIX) for c in self.corpus):
+            return False
+        return {file_format(f) for f in find_files(self.corpus)} <= {"csv", "tsv"}
 
     def _pack(self, texts: list[str], carry_ids: np.ndarray, carry_starts: np.ndarray):
         """Blocks of `texts` after the carried tokens, as text/packing.py packs them; the new carry."""

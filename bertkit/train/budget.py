@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import statistics
 
-from bertkit.config import TrainConfig
+from bertkit.config import BUDGET_STEPS, TrainConfig
 from bertkit.train.state import TrainState
 
 MIN_CHUNK_STEPS = 3  # steps in a timing chunk, at least
@@ -166,7 +166,8 @@ def plan_text(cfg: TrainConfig, steps_per_epoch: float, global_batch: int) -> st
     `max_time` budget the cap the budget may not pass (the loop fits the real count once its steps are steady)."""
     if not cfg.max_time:
         return f"{cfg.max_steps:,} steps of {global_batch} ({cfg.max_steps / steps_per_epoch:.2f} epochs)"
-    if cfg.epochs is None and cfg.max_steps >= 10 ** 8:  # no limit but the time budget (e.g. `bertkit ablate`)
+    if cfg.epochs is None and cfg.max_steps >= BUDGET_STEPS:  # no limit but the budget (`bertkit ablate`, a
+        # `--max-time` given with no step count)
         return f"steps of {global_batch}: as many as the {cfg.max_time} budget allows"
     return (f"steps of {global_batch}: as many as the {cfg.max_time} budget allows, at most {cfg.max_steps:,} "
             f"({cfg.max_steps / steps_per_epoch:.2f} epochs)")

@@ -10,7 +10,8 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from bertkit.cli import app
-from bertkit.cli.common import BUDGET_STEPS, budget_steps, with_max_time
+from bertkit.cli.common import budget_steps, with_max_time
+from bertkit.config import BUDGET_STEPS
 from bertkit.hardware import resolve_precision
 from bertkit.jobs.plot import curve_metric, pretraining_titles
 from bertkit.recipes import load_recipe
@@ -292,6 +293,13 @@ def test_a_time_budget_with_no_length_given_is_the_runs_limit(tmp_path):
     assert load_config(tmp_path / "capped").train.max_steps == 3
     steps = [json.loads((tmp_path / run / "results.json").read_text())["step"] for run in ("budget", "capped")]
     assert steps[1] == 3 < steps[0]
+    # resumed without its clock and with no step count: it re-planned to a million steps (a review): refused
+    before = (tmp_path / "budget" / "results.json").read_bytes()
+    assert "its time budget was its only limit; with --max-time none give --max-steps N" in _error(
+        *pretrain, "--out", tmp_path / "budget", "--resume", "--max-time", "none")
+    assert (tmp_path / "budget" / "results.json").read_bytes() == before
+    assert "already finished" in " ".join(_ok(*pretrain, "--out", tmp_path / "budget", "--resume", "--max-time",
+                                              "none", "--max-steps", str(steps[0])).output.split())
 
 
 def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base, monkeypatch):

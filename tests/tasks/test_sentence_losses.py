@@ -107,6 +107,24 @@ def test_ranking_scores_by_hand():
     assert result["mrr"] == pytest.approx((1 / 2 + 1 / 3 + 1) / 3)
 
 
+def test_validation_masks_what_training_masks():
+    """Symmetrised validation pairs (a, b), (b, a): each row's anchor text is another row's positive and outranked
+    the true one, so validation accuracy was capped below what the model did (a review, 2026-11-28)."""
+    from bertkit.tasks.sentence_losses import MNRLoss
+    from bertkit.text.tasks import SentencePair
+
+    pairs = [SentencePair("a dog runs", "a dog is running"), SentencePair("a dog is running", "a dog runs"),
+             SentencePair("rain today", "it rains")]
+    keys = np.asarray(MNRLoss(scale=1.0).targets(pairs, 5.0, True), dtype=np.int64)
+    vectors = {"a dog runs": [1.0, 0.0], "a dog is running": [0.95, 0.31], "rain today": [0.0, 1.0],
+               "it rains": [0.1, 0.99]}
+    anchors = np.array([vectors[p.text] for p in pairs])
+    candidates = np.array([vectors[p.pair] for p in pairs])
+    assert ranking_scores(anchors, candidates, scale=20.0)["accuracy"] == pytest.approx(1 / 3)  # unmasked
+    masked = ranking_scores(anchors, candidates, scale=20.0, keys=keys, chunk=2)
+    assert masked["accuracy"] == 1.0 and masked["mrr"] == 1.0
+
+
 def test_mnrl_masks_a_duplicate_of_the_rows_positive_instead_of_ranking_it_as_a_negative():
     """Two rows with the same pair (or one row an epoch's wrap repeated): each row's positive is also the other
     row's candidate, which is no negative. Unmasked, the loss could not fall below 2 log 2 and accuracy read 1/2."""

@@ -158,6 +158,17 @@ def test_what_a_stream_cannot_do_is_one_line(streamed_runs, tmp_path, sample_tok
     (tmp_path / "notes.csv").write_text("text\nHello, world, this is a sentence.\nNo comma here\n")
     with pytest.raises(BertkitError, match="has rows with more fields than its header"):
         next(BlockStream([str(tmp_path / "notes.csv")], "text", sample_tokenizer, 8, 0.0).blocks(Point()))
+    # a wide row after the first ones: pandas' own ParserError, which was a traceback
+    (tmp_path / "late.csv").write_text("text\n" + "a fine line of words\n" * 5 + "Hello, world, again\n")
+    with pytest.raises(BertkitError, match="has rows with more fields than its header"):
+        list(BlockStream([str(tmp_path / "late.csv")], "text", sample_tokenizer, 8, 0.0).blocks(Point()))
+    # a Parquet file pandas wrote with its (non-range) index streams: its index column is no sign of a wide row
+    import pandas as pd
+
+    frame = pd.DataFrame({"text": [f"document {i} has a few words" for i in range(40)]}).sample(frac=1,
+                                                                                              random_state=0)
+    frame.to_parquet(tmp_path / "shuffled.parquet")
+    assert next(BlockStream([str(tmp_path / "shuffled.parquet")], "text", sample_tokenizer, 8, 0.0).blocks(Point()))
     (tmp_path / "lists.jsonl").write_text(json.dumps({"text": ["para one", "para two"]}) + "\n")
     with pytest.raises(BertkitError, match="field 'text' holds a list, not text"):
         next(BlockStream([str(tmp_path / "lists.jsonl")], "text", sample_tokenizer, 8, 0.0).blocks(Point()))
