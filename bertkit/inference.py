@@ -193,6 +193,9 @@ class TaskModel:
             self.config, self.model = load_run(run, device)
             heads = [h for h in TASK_HEADS if h in self.config.heads.names]
             if not heads or not (run / LABELS_FILE).is_file():
+                if self.config.task.kind == "sentence":  # an SBERT run: scored by its embeddings' cosines
+                    raise BertkitError(f"{run}: a sentence-embedding run (finetune sentence): score it with "
+                                       "`bertkit evaluate-sts`, use it with `embed`, `similarity` or `index build`")
                 raise BertkitError(f"{run}: has no task head (heads: {', '.join(self.config.heads.names) or 'none'}); "
                                    "finetune it first with `bertkit finetune classify|ner`")
             self.kind, self.labels = read_labels(run)

@@ -4,7 +4,7 @@ encoder-decoder translation models."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
@@ -186,6 +186,9 @@ def finetune_sentence(
                                                               "(softmax).")] = None,
         negative_column: Annotated[str | None, typer.Option(help="sentence_loss.negative_column: a hard negative "
                                                                  "per row (mnrl).")] = None,
+        max_score: Annotated[float | None, typer.Option(help="sentence_loss.max_score: the top of the gold score "
+                                                             "scale, the cosine loss's targets being score / it "
+                                                             "(default 5, STS-B's; 1 for a 0..1 file).")] = None,
         pooling: Annotated[str | None, typer.Option(help="sentence.pooling: mean | cls | max.")] = None,
         recipe: Annotated[str, typer.Option(help="Recipe name or .toml with \\[task], \\[sentence_loss], "
                                                  "\\[sentence] and \\[train].")]
@@ -203,7 +206,7 @@ def finetune_sentence(
               epochs, max_steps, max_time, {
                   "sentence_loss.loss": loss, "task.text_column": text_column,
                   "task.text_pair_column": text_pair_column, "task.label_column": label_column,
-                  "sentence_loss.negative_column": negative_column,
+                  "sentence_loss.negative_column": negative_column, "sentence_loss.max_score": max_score,
                   "sentence.pooling": pooling}, accept_changed_data, skip_bad_lines)
 
 
@@ -261,6 +264,10 @@ def predict(model: Annotated[Path, typer.Option(
             text_pair_column: Annotated[str | None, typer.Option(
                 help="A pair model's second text column (default: the one used in finetuning; a 0-based position "
                      "with --text-column's means no header row).")] = None,
+            input_format: Annotated[Literal["auto", "text", "jsonl", "csv", "tsv"], typer.Option(
+                help="How INPUT is read: auto (by its suffix: .jsonl / .json, .csv, .tsv are rows with columns, "
+                     "anything else lines of text; stdin: lines of text), or rows on stdin (jsonl, csv, tsv: "
+                     "`head -5 dev.jsonl | bertkit predict --input-format jsonl`).")] = "auto",
             batch_size: Annotated[int, typer.Option(min=1, help="Inputs per batch (sorted by length).")] = 64,
             precision: PrecisionOption = "auto",
             overwrite: Annotated[bool, typer.Option(help="Replace an existing --out predictions file "
@@ -269,7 +276,8 @@ def predict(model: Annotated[Path, typer.Option(
     from bertkit.jobs import predict as job
 
     job.run(job.PredictJob(model, source, out, text_column=text_column, text_pair_column=text_pair_column,
-                           batch_size=batch_size, overwrite=overwrite, precision=precision))
+                           batch_size=batch_size, overwrite=overwrite, precision=precision,
+                           input_format=input_format))
 
 
 @app.command()

@@ -41,8 +41,9 @@ class EvaluateJob:
 @dataclass(frozen=True)
 class EvaluateResult:
     """The run's task kind and its scores on the file: classify — examples, accuracy, macro_f1, mcc, confusion;
-    ner — sentences, precision, recall, f1, per_type; both — truncated, unseen_labels; with --skip-bad-lines,
-    skipped_rows (the JSON report)."""
+    ner — sentences, precision, recall, f1, per_type; both — truncated, unseen_labels, model, data,
+    inference_precision (what the figures were computed in); with --skip-bad-lines, skipped_rows (the JSON
+    report)."""
 
     kind: str
     scores: dict[str, Any]
@@ -73,6 +74,12 @@ def run(job: EvaluateJob, console: Console | None = None) -> EvaluateResult:
     if job.skip_bad_lines and task.kind != "ner":
         scores["skipped_rows"] = sum(skipped)  # in the JSON report: what the scores leave out
     report(console, task_model.kind, scores, job.data, task_model.labels)
+    # what the figures were computed in, and on: bf16 (auto on a CPU with native bf16) can flip a near-tie, so one
+    # run's scores differed between machines, and between the run and its fp32 export (a review, 2026-11-28)
+    scores.update(model=str(job.model), data=str(job.data), inference_precision=task_model.precision)
+    if task_model.precision == "bf16":
+        console.print("computed in bf16 (--precision auto picks it on this machine); --precision fp32 gives the "
+                      "figures fp32 gives anywhere")
     if out is not None:
         with atomic_file(out, overwrite=job.overwrite) as tmp:
             tmp.write_text(to_json(scores) + "\n", encoding="utf-8")  # strict: a NaN correlation is null

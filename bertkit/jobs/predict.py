@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,11 +17,25 @@ from rich.console import Console
 
 from bertkit.errors import BertkitError
 from bertkit.inference import TaskModel, entities
-from bertkit.paths import resolve_data_path
+from bertkit.paths import need_file, resolve_data_path
 from bertkit.run.files import atomic_file
 from bertkit.run.outputs import PREDICTIONS, claim
 from bertkit.text.features import split_words
 from bertkit.text.tasks import read_texts, split_lines
+
+
+FORMATS = ("auto", "text", "jsonl", "csv", "tsv")
+
+
+def input_format(given: str, source: Path | None) -> str:
+    """How the input is read: `given`, or (auto) by the file's suffix — .jsonl / .json, .csv, .tsv are rows with
+    columns, anything else (and stdin) lines of text."""
+    if given not in FORMATS:
+        raise BertkitError(f"--input-format {given}: one of {', '.join(FORMATS)}")
+    if given != "auto":
+        return given
+    suffix = "" if source is None else Path(source).suffix.lower()
+    return {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv"}.get(suffix, "text")
 
 
 def missing(task_model: TaskModel, inputs: list[tuple[str, str | None]]) -> list[bool]:
@@ -65,6 +80,7 @@ class PredictJob:
     batch_size: int = 64
     overwrite: bool = False
     precision: str = "auto"
+    input_format: str = "auto"  # auto: by the file's suffix (stdin: text) | text | jsonl | csv | tsv
 
 
 @dataclass(frozen=True)
@@ -92,13 +108,30 @@ def run(job: PredictJob, console: Console | None = None) -> PredictResult:
     def warn(message: str) -> None:
         console.print(f"[yellow]warning: {message}")
 
-    if source is None or str(source) == "-":
+    stdin = source is None or str(source) == "-"
+    where = "stdin" if stdin else str(source)
+    form = input_format(job.input_format, None if stdin else source)
+    if form == "text" and (job.text_column is not None or job.text_pair_column is not None):
+        # the column was ignored without a word: each JSON or CSV line was one text (a review, 2026-11-28)
+        given = "--text-column" if job.text_column is not None else "--text-pair-column"
+        raise BertkitError(f"{given}: {where} is read as lines of text, one input per line (a pair model's: "
+                           "text<TAB>pair); for rows with columns give --input-format jsonl, csv or tsv")
+    columns = (text_column or task.text_column, pair_column)
+    if stdin and form == "text":
         inputs = split_lines(sys.stdin.read().split("\n"), pair_column is not None, warn)
-        where = "stdin"
     else:
         # a data-root name (sst2/dev.tsv) reads as in `evaluate`
-        inputs = read_texts(resolve_data_path(source), text_column or task.text_column, pair_column, warn)
-        where = str(source)
+        path = None if stdin else resolve_data_path(source)
+        if path is not None and form == input_format("auto", path):
+            inputs = read_texts(path, *columns, warn)
+        else:  # stdin's rows, or a file read otherwise than its suffix says: read as a file of that format
+            if path is not None:
+                need_file(path)
+            data = sys.stdin.buffer.read() if path is None else path.read_bytes()
+            with tempfile.TemporaryDirectory() as folder:
+                copy = Path(folder) / f"{path.stem if path is not None else 'stdin'}.{form.replace('text', 'txt')}"
+                copy.write_bytes(data)
+                inputs = read_texts(copy, *columns, warn)
     if not inputs:
         raise BertkitError(f"{where}: no input texts")
     if gone := [i for i, empty in enumerate(missing(task_model, inputs), start=1) if empty]:

@@ -11,6 +11,7 @@ on 1 or N processes. In-batch negatives are those of each process's micro-batch.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -157,9 +158,9 @@ class SentenceTask(FinetuneTask):
         if warn is not None and top is not None and 0 < top <= settings.max_score / 4:
             # scores on a 0..1 scale read against STS-B's 5 train cosines of 0..0.2, without a word (Spearman, rank
             # only, hid it; a review, 2026-11-28)
+            end = math.ceil(top)  # a 0..1 file's best pair scores 0.95: its scale ends at 1
             warn(f"{path}: its scores reach at most {top:g} of sentence_loss.max_score {settings.max_score:g} (the "
-                 f"targets are score / {settings.max_score:g}); if its scale ends at {top:g}, pass --set "
-                 f"max_score={top:g}")
+                 f"targets are score / {settings.max_score:g}); if its scale ends at {end}, pass --max-score {end}")
         return pairs
 
     def max_length(self, config: Config, base: Config) -> int:

@@ -103,6 +103,15 @@ def spelled_twice(labels: Iterable[str]) -> list[str]:
     return next((sorted(names) for names in seen.values() if len(names) > 1), [])
 
 
+def cased_apart(labels: Iterable[str]) -> list[str]:
+    """The first set of class names that differ only in case ("Billing", "billing"), if any: classes as written,
+    which a hand-labelled file usually means as one."""
+    seen: dict[str, set[str]] = {}
+    for label in labels:
+        seen.setdefault(label.casefold(), set()).add(label)
+    return next((sorted(names) for names in seen.values() if len(names) > 1), [])
+
+
 def written_otherwise(label: str, known: set[str] | list[str]) -> str | None:
     """The known label that is the same non-integer number as `label`, written otherwise ("0.5" for "0.50"), if
     exactly one is: a hint, never a mapping (a run trained on "1.1" has not seen the code "1.10"). Runs before

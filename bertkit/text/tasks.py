@@ -22,7 +22,7 @@ import numpy as np
 from bertkit.errors import BertkitError
 from bertkit.paths import need_file, resolve_data_path
 from bertkit.text.corpus import allow_long_fields, csv_dialect, csv_error
-from bertkit.text.labels import LabelKinds, spelled_twice
+from bertkit.text.labels import LabelKinds, cased_apart, spelled_twice
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,8 @@ def _rows(path: Path, header: bool = True, overfull: list[int] | None = None,
                 # tab-separated files are read without quoting (`csv_dialect`): there a tab cannot be in a text
                 fix = "replace it with a space" if reader.dialect.delimiter == "\t" else "put the text in double quotes"
                 separator = "tab" if reader.dialect.delimiter == "\t" else "comma"
+                if (other := _other_separator(names)) is not None:
+                    raise BertkitError(f"{path}:{line}: {len(row)} fields, the header has {len(names)}: {other}")
                 raise BertkitError(f"{path}:{line}: {len(row)} fields, the header has {len(names)} (a {separator} "
                                    f"inside a text? {fix}; or a column the header does not name? name it{hint})")
             kept.append(dict(zip(names, row)))
@@ -123,6 +125,16 @@ def _rows(path: Path, header: bool = True, overfull: list[int] | None = None,
     width = max((len(row) for row in table), default=0)
     return ([str(i) for i in range(width)], [{str(i): value for i, value in enumerate(row)} for row in table],
             lines)
+
+
+def _other_separator(names: list[str]) -> str | None:
+    """What a one-field header holding ';' or '|' says: the file is separated by it (Excel writes ';' in many
+    European locales), which bertkit does not read (the advice was to quote commas; a review, 2026-11-28)."""
+    if len(names) != 1:
+        return None
+    mark = next((mark for mark in (";", "|") if mark in names[0]), None)
+    return None if mark is None else (f"its header '{names[0]}' is one field: a {mark!r}-separated file? a .csv is "
+                                      "read as comma-separated and a .tsv as tab-separated: save it as one of those")
 
 
 def _columns(path: Path, roles: dict[str, str | None], overfull: list[int] | None = None,
@@ -137,6 +149,8 @@ def _columns(path: Path, roles: dict[str, str | None], overfull: list[int] | Non
     header, rows, lines = _rows(path, not all(positions) or not positions, overfull, hint)
     for role, column in given.items():
         if str(column) not in header:
+            if not all(positions) and (other := _other_separator(header)) is not None:
+                raise BertkitError(f"{path}: no {role} column '{column}': {other}")
             found = f"{len(header)} columns per row" if all(positions) else f"columns found: {', '.join(header) or 'none'}"
             raise BertkitError(f"{path}: no {role} column '{column}' ({found})")
     return header, rows, lines
@@ -250,6 +264,9 @@ def read_labelled(path: str | Path, text_column: str = "text", label_column: str
         if warn is not None and (twice := spelled_twice(e.label for e in examples)):
             warn(f"{path}: labels {' and '.join(twice)} are one number written two ways, so two classes (write them "
                  "alike if they are one)")
+        if warn is not None and (cased := cased_apart(e.label for e in examples)):  # a review, 2026-11-28
+            warn(f"{path}: labels {' and '.join(cased)} differ only in case, so they are classes of their own "
+                 "(write them alike if they are one)")
     return _finish(path, examples, bad, skip_bad_lines, warn, "examples")
 
 
@@ -422,6 +439,11 @@ def read_pairs(path: str | Path, text_column: str, pair_column: str, target: str
             negative = None if negative_column is None else _text(row.get(str(negative_column)))
             examples.append(SentencePair(texts[0], texts[1], negative or None, score, label))
     labels.check()
+    unread = [c for c in ("score", str(target_column), "label") if c in rows[0]] if target is None and rows else []
+    if unread and warn is not None and not is_index(text_column):
+        # MNRL trains every pair as a positive: a scored file's 0.0 pairs were learned as similar, without a word
+        warn(f"{path}: its '{unread[0]}' column is not read by the mnrl loss, which trains every pair as a "
+             "positive (keep only the similar pairs, e.g. a score of 4 or more of 5, or train with the cosine loss)")
     return _finish(path, examples, bad, skip_bad_lines, warn, "sentence pairs")
 
 

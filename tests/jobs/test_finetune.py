@@ -102,6 +102,20 @@ def test_classify_learns_predicts_and_evaluates(tmp_path, base):
     assert "1 input holds a carriage return inside the text (the first: input 1), each read as one text" in \
         " ".join(_ok("predict", "--model", out, lone).output.split())
     assert "was finetuned on single texts" in _error("predict", "--model", out, rows, "--text-pair-column", "x")
+    # rows piped in were each one text, JSON and all, and --text-column went unheard (a review, 2026-11-28): refused
+    # on lines of text, read as rows with --input-format (a file too, whatever its suffix)
+    piped = '{"review": "the film was great"}\n{"review": "awful"}\n'
+    refused = runner.invoke(app, ["predict", "--model", str(out), "--text-column", "review"], input=piped)
+    assert refused.exit_code == 2 and "--text-column: stdin is read as lines of text" in refused.output
+    as_rows = runner.invoke(app, ["predict", "--model", str(out), "--input-format", "jsonl"], input=piped)
+    assert [json.loads(line)["text"] for line in as_rows.stdout.splitlines() if line.startswith("{")] == \
+        ["the film was great", "awful"]
+    dat = tmp_path / "rows.dat"
+    dat.write_text("review,stars\nthe film was great,5\n")
+    assert "rows.dat is read as lines of text" in _error("predict", "--model", out, dat, "--text-column", "review")
+    got = [json.loads(line) for line in _ok("predict", "--model", out, dat, "--input-format", "csv")
+           .stdout.splitlines() if line.startswith("{")]
+    assert [r["text"] for r in got] == ["the film was great"]
 
     # evaluate: metrics, confusion matrix, and an unseen label reported and counted, not a crash
     test = tmp_path / "test.csv"
@@ -122,6 +136,9 @@ def test_classify_learns_predicts_and_evaluates(tmp_path, base):
     assert "skipped 1" in " ".join(skipped.output.split())
     holed_report = json.loads((tmp_path / "holed.json").read_text())
     assert holed_report["examples"] == 6 and holed_report["skipped_rows"] == 1  # the report says what it leaves out
+    # and what it was computed in, on what (bf16 where auto picks it could flip a near-tie; a review, 2026-11-28)
+    assert (holed_report["model"], holed_report["data"]) == (str(out), str(holed))
+    assert holed_report["inference_precision"] == resolve_precision("auto", "cpu").precision
 
     # plot: loss and the metric that picked the best checkpoint (a pretraining's val_accuracy is not there)
     _ok("plot", out)

@@ -74,7 +74,9 @@ def test_mnrl_with_hard_negatives_and_softmax_learn(tmp_path, base):
            "label", "--out", out, "--max-steps", "120", *FAST, "--set", "validation_split=0.2")
     assert json.loads((out / "labels.json").read_text())["labels"] == ["different", "same"]
     assert json.loads((out / "results.json").read_text())["validation"]["accuracy"] >= 0.8
-    assert "has no task head" in cli_error("predict", "--model", out, labelled)  # not a classifier for predict
+    # not a classifier for predict: said, with the command that scores it (it said "finetune it first")
+    assert "a sentence-embedding run (finetune sentence): score it with `bertkit evaluate-sts`" in cli_error(
+        "predict", "--model", out, labelled)
 
 
 @pytest.mark.slow
@@ -157,12 +159,18 @@ def test_scores_far_below_max_score_are_warned(tmp_path):
                               map(json.loads, _pairs(tmp_path / "p.jsonl", 8).read_text().splitlines())))
     finetune_task("sentence").read(config, scaled, None, said.append)
     assert said == [f"{scaled}: its scores reach at most 1 of sentence_loss.max_score 5 (the targets are score / 5); "
-                    "if its scale ends at 1, pass --set max_score=1"]
+                    "if its scale ends at 1, pass --max-score 1"]
     said.clear()
     finetune_task("sentence").read(config, tmp_path / "p.jsonl", None, said.append)
     ones = Config(task=config.task, sentence_loss=SentenceLossConfig(max_score=1.0))
     finetune_task("sentence").read(ones, scaled, None, said.append)
     assert said == []
+    # mnrl reads no score: a scored file's dissimilar pairs were trained as positives without a word
+    mnrl = Config(task=config.task, sentence_loss=SentenceLossConfig(loss="mnrl"))
+    finetune_task("sentence").read(mnrl, scaled, None, said.append)
+    assert said == [f"{scaled}: its 'score' column is not read by the mnrl loss, which trains every pair as a "
+                    "positive (keep only the similar pairs, e.g. a score of 4 or more of 5, or train with the cosine "
+                    "loss)"]
 
 
 @pytest.mark.data

@@ -170,6 +170,11 @@ def test_a_fraction_written_otherwise_than_a_runs_labels_is_named_and_two_spelli
     assert [e.label for e in examples] == ["1.5", "1.50", "2.5"]
     assert said == [f"{path}: labels 1.5 and 1.50 are one number written two ways, so two classes (write them alike "
                     "if they are one)"]
+    path.write_text("text\tlabel\na\tBilling\nb\tbilling\nc\tShipping\n")  # hand-labelled: warned, kept apart
+    said.clear()
+    assert [e.label for e in read_labelled(path, warn=said.append)] == ["Billing", "billing", "Shipping"]
+    assert said == [f"{path}: labels Billing and billing differ only in case, so they are classes of their own (write "
+                    "them alike if they are one)"]
 
 
 @pytest.mark.parametrize("raw, expected", [
@@ -333,3 +338,16 @@ def test_a_held_out_split_never_keeps_a_label_from_training():
         else:
             assert (train, validation) == (plain_train, plain_validation)  # the usual draw, unchanged
     assert moved >= 1  # the case did occur among the seeds
+
+
+def test_a_semicolon_separated_file_is_named_as_one(tmp_path):
+    """Excel's ';'-separated CSV drew "a comma inside a text? put the text in double quotes" (a review, 2026-11-28):
+    a one-field header holding ';' says what the file is."""
+    path = tmp_path / "support.csv"
+    path.write_text("text;label\nmy card, again;billing\nwhere is it;shipping\n")
+    with pytest.raises(BertkitError, match=r"support.csv:2: 2 fields, the header has 1: its header 'text;label' is "
+                                           r"one field: a ';'-separated file\?"):
+        read_labelled(path)
+    path.write_text("text;label\nmy card again;billing\n")
+    with pytest.raises(BertkitError, match=r"no text column 'text': its header 'text;label' is one field"):
+        read_labelled(path)
