@@ -126,9 +126,9 @@ def run() -> None:
     Typer drew a usage block and a box."""
     try:
         code = app(prog_name="bertkit", standalone_mode=False)
-    except typer.Abort:
+    except typer.Abort as exc:
         typer.echo("Aborted.", err=True)
-        sys.exit(1)
+        sys.exit(130 if isinstance(exc.__cause__, KeyboardInterrupt) else 1)  # Ctrl-C: the shell's 128 + SIGINT
     except Exception as exc:
         # click's own errors, by what they have: Typer vendors click (typer._click) from 0.2x, older ones use click
         if not (hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int)):

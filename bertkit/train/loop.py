@@ -35,6 +35,7 @@ from bertkit.train.accelerator import run_precision, sharding_text
 from bertkit.train.budget import BudgetPlanner, plan_text, planned_total  # noqa: F401 (plan_text: the jobs' import)
 from bertkit.train.defaults import use_compile
 from bertkit.train.evaluator import Evaluator, plain
+from bertkit.train.interrupt import Interrupt
 from bertkit.train.optim import lr_factor, make_optimizer, make_scheduler, param_groups  # noqa: F401 (re-exported)
 from bertkit.train.prefetch import Prefetcher
 from bertkit.train.sharding import full_weights, is_sharded, plain_copy
@@ -158,13 +159,11 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
     every = read_interval(accelerator.device, cfg)
     if resume_step:  # a resumed process pays its warm-up again: time it anew before re-fitting the budget
         state.calibrated, state.chunk, state.chunk_times = False, state.point(), []
-    bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                   TimeRemainingColumn(), console=console, disable=not (progress and main), transient=False)
-    task = bar.add_task("train", total=state.total_steps, completed=state.step, info="")
+    bar, task = _bar(console, progress and main, state)
     evaluation: dict = {}
     started = time.perf_counter() - state.elapsed
     try:
-        with bar:
+        with bar, Interrupt(accelerator.num_processes == 1) as interrupt:
             while state.step < state.total_steps and not state.stopped_early:
                 t0 = time.perf_counter()
                 batch = prefetch.get(state.step, state.step + 1 if state.step + 1 < state.total_steps else None)
@@ -184,8 +183,8 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                 if last and state.step < state.total_steps:  # the time budget ended it: a resume knows it is done
                     state.budget_spent = True
                 if state.step % cfg.log_every == 0 and state.window.get("steps"):
-                    info = _log(state, max(scheduler.get_last_lr()), peak, accelerator.num_processes, metrics)
-                    bar.update(task, info=info)
+                    bar.update(task, info=_log(state, max(scheduler.get_last_lr()), peak, accelerator.num_processes,
+                                               metrics))
                 if evaluator.due(state, last):
                     evaluation, stop = evaluator(state, ddp_model)
                     last = last or stop
@@ -195,6 +194,8 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
                 bar.update(task, completed=state.step, total=state.total_steps)
                 if last:
                     break
+                if interrupt.requested:  # Ctrl-C: this step logged, evaluated as due, checkpointed; then stop
+                    _interrupted(window, state, cfg, accelerator, run_dir, stepper, objective, console)
     finally:
         prefetch.close()
         metrics.close()
@@ -337,6 +338,26 @@ def _plan(planner: BudgetPlanner, state: TrainState, read: bool, cfg: TrainConfi
                                            float(state.schedule_steps)], device=accelerator.device))
             state.total_steps, time_up, state.schedule_steps = int(plan[0]), bool(plan[1]), int(plan[2])
     return state.step >= state.total_steps or time_up
+
+
+def _bar(console: Console, shown: bool, state: TrainState) -> tuple[Progress, int]:
+    """The training progress bar (steps done of the planned total, the last logged line) and its task."""
+    bar = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                   TimeRemainingColumn(), console=console, disable=not shown, transient=False)
+    return bar, bar.add_task("train", total=state.total_steps, completed=state.step, info="")
+
+
+def _interrupted(window: DeviceWindow, state: TrainState, cfg: TrainConfig, accelerator: Accelerator, run_dir: Path,
+                 stepper: Stepper, objective, console: Console) -> None:
+    """After a Ctrl-C: the step just taken written as a checkpoint (its metrics window read into the state, so a
+    resume's first logged loss is the uninterrupted run's), a line saying how to go on, and KeyboardInterrupt."""
+    window.flush(state, accelerator)
+    if not checkpointing.due(cfg, state, False):  # (a save_every step has its checkpoint already)
+        checkpointing.save(run_dir, state, accelerator, stepper.ddp_model, stepper.optimizer, stepper.scheduler,
+                           cfg.keep_checkpoints, objective)
+    console.print(f"interrupted at step {state.step:,}: checkpoint step-{state.step} written; the same command with "
+                  "--resume goes on from it")
+    raise KeyboardInterrupt
 
 
 def _read(window: DeviceWindow, state: TrainState, cfg: TrainConfig, accelerator: Accelerator, run_dir: Path,

@@ -4,6 +4,7 @@ resume after kill -9, a 2-process run, and every bad input as one line."""
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -120,6 +121,26 @@ def test_kill_9_and_resume_gives_the_same_loss_curve(tmp_path, corpus):
     assert not (killed / "model.safetensors").exists(), "the run finished before it could be killed"
     _cli("pretrain", *args, "--out", killed, "--resume")
     assert _losses(killed) == _losses(tmp_path / "straight")  # exactly, every logged loss
+
+    # Ctrl-C: the step in progress finishes and is written as a checkpoint, so a run whose save_every lies beyond
+    # it keeps its steps (every Ctrl-C lost them, silently: a first-use review, 2026-11-28)
+    rare = merged(args, ["--set", "save_every=1000"])
+    stopped = tmp_path / "stopped"
+    proc = subprocess.Popen([sys.executable, AS_ON_CI, "pretrain", *map(str, rare), "--out", stopped],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    metrics, deadline = stopped / "metrics.jsonl", time.time() + 120
+    while time.time() < deadline and not (metrics.is_file() and '"step": 30' in metrics.read_text()):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    said = " ".join(err.split())
+    assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
+    step = int(re.search(r"interrupted at step (\d+): checkpoint step-\1 written; the same command with --resume "
+                         r"goes on from it", said).group(1))
+    assert 30 <= step < 120 and (stopped / "checkpoints" / "latest").read_text() == f"step-{step}"
+    assert not (stopped / "model.safetensors").exists()
+    _cli("pretrain", *rare, "--out", stopped, "--resume")
+    assert _losses(stopped) == _losses(tmp_path / "straight")  # exactly, the window cut by the stop included
 
 
 def test_two_processes_match_one_with_the_same_global_batch(tmp_path, corpus):
