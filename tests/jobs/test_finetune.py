@@ -3,6 +3,7 @@ in order with offsets, they resume exactly, and every bad input is one line that
 
 import json
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -317,6 +318,14 @@ def test_a_time_budget_with_no_length_given_is_the_runs_limit(tmp_path):
     assert (tmp_path / "budget" / "results.json").read_bytes() == before
     assert "already finished" in " ".join(_ok(*pretrain, "--out", tmp_path / "budget", "--resume", "--max-time",
                                               "none", "--max-steps", str(steps[0])).output.split())
+    # a budget the run has spent already, given on a resume: it trained one step and stopped without a word
+    stopped = shutil.copytree(tmp_path / "budget", tmp_path / "stopped")
+    (stopped / "results.json").unlink()  # as if killed after its last checkpoint
+    config = (stopped / "config.json").read_bytes()
+    line = _error(*pretrain, "--out", stopped, "--resume", "--max-time", "1s", "--max-steps", "100000")
+    assert "the run has trained" in line and "past train.max_time = 1s (a budget counts the run's whole " \
+        "training time); resume with a --max-time above" in line
+    assert not (stopped / "results.json").exists() and (stopped / "config.json").read_bytes() == config
 
 
 def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base, monkeypatch):
