@@ -547,9 +547,19 @@ def _build_section(section_cls: type, values: dict[str, Any], prefix: str):
     return section_cls(**values)
 
 
+# the short names people type for a key, which no spelling distance finds (`--set lr=1e-3`: a first-use review)
+ABBREVIATIONS = {"lr": "learning_rate", "bs": "batch_size", "wd": "weight_decay", "steps": "max_steps",
+                 "epoch": "epochs", "layers": "n_layers", "heads": "n_heads", "hidden": "d_model",
+                 "vocab": "vocab_size", "seq_len": "max_len", "max_seq_len": "max_len", "warmup": "warmup_ratio",
+                 "budget": "max_time"}
+
+
 def suggest(word: str, choices) -> str:
-    """' (did you mean …?)' for the closest choice, or ''."""
-    close = difflib.get_close_matches(word, list(choices), n=1)
+    """' (did you mean …?)' for the closest choice (or the key an abbreviation stands for), or ''."""
+    choices = list(choices)
+    if ABBREVIATIONS.get(word) in choices:
+        return f" (did you mean '{ABBREVIATIONS[word]}'?)"
+    close = difflib.get_close_matches(word, choices, n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 

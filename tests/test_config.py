@@ -78,6 +78,10 @@ def test_unknown_key_and_section_are_named(tmp_path):
     recipe.write_text("[model]\nd_modle = 64\n")
     with pytest.raises(ConfigError, match=r"model.d_modle: unknown key \(did you mean 'd_model'\?\)"):
         load_recipe(recipe)
+    # the short names people type, which no spelling distance finds (`--set lr=1e-3` was "unknown key")
+    for short, key in (("lr", "learning_rate"), ("train.bs", "batch_size"), ("wd", "weight_decay")):
+        with pytest.raises(ConfigError, match=rf"--set {short}: unknown key \(did you mean '{key}'\?\)"):
+            load_recipe("tiny", [f"{short}=1"])
     recipe.write_text("[modle]\nd_model = 64\n")
     with pytest.raises(ConfigError, match=r"unknown section \[modle\]"):
         load_recipe(recipe)
