@@ -24,7 +24,8 @@ class ShuffledBlocks:
         if len(self.blocks) < global_batch:
             raise BertkitError(f"corpus too small for one batch: {len(self.blocks):,} blocks of {packed.block_size} "
                                f"tokens, but a global batch is {global_batch} (train.batch_size x processes x "
-                               "train.accumulation_steps): add text or lower the batch size")
+                               "train.accumulation_steps): add text or lower the batch size (--set batch_size=N, "
+                               f"N x processes x accumulation_steps at most {len(self.blocks):,})")
         self.sampler = EpochSampler(len(self.blocks), global_batch, seed)
 
     def rows(self, step: int) -> dict[str, np.ndarray]:
