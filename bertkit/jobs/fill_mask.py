@@ -60,7 +60,9 @@ def run(job: FillMaskJob) -> FillMaskResult:
                            f"{config.model.max_len}")
     selected = input_ids == ids.mask
     if not selected.any():
-        raise BertkitError(f"the text has no {MASK} token to fill")
+        lower = MASK.lower() in job.text.lower()  # "[mask]": the tokenizer's special token is case-sensitive
+        written = f" ('{MASK.lower()}' is text: write it {MASK}, in capitals)" if lower else ""
+        raise BertkitError(f"the text has no {MASK} token to fill{written}")
     with torch.no_grad():
         # an ELECTRA run (objective rtd) fills masks with its generator: the MLM it trained beside the encoder
         logits = model(input_ids, mlm_select=selected).logits if "mlm" in config.heads.names else \

@@ -72,6 +72,8 @@ def test_pretrain_makes_a_complete_run(tmp_path, corpus):
     assert len(every) == 395 and not {o["token_id"] for o in every} & {0, 1, 2, 3, 4}
     assert "--top-k 396: the vocabulary has 395 tokens that can fill a mask" in cli_error(
         "fill-mask", run, "The [MASK] words.", "--top-k", "396")
+    assert "the text has no [MASK] token to fill ('[mask]' is text: write it [MASK], in capitals)" in cli_error(
+        "fill-mask", run, "The [mask] words.")
 
     plotted = _cli("plot", run)
     assert (run / "curves.png").stat().st_size > 10_000 and "curves.png" in plotted.stdout
