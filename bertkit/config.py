@@ -9,14 +9,13 @@ message names the key and, for choices, the allowed values.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from bertkit.errors import ConfigError
+from bertkit.errors import ConfigError, suggest
 
 Architecture = Literal["encoder", "decoder", "encoder-decoder"]
 Norm = Literal["layernorm", "rmsnorm"]
@@ -545,22 +544,6 @@ def _build_section(section_cls: type, values: dict[str, Any], prefix: str):
         if key not in known:
             raise ConfigError(f"{prefix}.{key}: unknown key{suggest(key, known)}")
     return section_cls(**values)
-
-
-# the short names people type for a key, which no spelling distance finds (`--set lr=1e-3`: a first-use review)
-ABBREVIATIONS = {"lr": "learning_rate", "bs": "batch_size", "wd": "weight_decay", "steps": "max_steps",
-                 "epoch": "epochs", "layers": "n_layers", "heads": "n_heads", "hidden": "d_model",
-                 "vocab": "vocab_size", "seq_len": "max_len", "max_seq_len": "max_len", "warmup": "warmup_ratio",
-                 "budget": "max_time"}
-
-
-def suggest(word: str, choices) -> str:
-    """' (did you mean …?)' for the closest choice (or the key an abbreviation stands for), or ''."""
-    choices = list(choices)
-    if ABBREVIATIONS.get(word) in choices:
-        return f" (did you mean '{ABBREVIATIONS[word]}'?)"
-    close = difflib.get_close_matches(word, choices, n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def _check_types(obj: Any, prefix: str) -> None:

@@ -1,5 +1,7 @@
 """Errors a user can cause. The CLI prints them as one line and exits non-zero; anything else is a bug."""
 
+import difflib
+
 
 class BertkitError(Exception):
     """A problem with the user's input (file, config, arguments): reported as one clear line."""
@@ -12,3 +14,19 @@ class ConfigError(BertkitError):
 def a_or_an(word: str) -> str:
     """The word with its indefinite article, for messages: "an encoder", "a decoder", "an encoder-decoder"."""
     return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
+
+
+# the short names people type for a key, which no spelling distance finds (`--set lr=1e-3`: a first-use review)
+ABBREVIATIONS = {"lr": "learning_rate", "bs": "batch_size", "wd": "weight_decay", "steps": "max_steps",
+                 "epoch": "epochs", "layers": "n_layers", "heads": "n_heads", "hidden": "d_model",
+                 "vocab": "vocab_size", "seq_len": "max_len", "max_seq_len": "max_len", "warmup": "warmup_ratio",
+                 "budget": "max_time"}
+
+
+def suggest(word: str, choices) -> str:
+    """' (did you mean …?)' for the closest choice (or the key an abbreviation stands for), or ''."""
+    choices = list(choices)
+    if ABBREVIATIONS.get(word) in choices:
+        return f" (did you mean '{ABBREVIATIONS[word]}'?)"
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""

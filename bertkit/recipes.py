@@ -11,8 +11,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from bertkit.config import DERIVED_MODEL_KEYS, MOVED, Config, means_none, section_type, suggest
-from bertkit.errors import ConfigError
+from bertkit.config import DERIVED_MODEL_KEYS, MOVED, Config, means_none, section_type
+from bertkit.errors import ConfigError, suggest
 
 def recipe_dirs() -> list[Path]:
     """Where named recipes live: the checkout's recipes/ (editable installs) or the copy inside the wheel."""

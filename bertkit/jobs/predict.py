@@ -131,7 +131,14 @@ def run(job: PredictJob, console: Console | None = None) -> PredictResult:
             with tempfile.TemporaryDirectory() as folder:
                 copy = Path(folder) / f"{path.stem if path is not None else 'stdin'}.{form.replace('text', 'txt')}"
                 copy.write_bytes(data)
-                inputs = read_texts(copy, *columns, warn)
+
+                def named(said: str) -> str:  # the user's input, not the copy, in what is said
+                    return said.replace(str(copy), where)
+
+                try:
+                    inputs = read_texts(copy, *columns, lambda said: warn(named(said)))
+                except BertkitError as exc:
+                    raise BertkitError(named(str(exc))) from None
     if not inputs:
         raise BertkitError(f"{where}: no input texts")
     if gone := [i for i, empty in enumerate(missing(task_model, inputs), start=1) if empty]:

@@ -159,8 +159,10 @@ class SentenceTask(FinetuneTask):
             # scores on a 0..1 scale read against STS-B's 5 train cosines of 0..0.2, without a word (Spearman, rank
             # only, hid it; a review, 2026-11-28)
             end = math.ceil(top)  # a 0..1 file's best pair scores 0.95: its scale ends at 1
+            fix = f"if its scale ends at {end}, pass --max-score {end}" if end < settings.max_score else \
+                f"is its scale 0..{settings.max_score:g}?"
             warn(f"{path}: its scores reach at most {top:g} of sentence_loss.max_score {settings.max_score:g} (the "
-                 f"targets are score / {settings.max_score:g}); if its scale ends at {end}, pass --max-score {end}")
+                 f"targets are score / {settings.max_score:g}); {fix}")
         return pairs
 
     def max_length(self, config: Config, base: Config) -> int:

@@ -31,8 +31,8 @@ from bertkit.run.files import atomic_dir
 from bertkit.text.cache import open_or_build, write_manifest
 from bertkit.text.tokenizer import special_ids, vocab_span
 
-_VERSION = "pack-v4"  # v3: the manifest records every file's size, rows and a digest, checked on open; v4: the
-# corpus's own "[SEP]", "[MASK]" … are text, not special tokens
+_VERSION = "pack-v5"  # v3: the manifest records every file's size, rows and a digest, checked on open; v4: the
+# corpus's own "[SEP]", "[MASK]" … are text, not special tokens; v5: the held-out share is the fraction (held_out)
 _DOCS_PER_BATCH = 1000
 
 
@@ -115,13 +115,14 @@ def pack_key(corpus_key: str, tokenizer: Tokenizer, block_size: int, validation_
 
 
 def validation_share(fraction: float) -> tuple[int, int] | None:
-    """The fraction as p / q (q at most 10,000), or None for none: document i is held out when
+    """The fraction as p / q (q at most 10^9), or None for none: document i is held out when
     ((i + 1) p) // q > (i p) // q, so every k-th one for a fraction 1 / k (0.01: every 100th), and exactly the
     fraction spread evenly for any other (0.4 held out every 2nd, half, when k was round(1 / fraction))."""
     if fraction <= 0:
         return None
-    share = Fraction(fraction).limit_denominator(10_000)
-    return share.numerator, share.denominator
+    # a denominator up to 10^9: 1e-5 (a 10,000-document held-out set of a billion) is exact, never rounded to 0
+    share = Fraction(fraction).limit_denominator(10 ** 9)
+    return (share.numerator, share.denominator) if share.numerator else (1, 10 ** 9)
 
 
 def held_out(doc: int, share: tuple[int, int] | None) -> bool:

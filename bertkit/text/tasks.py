@@ -134,7 +134,8 @@ def _other_separator(names: list[str]) -> str | None:
         return None
     mark = next((mark for mark in (";", "|") if mark in names[0]), None)
     return None if mark is None else (f"its header '{names[0]}' is one field: a {mark!r}-separated file? a .csv is "
-                                      "read as comma-separated and a .tsv as tab-separated: save it as one of those")
+                                      "read as comma-separated and a .tsv as tab-separated: save it as one of those "
+                                      "(or, in a one-column file, put a text holding a comma in double quotes)")
 
 
 def _columns(path: Path, roles: dict[str, str | None], overfull: list[int] | None = None,

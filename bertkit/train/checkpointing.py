@@ -52,9 +52,9 @@ def restore(checkpoint: Path, cfg: TrainConfig, model: Model, optimizer, schedul
     if cfg.max_seconds is not None and cfg.max_seconds != state.max_seconds and state.elapsed >= cfg.max_seconds:
         # a budget given on a resume counts the run's whole training time: one it has spent already stopped the run
         # after a step, without a word, and stayed in its config (a first-use review, 2026-11-28)
-        raise BertkitError(f"{run_dir}: the run has trained {state.elapsed:,.0f} s already ({checkpoint.name}), past "
+        raise BertkitError(f"{run_dir}: the run has trained {state.elapsed:,.1f} s already ({checkpoint.name}), past "
                            f"train.max_time = {cfg.max_time} (a budget counts the run's whole training time); resume "
-                           f"with a --max-time above {state.elapsed:,.0f}s, or without one")
+                           f"with a --max-time above {state.elapsed:,.1f}s, or without one")
     if total != state.total_steps:
         if main:
             console.print(f"re-planned: {state.total_steps} -> {total} steps (train.max_steps {cfg.max_steps}"

@@ -12,12 +12,14 @@ import threading
 
 class Interrupt:
     """A context that turns the first SIGINT into `requested` (checked by the loop after each step) and lets a
-    second one raise KeyboardInterrupt where it lands. Does nothing where `enabled` is false or off the main
-    thread (where signal handlers cannot be set)."""
+    second one raise KeyboardInterrupt where it lands. Does nothing where `enabled` is false, off the main thread
+    (where signal handlers cannot be set), or where SIGINT is not Python's default: a caller that ignores it (a
+    script's `bertkit pretrain … &`) or handles it its own way keeps that (a review, 2026-11-28)."""
 
     def __init__(self, enabled: bool):
         self.requested = False
-        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.enabled = enabled and threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGINT) is signal.default_int_handler
         self._previous = None
 
     def __enter__(self) -> Interrupt:

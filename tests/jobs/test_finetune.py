@@ -117,6 +117,8 @@ def test_classify_learns_predicts_and_evaluates(tmp_path, base):
     got = [json.loads(line) for line in _ok("predict", "--model", out, dat, "--input-format", "csv")
            .stdout.splitlines() if line.startswith("{")]
     assert [r["text"] for r in got] == ["the film was great"]
+    named = runner.invoke(app, ["predict", "--model", str(out), "--input-format", "jsonl"], input='{"other": 1}\n')
+    assert named.exit_code == 2 and "error: stdin: no text column 'review'" in " ".join(named.output.split())
 
     # evaluate: metrics, confusion matrix, and an unseen label reported and counted, not a crash
     test = tmp_path / "test.csv"

@@ -64,6 +64,12 @@ def test_the_validation_share_is_the_fraction_asked_and_every_kth_for_one_over_k
         assert len(picked) == round(fraction * 10_000) and max(b - a for a, b in zip(picked, picked[1:])) <= \
             -(-1 // fraction) + 1  # spread evenly: no gap much over 1 / fraction
     assert validation_share(0.0) is None and not held_out(5, None)
+    # small fractions of a large corpus: exact, never rounded to none (1e-5 held out nothing at a 10,000 bound)
+    for fraction in (1e-5, 4e-5, 5e-5):
+        share = validation_share(fraction)
+        assert share[0] / share[1] == pytest.approx(fraction, rel=1e-9)
+        i = np.arange(2_000_000, dtype=np.int64)
+        assert int((((i + 1) * share[0]) // share[1] > (i * share[0]) // share[1]).sum()) == round(fraction * 2e6)
 
 
 def test_word_starts_follow_the_pre_tokenizer(tmp_path, sample_tokenizer):
