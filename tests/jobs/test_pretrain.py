@@ -128,8 +128,11 @@ def test_kill_9_and_resume_gives_the_same_loss_curve(tmp_path, corpus):
     # it keeps its steps (every Ctrl-C lost them, silently: a first-use review, 2026-11-28)
     rare = merged(args, ["--set", "save_every=1000"])
     stopped = tmp_path / "stopped"
+    # SIGINT as a terminal's foreground job has it (a background CI runner's children inherit it ignored, which
+    # bertkit rightly leaves alone)
     proc = subprocess.Popen([sys.executable, AS_ON_CI, "pretrain", *map(str, rare), "--out", stopped],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     metrics, deadline = stopped / "metrics.jsonl", time.time() + 120
     while time.time() < deadline and not (metrics.is_file() and '"step": 30' in metrics.read_text()):
         time.sleep(0.02)

@@ -10,6 +10,15 @@ import pytest
 from bertkit.train.interrupt import Interrupt
 
 
+@pytest.fixture(autouse=True)
+def _python_default():
+    """SIGINT as Python sets it in a foreground process: a background job (a CI runner's `… &`) inherits it
+    ignored, and the interrupt then rightly stays off."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 def _sigint() -> None:
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(0.05)  # the handler runs in the main thread between bytecodes: let it
