@@ -126,8 +126,7 @@ class MNRLoss(SentenceLoss):
             # not fall; a review, 2026-11-28), or (on a positive side) the positive of a row with this row's anchor
             # text: a duplicate pair, or a row an epoch's wrap repeated
             positive = torch.arange(found.shape[0], device=scores.device) % (sides * rows) < rows  # (W*(k-1)*B,)
-            same = (found[None, :] == keys[:, 1:2]) | (found[None, :] == keys[:, :1]) | \
-                (positive[None, :] & (anchors[None, :] == keys[:, :1]))
+            same = no_negatives(found, anchors, positive, keys)
             same[torch.arange(rows, device=scores.device), gold] = False
             scores = scores.masked_fill(same, float("-inf"))
         return F.cross_entropy(scores, gold, reduction="sum"), {"accuracy": (scores.argmax(-1) == gold).sum()}
@@ -184,6 +183,15 @@ def pair_scores(u: np.ndarray, v: np.ndarray, gold: np.ndarray) -> dict[str, flo
             "pearson": result["pearson"]}
 
 
+def no_negatives(found, anchors, positive, keys):
+    """The candidates that are no negative of each row (training's torch tensors or validation's numpy arrays
+    alike): its positive's text again, its own anchor text, or on a positive side the positive of a row with its
+    anchor text. found, anchors, positive (M,): each candidate's text key, its row's anchor key, whether it is a
+    positive; keys (n, 1 + sides): the rows' own keys. Returns (n, M); the caller unmasks each row's gold column."""
+    return (found[None, :] == keys[:, 1:2]) | (found[None, :] == keys[:, :1]) | \
+        (positive[None, :] & (anchors[None, :] == keys[:, :1]))
+
+
 def ranking_scores(anchors: np.ndarray, candidates: np.ndarray, scale: float, keys: np.ndarray | None = None,
                    chunk: int = 1024) -> dict[str, float]:
     """Retrieval of each anchor's own positive (row i of `candidates`) among every candidate: the MNRL loss over
@@ -201,9 +209,7 @@ def ranking_scores(anchors: np.ndarray, candidates: np.ndarray, scale: float, ke
         scores = scale * anchors[start:start + chunk] @ candidates.T  # (n, M)
         rows = np.arange(len(scores))
         if keys is not None:
-            mine = keys[start:start + chunk]  # (n, 1 + sides)
-            same = (found[None, :] == mine[:, 1:2]) | (found[None, :] == mine[:, :1]) | \
-                (positive[None, :] & (of_anchor[None, :] == mine[:, :1]))  # (n, M)
+            same = no_negatives(found, of_anchor, positive, keys[start:start + chunk])  # (n, M)
             same[rows, start + rows] = False
             scores = np.where(same, -np.inf, scores)
         own = scores[rows, start + rows]  # (n,)

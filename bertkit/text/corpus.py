@@ -13,7 +13,7 @@ import hashlib
 import itertools
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -250,7 +250,7 @@ def iter_records(path: Path, text_field: str = "text", skip_bad_lines: bool | No
                     fields = ", ".join(record) if isinstance(record, dict) else type(record).__name__
                     raise BertkitError(f"{path}:{number}: no field '{field}' (found: {fields}); set {role}")
             key = None if id_field is None else record_key(record[id_field], f"{path}:{number}")
-            yield Record(number, key, document_text(record[text_field], f"{path}:{number}", text_field))
+            yield Record(number, key, document_text(record[text_field], text_field, lambda: f"{path}:{number}"))
     elif fmt in ("csv", "tsv"):
         yield from _delimited_records(path, fmt, text_field, id_field, skip_bad_lines, stats)
     else:
@@ -272,21 +272,21 @@ def iter_records(path: Path, text_field: str = "text", skip_bad_lines: bool | No
             for text, key in zip(texts, ids):
                 number += 1
                 yield Record(number, None if id_field is None else record_key(key, f"{path}: row {number}"),
-                             document_text(text, f"{path}: row {number}", text_field))
+                             document_text(text, text_field, lambda: f"{path}: row {number}"))
 
 
-def document_text(value, where: str, field: str) -> str:
+def document_text(value, field: str, where: Callable[[], str]) -> str:
     """A JSON record's text field as text: a string as it is, a number as written, null as empty; a list, an
     object or a boolean is refused (a list of paragraphs was trained on as its Python repr, and 0 or false read as
-    an empty document)."""
-    if value is None:
-        return ""
+    an empty document). `where` names the record, called only for the error (it runs once per document)."""
     if isinstance(value, str):
         return value
+    if value is None:
+        return ""
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
     kind = {bool: "a boolean", list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
-    raise BertkitError(f"{where}: field '{field}' holds {kind}, not text; join it into one string (or set "
+    raise BertkitError(f"{where()}: field '{field}' holds {kind}, not text; join it into one string (or set "
                        "--text-field)")
 
 

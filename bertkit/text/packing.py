@@ -125,8 +125,9 @@ def validation_share(fraction: float) -> tuple[int, int] | None:
     return (share.numerator, share.denominator) if share.numerator else (1, 10 ** 9)
 
 
-def held_out(doc: int, share: tuple[int, int] | None) -> bool:
-    """Whether document `doc` (0-based) is a validation document under `validation_share`'s p / q."""
+def held_out(doc, share: tuple[int, int] | None):
+    """Whether document `doc` (0-based; or an int64 array of them: a boolean array) is a validation document under
+    `validation_share`'s p / q."""
     return share is not None and ((doc + 1) * share[0]) // share[1] > (doc * share[0]) // share[1]
 
 
@@ -135,9 +136,7 @@ def _split(corpus: Dataset, validation_fraction: float) -> tuple[Dataset, Datase
     share = validation_share(validation_fraction)
     if share is None:
         return corpus, corpus.select([])
-    p, q = share
-    i = np.arange(len(corpus), dtype=np.int64)
-    validation = ((i + 1) * p) // q > (i * p) // q  # (n,)
+    validation = held_out(np.arange(len(corpus), dtype=np.int64), share)  # (n,)
     return corpus.select(np.flatnonzero(~validation)), corpus.select(np.flatnonzero(validation))
 
 

@@ -144,20 +144,20 @@ class BlockStream:
 
     def _documents(self, source, first_doc: int) -> Iterator[tuple[int, str]]:
         """(document index, text) of every non-empty document from where `source` stands."""
-        doc = first_doc
-        delimited = self._delimited()
+        doc, first = first_doc, self._delimited()  # a stream's columns are one schema: its first row says
         for row in _decoded(source, self.corpus):
-            if delimited and any(str(key).startswith("__index_level_") for key in row):
+            if first and any(str(key).startswith("__index_level_") for key in row):
                 # pandas reads a CSV whose first rows hold more fields than its header with the first fields as an
                 # index: the text was the row's tail, or empty (a review, 2026-11-28)
                 raise too_wide(self.corpus)
+            first = False
             if self.text_field not in row:
                 raise BertkitError(f"data.text_field: the streamed corpus {', '.join(map(str, self.corpus[:2]))} has "
                                    f"no field {self.text_field!r} (fields: {', '.join(map(str, row))}); set "
                                    "data.text_field")
             # (datasets gives a record without the field None, as a null: read as empty, where the packed path
             # refuses the file; docs/pretraining.md says so)
-            text = document_text(row[self.text_field], f"data.corpus: document {doc + 1}", self.text_field)
+            text = document_text(row[self.text_field], self.text_field, lambda: f"data.corpus: document {doc + 1}")
             text = text.removeprefix("\ufeff").strip()  # a file's byte-order mark, as the packed path drops it
             if text:
                 yield doc, text
