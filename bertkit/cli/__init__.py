@@ -67,7 +67,9 @@ def import_hf(src: Annotated[Path, typer.Argument(help="A Hugging Face BERT fold
               overwrite: Annotated[bool, typer.Option(help="Replace OUT if it is a run import-hf wrote (never a "
                                                                     "trained run), atomically.")] = False,
               ) -> None:
-    """Make a bertkit run directory from a Hugging Face BERT checkpoint (e.g. all-MiniLM-L6-v2)."""
+    """Make a bertkit run directory from a Hugging Face BERT checkpoint (e.g. all-MiniLM-L6-v2): an encoder, a
+    sentence-transformers folder, or a finetuned BertForSequenceClassification / BertForTokenClassification (a
+    classifier, regressor or NER tagger that predict and evaluate take, its labels from id2label)."""
     from bertkit import interop
 
     summary = interop.import_hf(src, out, overwrite=overwrite)
@@ -75,10 +77,20 @@ def import_hf(src: Annotated[Path, typer.Argument(help="A Hugging Face BERT fold
     typer.echo(f"wrote {summary['out']}: {summary['parameters']:,} parameters"
                + ("" if summary["tokenizer"] else " (no tokenizer found in the source folder)")
                + (f"; sentence-transformers: {st.pooling} pooling{', normalised' if st.normalize else ''}, "
-                  f"max length {st.max_seq_length}" if st else ""))
+                  f"max length {st.max_seq_length}" if st else "")
+               + (f"; {_task_shown(summary['task'], summary['labels'])}: predict, evaluate and export take it"
+                  if summary["task"] else ""))
     if summary["skipped"]:
         typer.echo(f"skipped {len(summary['skipped'])} tensors bertkit does not map yet "
                    f"(e.g. {summary['skipped'][0]})", err=True)
+
+
+def _task_shown(kind: str, labels: list[str]) -> str:
+    """An imported task model in a few words: its kind and labels (the first five, and how many in all)."""
+    if kind == "regress":
+        return "a finetuned regressor (one score)"
+    listed = ", ".join(labels[:5]) + (f", … {len(labels)} in all" if len(labels) > 5 else "")
+    return f"a finetuned {'NER tagger' if kind == 'ner' else 'classifier'} ({listed})"
 
 
 @app.command()
@@ -86,7 +98,9 @@ def import_hf(src: Annotated[Path, typer.Argument(help="A Hugging Face BERT fold
 def export(run: Annotated[Path, typer.Argument(help="A bertkit run directory.")],
            out: Annotated[Path, typer.Option("--out", "-o", help="The folder to write.")],
            format: Annotated[Literal["hf", "sentence-transformers", "onnx"], typer.Option(
-               "--format", help="hf: a folder transformers.BertModel (or AutoModelForMaskedLM) loads unchanged; "
+               "--format", help="hf: a folder transformers loads unchanged (BertModel; AutoModelForMaskedLM with an "
+                                "MLM head; a finetuned run's BertForSequenceClassification or "
+                                "BertForTokenClassification, its labels as id2label); "
                                 "sentence-transformers: a folder SentenceTransformer(path) loads, embedding like "
                                 "bertkit; onnx: one graph with everything the run does (an encoder's pooling and "
                                 "normalisation, a task model's logits) that every inference command takes as "

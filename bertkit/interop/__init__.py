@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bertkit.config import Config, SentenceConfig
-from bertkit.interop.hf import copy_tokenizer, model_from_hf
+from bertkit.config import Config, SentenceConfig, TaskConfig
+from bertkit.interop.hf import copy_tokenizer, labels_from_hf, model_from_hf, read_hf_config
 from bertkit.interop.sentence_transformers import read_sentence_config
-from bertkit.run.directory import write_run_files
+from bertkit.run.directory import write_labels, write_run_files
 from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked
 from bertkit.run.outputs import IMPORTED_RUN, claim
@@ -18,19 +18,27 @@ from bertkit.run.outputs import IMPORTED_RUN, claim
 
 def import_hf(src: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:
     """Make a bertkit run directory from an HF BERT folder, or a sentence-transformers folder (whose pooling,
-    normalisation and max_seq_length become the run's `[sentence]` settings). Returns a summary (parameters,
-    skipped, tokenizer, sentence)."""
+    normalisation and max_seq_length become the run's `[sentence]` settings). A BertForSequenceClassification or
+    BertForTokenClassification folder becomes a finetuned run (its labels.json from id2label) that `predict`,
+    `evaluate` and `export` take. Returns a summary (parameters, skipped, tokenizer, sentence, task, labels)."""
     src = Path(src)
     sentence_transformers = read_sentence_config(src)
     bert_folder, sentence = sentence_transformers or (src, SentenceConfig())
     hint = "choose another OUT or pass --overwrite"
     claim(out, IMPORTED_RUN, overwrite, inputs=(src,), hint=hint)  # before the work: a refusal costs nothing
     model, skipped = model_from_hf(bert_folder)
+    head = next((h for h in ("classifier", "tagger") if h in model.head_config.names), None)
+    kind, labels = labels_from_hf(read_hf_config(bert_folder), head, model.head_config.num_labels) if head \
+        else (None, [])
     with locked(out):
         # again under the lock: a run that a finetune finished at OUT while the weights were read is not replaced
         claim(out, IMPORTED_RUN, overwrite, inputs=(src,), hint=hint)
         with atomic_dir(out, overwrite=overwrite) as tmp:
-            write_run_files(tmp, model, Config(model=model.config, heads=model.head_config, sentence=sentence))
+            write_run_files(tmp, model, Config(model=model.config, heads=model.head_config, sentence=sentence,
+                                               task=TaskConfig(kind=kind or "classify")))
             has_tokenizer = copy_tokenizer(bert_folder, tmp) or copy_tokenizer(src, tmp)
+            if kind:
+                write_labels(tmp, kind, labels)
     return {"out": str(out), "parameters": model.parameter_counts()["total"], "skipped": skipped,
-            "tokenizer": has_tokenizer, "sentence": sentence if sentence_transformers else None}
+            "tokenizer": has_tokenizer, "sentence": sentence if sentence_transformers else None, "task": kind,
+            "labels": labels}

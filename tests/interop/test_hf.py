@@ -177,21 +177,204 @@ def test_export_refuses_what_bert_cannot_express(tmp_path, overrides, key):
             export_sentence_transformers(tmp_path / "run", tmp_path / "st")
 
 
-@pytest.mark.parametrize("head, num_labels", [("classifier", 3), ("tagger", 5)])
-def test_export_of_a_finetuned_run_names_its_head(tmp_path, head, num_labels):
-    """BERT's folder has no place for a task head: the error names the head and the exports that take the run (it
-    named one tensor of the head); the sentence-transformers export, one of them, writes the finetuned encoder."""
+def _task_run(tmp_path, tokenizer, head, labels, kind, pooling="cls"):
+    """A finetuned-shaped run (random weights, the sample tokenizer, labels.json) of `kind`."""
+    from bertkit.run.directory import write_labels
+
+    cfg = tiny(vocab_size=tokenizer.get_vocab_size())
+    heads_cfg = heads(head, num_labels=len(labels), pooling=pooling)
+    model = Model(cfg, heads_cfg).eval()
+    with torch.no_grad():  # LayerNorms and biases away from (1, 0), so a mapping that drops one shows
+        for name, p in model.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    tokenizer.save(str(tmp_path / "tokenizer.json"))
+    run = save_run(tmp_path / "run", model, Config(model=cfg, heads=heads_cfg), tmp_path / "tokenizer.json")
+    write_labels(run, kind, labels)
+    return run
+
+
+TEXTS = ["a wonderful film", "the plot is dull and slow, a waste of time", "ok"]
+PAIRS = ["it was great", "nothing", "the acting is fine but the script is not"]
+
+
+@pytest.mark.parametrize("kind, labels", [("classify", ["negative", "neutral", "positive"]), ("regress", ["score"])])
+def test_a_classifier_or_regressor_exports_as_bert_for_sequence_classification(tmp_path, sample_tokenizer, kind,
+                                                                                labels):
+    """transformers' AutoModelForSequenceClassification + AutoTokenizer give bertkit's probabilities (or scores) on
+    single texts and pairs, and its pipeline names bertkit's labels (a regressor's score unsquashed)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+    from bertkit.inference import TaskModel
+
+    run = _task_run(tmp_path, sample_tokenizer, "classifier", labels, kind)
+    export_hf(run, tmp_path / "hf")
+    hf, loading = AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "hf"), output_loading_info=True)
+    hf, tokenizer = hf.eval(), AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert type(hf).__name__ == "BertForSequenceClassification"
+    assert not loading["missing_keys"] and not loading["unexpected_keys"]  # nothing left to transformers' init
+    ours = TaskModel(run)
+    for pairs in (None, PAIRS):
+        expected, _ = ours.classify(TEXTS, pairs, digits=None)
+        with torch.no_grad():
+            logits = hf(**tokenizer(TEXTS, pairs, padding=True, return_tensors="pt")).logits
+        if kind == "regress":
+            assert hf.config.problem_type == "regression"
+            assert logits[:, 0].tolist() == pytest.approx([row["score"] for row in expected], abs=ATOL)
+        else:
+            got = logits.softmax(-1)
+            for row, probabilities in zip(expected, got):
+                assert probabilities.tolist() == pytest.approx([row["scores"][name] for name in labels], abs=ATOL)
+    answers = pipeline("text-classification", model=hf, tokenizer=tokenizer)(TEXTS)
+    expected, _ = ours.classify(TEXTS, digits=None)
+    for answer, row in zip(answers, expected):
+        if kind == "regress":  # no sigmoid: the score itself
+            assert answer["label"] == "score" and answer["score"] == pytest.approx(row["score"], abs=ATOL)
+        else:
+            assert answer["label"] == row["label"] and answer["score"] == pytest.approx(row["score"], abs=ATOL)
+
+
+def test_a_tagger_exports_as_bert_for_token_classification(tmp_path, sample_tokenizer):
+    """The tagger's token logits from AutoModelForTokenClassification equal bertkit's at every real token, and the
+    tags are its id2label."""
+    from transformers import AutoModelForTokenClassification, AutoTokenizer
+
+    from bertkit.inference import TaskModel, batched_logits
+
+    tags = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+    run = _task_run(tmp_path, sample_tokenizer, "tagger", tags, "ner")
+    export_hf(run, tmp_path / "hf")
+    hf, loading = AutoModelForTokenClassification.from_pretrained(str(tmp_path / "hf"), output_loading_info=True)
+    hf, tokenizer = hf.eval(), AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert type(hf).__name__ == "BertForTokenClassification" and hf.config.id2label == dict(enumerate(tags))
+    assert not loading["missing_keys"] and not loading["unexpected_keys"]
+    ours = TaskModel(run)
+    encoded = ours.encoder.texts(TEXTS)
+    expected = batched_logits(ours.model, encoded, "tagger", ours.pad_id)
+    batch = tokenizer(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        got = hf(**batch).logits
+    for row, (example, logits) in enumerate(zip(encoded, expected)):
+        assert batch["input_ids"][row, :len(example.input_ids)].tolist() == example.input_ids
+        assert (got[row, :len(example.input_ids)] - torch.as_tensor(logits)).abs().max().item() <= ATOL
+
+
+@pytest.mark.parametrize("head, kind, labels", [("classifier", "classify", ["neg", "pos"]),
+                                               ("classifier", "regress", ["score"]),
+                                               ("tagger", "ner", ["O", "B-ORG", "I-ORG"])])
+def test_an_exported_task_run_imports_back_unchanged(tmp_path, sample_tokenizer, head, kind, labels):
+    """export --format hf, then import-hf: the same tensors bit for bit, the same labels.json, the same answers."""
+    from bertkit.inference import TaskModel
+    from bertkit.run.directory import load_run, read_labels
+
+    run = _task_run(tmp_path, sample_tokenizer, head, labels, kind)
+    export_hf(run, tmp_path / "hf")
+    summary = import_hf(tmp_path / "hf", tmp_path / "back")
+    assert (summary["task"], summary["labels"], summary["skipped"]) == (kind, labels, [])
+    assert read_labels(tmp_path / "back") == (kind, labels)
+    (config, model), (config_back, model_back) = load_run(run), load_run(tmp_path / "back")
+    assert config_back.heads == config.heads
+    back = model_back.state_dict()
+    assert back.keys() == model.state_dict().keys()
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, back[key]), key
+    if kind != "ner":
+        assert TaskModel(tmp_path / "back").classify(TEXTS)[0] == TaskModel(run).classify(TEXTS)[0]
+
+
+def test_the_cli_imports_an_exported_classifier_that_predict_takes(tmp_path, sample_tokenizer):
+    """`bertkit export --format hf`, `bertkit import-hf` (which says what it imported), `bertkit predict` on it."""
+    from conftest import cli_ok
+
+    run = _task_run(tmp_path, sample_tokenizer, "classifier", ["neg", "pos"], "classify")
+    assert "hf, 41 tensors" in cli_ok("export", str(run), "--format", "hf", "-o", str(tmp_path / "hf")).output
+    imported = cli_ok("import-hf", str(tmp_path / "hf"), str(tmp_path / "back")).output
+    assert "a finetuned classifier (neg, pos): predict, evaluate and export take it" in imported
+    from typer.testing import CliRunner
+
+    from bertkit.cli import app
+
+    answer = CliRunner().invoke(app, ["predict", "--model", str(tmp_path / "back")], input="a wonderful film\n").stdout
+    assert json.loads(answer.strip().splitlines()[-1])["label"] in ("neg", "pos")
+
+
+def _hf_task_folder(folder, architecture, **config):
+    """A random transformers task model (perturbed LayerNorms) saved to `folder`."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    hf_config = BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                           intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **config)
+    model = getattr(tf, architecture)(hf_config).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name or name.endswith("bias"):
+                p.add_(torch.randn_like(p) * 0.1)
+    model.save_pretrained(folder)
+    return model
+
+
+@pytest.mark.parametrize("architecture, config, kind, labels", [
+    ("BertForSequenceClassification", dict(id2label={0: "contradiction", 1: "entailment", 2: "neutral"}), "classify",
+     ["contradiction", "entailment", "neutral"]),
+    ("BertForSequenceClassification", dict(num_labels=1), "regress", ["score"]),
+    ("BertForSequenceClassification", dict(num_labels=2), "classify", ["LABEL_0", "LABEL_1"]),
+    ("BertForTokenClassification", dict(id2label={0: "O", 1: "B-PER", 2: "I-PER"}), "ner", ["O", "B-PER", "I-PER"])])
+def test_a_transformers_task_model_imports_as_a_finetuned_run(tmp_path, architecture, config, kind, labels):
+    """A BertForSequenceClassification (pooler + classifier) or BertForTokenClassification folder becomes a run
+    whose task head gives transformers' logits on every real token, with id2label as its labels.json."""
+    from bertkit.run.directory import read_labels
+
+    hf = _hf_task_folder(tmp_path / "hf", architecture, **config)
+    summary = import_hf(tmp_path / "hf", tmp_path / "run")
+    assert (summary["task"], summary["skipped"]) == (kind, [])
+    assert read_labels(tmp_path / "run") == (kind, labels)
+    from bertkit.run.directory import load_run
+
+    run_config, ours = load_run(tmp_path / "run")
+    head = "tagger" if kind == "ner" else "classifier"
+    assert run_config.heads.names == (head,) and run_config.heads.num_labels == len(labels)
+    ids, mask, types = _batch(120)
+    with torch.no_grad():
+        expected = hf(input_ids=ids, attention_mask=mask, token_type_ids=types).logits
+        hidden = ours(ids, mask, token_type_ids=types).last_hidden_state
+        got = ours.heads[head](HeadInput(hidden, mask))
+    if kind == "ner":
+        assert _max_diff_on_real_tokens(got, expected, mask) <= ATOL
+    else:
+        assert (got - expected).abs().max().item() <= ATOL
+
+
+@pytest.mark.parametrize("architecture, config, reason", [
+    ("BertForSequenceClassification", dict(num_labels=3, problem_type="multi_label_classification"), "multi-label"),
+    ("BertForTokenClassification", dict(id2label={0: "NOUN", 1: "VERB"}), "are not IOB tags"),
+    ("BertForSequenceClassification", dict(id2label={0: "yes", 1: "yes"}), "names a label twice")])
+def test_a_task_head_bertkit_cannot_decode_is_left_out_and_said(tmp_path, architecture, config, reason):
+    """A multi-label classifier, a tagger whose labels are not IOB tags, a label named twice: the encoder is
+    imported, the head left out, and the summary says why (it would have answered with the wrong decoding)."""
+    _hf_task_folder(tmp_path / "hf", architecture, **config)
+    summary = import_hf(tmp_path / "hf", tmp_path / "run")
+    assert summary["task"] is None and reason in summary["skipped"][0]
+    assert not (tmp_path / "run" / "labels.json").exists()
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["heads"]["names"] in ([], ["pooler"])
+
+
+@pytest.mark.parametrize("head, pooling, message", [
+    ("pair_classifier", "cls", "no place for this run's pair_classifier head: --format onnx exports the whole model, "
+                               "--format sentence-transformers its finetuned encoder"),
+    ("classifier", "mean", "heads.classifier_pooling='mean' cannot be expressed as BertForSequenceClassification")])
+def test_export_refuses_a_head_bert_cannot_hold(tmp_path, sample_tokenizer, head, pooling, message):
+    """SBERT's pair classifier (a training objective) and a classifier that pools by mean have no BERT class: the
+    error names the head or the key and the exports that take the run; the sentence-transformers export, one of
+    them, writes the finetuned encoder."""
     from bertkit.interop.sentence_transformers import export_sentence_transformers
 
-    cfg = tiny()
-    heads_cfg = heads(head, num_labels=num_labels)
-    save_run(tmp_path / "run", Model(cfg, heads_cfg), Config(model=cfg, heads=heads_cfg))
-    with pytest.raises(BertkitError, match=f"no place for this run's {head} head: --format onnx exports the whole "
-                                           "model, --format sentence-transformers its finetuned encoder"):
-        export_hf(tmp_path / "run", tmp_path / "out")
+    run = _task_run(tmp_path, sample_tokenizer, head, ["0", "1", "2"], "classify", pooling=pooling)
+    with pytest.raises(BertkitError, match=message):
+        export_hf(run, tmp_path / "out")
     assert not (tmp_path / "out").exists()
-    export_sentence_transformers(tmp_path / "run", tmp_path / "st")
-    assert BertModel.from_pretrained(str(tmp_path / "st")).config.hidden_size == cfg.d_model
+    export_sentence_transformers(run, tmp_path / "st")
+    assert BertModel.from_pretrained(str(tmp_path / "st")).config.hidden_size == 32
 
 
 def test_import_refuses_non_bert_and_bad_folders(tmp_path):
