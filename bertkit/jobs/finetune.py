@@ -147,6 +147,26 @@ def _as_stored(task: FinetuneTask, examples: list, labels: list[str]) -> list:
         if spelled else examples
 
 
+def _train_settings(train_cfg, steps_per_epoch: float, step_cap: int | None):
+    """The run's step count (from its epochs, where it has them; at most `step_cap`, `glue --steps`: the epochs or
+    the cap, whichever ends first) and its evaluation interval."""
+    if train_cfg.epochs is not None:
+        train_cfg = dataclasses.replace(train_cfg, max_steps=max(1, math.ceil(train_cfg.epochs * steps_per_epoch)))
+    if step_cap is not None:
+        train_cfg = dataclasses.replace(train_cfg, max_steps=min(train_cfg.max_steps, step_cap))
+    return evaluated_each_epoch(train_cfg, steps_per_epoch)
+
+
+def evaluated_each_epoch(train_cfg, steps_per_epoch: float):
+    """The run's train settings evaluating every `eval_every` steps and at least once an epoch: on a small training
+    file (300 examples: 10 steps an epoch, 29 in 3 epochs) `eval_every` 200 evaluated once, at the end, so the
+    "best checkpoint" was the last step's. The run's config.json keeps the `eval_every` it was given."""
+    per_epoch = max(1, math.ceil(steps_per_epoch))
+    if train_cfg.eval_every <= per_epoch or train_cfg.max_steps <= per_epoch:
+        return train_cfg
+    return dataclasses.replace(train_cfg, eval_every=per_epoch)
+
+
 def _longest(encoded: list, max_length: int) -> int:
     """The longest encoded example, at most max_length: what a micro-batch is padded to."""
     return min(max((len(e.input_ids) for e in encoded if hasattr(e, "input_ids")), default=max_length), max_length)
@@ -221,16 +241,13 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     if truncated and main:
         console.print(f"[yellow]warning: {truncated:,} of {len(encoded):,} {task.examples_name} are longer than "
                       f"{max_length} tokens and were truncated ({task.length_key})")
-    train_cfg = config.train
-    if train_cfg.epochs is not None:
-        train_cfg = dataclasses.replace(train_cfg, max_steps=max(1, math.ceil(train_cfg.epochs
-                                                                               * objective.steps_per_epoch)))
-    if step_cap is not None:  # `glue --steps`: the epochs or the cap, whichever ends first
-        train_cfg = dataclasses.replace(train_cfg, max_steps=min(train_cfg.max_steps, step_cap))
+    train_cfg = _train_settings(config.train, objective.steps_per_epoch, step_cap)
 
     config, model = _model(config, task_config, task, base_config, base, labels, train_cfg,
                            _longest(encoded, max_length), accelerator)
     del base
+    # a head started from the data (a regressor's bias at the mean score); a resume loads its checkpoint over it
+    getattr(objective, "init_head", lambda _: None)(model)
     metric = config.train.metric or objective.default_metric
     if metric not in objective.metric_names:
         raise BertkitError(f"train.metric: {metric!r} is not a validation metric of {task.kind} (allowed: "
@@ -243,7 +260,9 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
                       f"{plan_text(train_cfg, objective.steps_per_epoch, objective.global_batch)}; "
                       f"learning rate {train_cfg.learning_rate:g}; "
                       f"{'random init' if task_config.init == 'random' else f'backbone from {model_dir}'}; "
-                      f"best checkpoint by validation {metric}")
+                      f"best checkpoint by validation {metric}"
+                      + (f", evaluated once an epoch (every {train_cfg.eval_every:,} steps)"
+                         if train_cfg.eval_every != config.train.eval_every else ""))
         if not resume:
             with atomic_dir(out, exists_hint="pass --resume to continue it, or choose another --out") as tmp:
                 write_config(tmp, config)
