@@ -186,6 +186,7 @@ class TaskModel:
     def __init__(self, run: str | Path, batch_size: int = 64, device: str | torch.device | None = None,
                  precision: str = "auto", threads: int | None = None):
         run = Path(run)
+        self.run = run
         self.onnx = None  # an ONNX export folder's OnnxModel (`bertkit export --format onnx`), else the torch model
         if is_onnx_export(run):
             self._open_onnx(run, device, precision, threads)
@@ -227,6 +228,17 @@ class TaskModel:
         self.head = "tagger" if self.kind == "ner" else "classifier"
         self.precision = manifest.precision
 
+    def pair_column(self, given: str | None) -> str | None:
+        """The column a pair's second text is read from: `given` (--text-pair-column), else the run's own; refused
+        for a tagger and for a run finetuned on single texts. An imported model (import-hf of a transformers
+        classifier, whose inputs are not known) takes one: an MRPC or STS-B model reads pairs."""
+        task = self.config.task
+        if given is not None and (self.kind == "ner" or (task.text_pair_column is None
+                                                         and task.train_file is not None)):
+            raise BertkitError(f"--text-pair-column {given}: {self.run} was finetuned on single texts; it reads "
+                               "no second text")
+        return given or task.text_pair_column
+
     def _logits(self, encoded: list[Encoded]) -> list[np.ndarray]:
         """The task head's logits per example, in input order: (C,) per text, (T_i, C) per tagged sentence."""
         if self.onnx is not None:
@@ -264,8 +276,11 @@ class TaskModel:
         classification metrics, or strict entity P/R/F1. Labels the model never saw count as errors and are
         listed (`unseen_labels`)."""
         known = set(self.labels)
+        # pairs where the run reads them or the examples carry them (`evaluate --text-pair-column` on an imported
+        # pair model)
+        pairs = [e.pair or "" for e in examples] if self.config.task.text_pair_column or any(
+            getattr(e, "pair", None) is not None for e in examples) else None
         if self.kind == "regress":
-            pairs = [e.pair or "" for e in examples] if self.config.task.text_pair_column else None
             # unrounded: four decimals made ties of near-equal scores (Spearman 0.19184 against scipy's 0.19208)
             predictions, truncated = self.classify([e.text for e in examples], pairs, digits=None)
             try:
@@ -278,7 +293,6 @@ class TaskModel:
             result.pop("pairs")
             return {**result, "unseen_labels": [], "truncated": truncated}
         if self.kind == "classify":
-            pairs = [e.pair or "" for e in examples] if self.config.task.text_pair_column else None
             predictions, truncated = self.classify([e.text for e in examples], pairs)
             gold = [e.label for e in examples]
             result = classification_metrics(gold, [p["label"] for p in predictions], self.labels)

@@ -78,19 +78,25 @@ def import_hf(src: Annotated[Path, typer.Argument(help="A Hugging Face BERT fold
                + ("" if summary["tokenizer"] else " (no tokenizer found in the source folder)")
                + (f"; sentence-transformers: {st.pooling} pooling{', normalised' if st.normalize else ''}, "
                   f"max length {st.max_seq_length}" if st else "")
-               + (f"; {_task_shown(summary['task'], summary['labels'])}: predict, evaluate and export take it"
-                  if summary["task"] else ""))
+               + (f"; {_task_shown(summary)}: predict, evaluate and export take it" if summary["task"] else ""))
+    if summary["head_left_out"]:
+        typer.echo(f"left its task head out ({summary['head_left_out']}): the encoder is imported; finetune it "
+                   "with `bertkit finetune classify|ner`", err=True)
     if summary["skipped"]:
         typer.echo(f"skipped {len(summary['skipped'])} tensors bertkit does not map yet "
                    f"(e.g. {summary['skipped'][0]})", err=True)
 
 
-def _task_shown(kind: str, labels: list[str]) -> str:
+def _task_shown(summary: dict) -> str:
     """An imported task model in a few words: its kind and labels (the first five, and how many in all)."""
-    if kind == "regress":
-        return "a finetuned regressor (one score)"
+    length = f", inputs cut at {summary['max_length']} tokens" if summary["max_length"] else ""
+    if summary["task"] == "regress":
+        logit = "" if summary["problem_type"] == "regression" else \
+            ": the classifier's raw logit, to which transformers' pipeline applies a sigmoid"
+        return f"a finetuned regressor (one score{logit}{length})"
+    labels = summary["labels"]
     listed = ", ".join(labels[:5]) + (f", … {len(labels)} in all" if len(labels) > 5 else "")
-    return f"a finetuned {'NER tagger' if kind == 'ner' else 'classifier'} ({listed})"
+    return f"a finetuned {'NER tagger' if summary['task'] == 'ner' else 'classifier'} ({listed}{length})"
 
 
 @app.command()

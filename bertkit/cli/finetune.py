@@ -288,6 +288,9 @@ def evaluate(model: Annotated[Path, typer.Option(
              text_column: Annotated[str | None, typer.Option(help="Override the finetuning text column.")] = None,
              label_column: Annotated[str | None, typer.Option(help="Override the label column.")] = None,
              tag_column: Annotated[int | None, typer.Option(help="Override the CoNLL tag column.")] = None,
+             text_pair_column: Annotated[str | None, typer.Option(
+                 help="Override the pair's second-text column (an imported transformers pair model, e.g. MRPC, "
+                      "needs it).")] = None,
              out: Annotated[Path | None, typer.Option("--out", "-o", help="Also write the metrics as JSON.")]
              = None,
              precision: PrecisionOption = "auto",
@@ -301,4 +304,4 @@ def evaluate(model: Annotated[Path, typer.Option(
     from bertkit.paths import resolve_data_path
 
     job.run(job.EvaluateJob(model, resolve_data_path(data), text_column, label_column, tag_column, out, overwrite,
-                            precision=precision, skip_bad_lines=skip_bad_lines))
+                            precision=precision, skip_bad_lines=skip_bad_lines, text_pair_column=text_pair_column))

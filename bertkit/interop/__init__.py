@@ -4,11 +4,13 @@ a bertkit run directory."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from bertkit.config import Config, SentenceConfig, TaskConfig
-from bertkit.interop.hf import copy_tokenizer, labels_from_hf, model_from_hf, read_hf_config
+from bertkit.interop.hf import copy_tokenizer, read_hf_model
+from bertkit.interop.hf_tasks import imported_task, labels_from_hf
 from bertkit.interop.sentence_transformers import read_sentence_config
 from bertkit.run.directory import write_labels, write_run_files
 from bertkit.run.files import atomic_dir
@@ -26,19 +28,32 @@ def import_hf(src: str | Path, out: str | Path, overwrite: bool = False) -> dict
     bert_folder, sentence = sentence_transformers or (src, SentenceConfig())
     hint = "choose another OUT or pass --overwrite"
     claim(out, IMPORTED_RUN, overwrite, inputs=(src,), hint=hint)  # before the work: a refusal costs nothing
-    model, skipped = model_from_hf(bert_folder)
+    imported = read_hf_model(bert_folder)
+    model = imported.model
     head = next((h for h in ("classifier", "tagger") if h in model.head_config.names), None)
-    kind, labels = labels_from_hf(read_hf_config(bert_folder), head, model.head_config.num_labels) if head \
-        else (None, [])
+    kind, labels = labels_from_hf(imported.hf_config, head, model.head_config.num_labels) if head else (None, [])
+    task, extra = imported_task(imported.hf_config, kind, _tokenizer_config(bert_folder)) if head else \
+        (TaskConfig(), {})
     with locked(out):
         # again under the lock: a run that a finetune finished at OUT while the weights were read is not replaced
         claim(out, IMPORTED_RUN, overwrite, inputs=(src,), hint=hint)
         with atomic_dir(out, overwrite=overwrite) as tmp:
             write_run_files(tmp, model, Config(model=model.config, heads=model.head_config, sentence=sentence,
-                                               task=TaskConfig(kind=kind or "classify")))
+                                               task=task))
             has_tokenizer = copy_tokenizer(bert_folder, tmp) or copy_tokenizer(src, tmp)
             if kind:
-                write_labels(tmp, kind, labels)
-    return {"out": str(out), "parameters": model.parameter_counts()["total"], "skipped": skipped,
-            "tokenizer": has_tokenizer, "sentence": sentence if sentence_transformers else None, "task": kind,
-            "labels": labels}
+                write_labels(tmp, kind, labels, **extra)
+    return {"out": str(out), "parameters": model.parameter_counts()["total"], "skipped": imported.skipped,
+            "head_left_out": imported.head_left_out, "tokenizer": has_tokenizer,
+            "sentence": sentence if sentence_transformers else None, "task": kind, "labels": labels,
+            "max_length": task.max_length, "problem_type": imported.hf_config.get("problem_type")}
+
+
+def _tokenizer_config(folder: Path) -> dict:
+    """An HF folder's tokenizer_config.json ({} where it has none or it is unreadable: only its model_max_length
+    is read)."""
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}

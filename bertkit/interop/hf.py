@@ -7,12 +7,11 @@ Neither direction imports transformers: the formats are plain files.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from safetensors import SafetensorError
@@ -21,8 +20,9 @@ from safetensors.torch import load_file, save_file
 import bertkit
 from bertkit.config import Config, HeadsConfig, ModelConfig
 from bertkit.errors import BertkitError
+from bertkit.interop.hf_tasks import TASK_HEADS, imported_head, input_length, task_head
 from bertkit.nn.model import Model
-from bertkit.run.directory import LABELS_FILE, TOKENIZER_FILE, load_run, read_labels
+from bertkit.run.directory import TOKENIZER_FILE, load_run
 from bertkit.run.files import atomic_dir
 from bertkit.run.outputs import HF_EXPORT, claim
 from bertkit.text.tokenizer import write_hf_tokenizer_config
@@ -181,43 +181,20 @@ def _untied_decoder(weights: dict[str, torch.Tensor], hf_config: dict) -> bool:
             or (bias is not None and shared_bias is not None and not torch.equal(bias, shared_bias)))
 
 
-def _imported_head(hf_config: dict, weights: dict[str, torch.Tensor]) -> tuple[str | None, str | None]:
-    """The task head a BertForSequenceClassification / BertForTokenClassification checkpoint brings ("classifier",
-    "tagger") and None, or None and why its head is left out (labels bertkit's heads cannot decode)."""
-    architecture = (hf_config.get("architectures") or [""])[0]
-    head = {"BertForSequenceClassification": "classifier", "BertForTokenClassification": "tagger"}.get(architecture)
-    if head is None or "classifier.weight" not in weights:
-        return None, None
-    kind, labels = labels_from_hf(hf_config, head, weights["classifier.weight"].shape[0])
-    if hf_config.get("problem_type") == "multi_label_classification":
-        return None, ("classifier (multi-label: bertkit's classifier picks one label; the encoder imported, "
-                      "finetune it with `bertkit finetune classify`)")
-    if len(set(labels)) != len(labels):
-        return None, f"classifier (its id2label names a label twice: {labels}; the encoder imported)"
-    if kind == "ner" and not all(tag == "O" or re.match(r"^[BI]-.", tag) for tag in labels):
-        return None, (f"classifier (its tags {labels[:4]} are not IOB tags, which bertkit's NER decodes; the "
-                      "encoder imported)")
-    return head, None
+class HFModel(NamedTuple):
+    """What an HF folder's weights became: the model, the HF keys skipped (an untied MLM decoder's note first), why
+    a task head was left out (None: imported, or none there), and the folder's config.json."""
+
+    model: Model
+    skipped: list[str]
+    head_left_out: str | None
+    hf_config: dict[str, Any]
 
 
-def labels_from_hf(hf_config: dict, head: str, outputs: int) -> tuple[str, list[str]]:
-    """(task kind, labels in output order) of an HF task checkpoint: a one-output sequence classifier is a
-    regressor (transformers trains it with MSE), a token classifier an NER tagger; labels from id2label
-    (LABEL_i where it has none)."""
-    if head == "classifier" and (hf_config.get("problem_type") == "regression" or outputs == 1):
-        return "regress", ["score"]
-    names = {}
-    for key, value in (hf_config.get("id2label") or {}).items():
-        with contextlib.suppress(TypeError, ValueError):
-            names[int(key)] = str(value)
-    return "ner" if head == "tagger" else "classify", [names.get(i, f"LABEL_{i}") for i in range(outputs)]
-
-
-def model_from_hf(src: str | Path) -> tuple[Model, list[str]]:
+def read_hf_model(src: str | Path) -> HFModel:
     """Build a bertkit Model holding an HF BERT folder's weights: an encoder, with its MLM head and pooler where
     it has them, or a finetuned BertForSequenceClassification / BertForTokenClassification with its task head
-    (labels: `labels_from_hf`). Returns the model and the skipped HF keys (an untied MLM decoder among them, first:
-    its head is left out, as bertkit's MLM head is tied to the embeddings)."""
+    (`hf_tasks.imported_head`); an untied MLM decoder's head is left out (bertkit's is tied to the embeddings)."""
     hf_config = read_hf_config(src)
     config_from_hf(hf_config)  # refuse a non-BERT folder before reading its weights
     weights = read_hf_weights(src)
@@ -226,13 +203,11 @@ def model_from_hf(src: str | Path) -> tuple[Model, list[str]]:
     if untied:
         skipped.append("cls.predictions (its decoder is not tied to the word embeddings, which bertkit's MLM head "
                        "is: the head is left out, the encoder imported)")
-    head, left_out = _imported_head(hf_config, weights)
-    if left_out:
-        skipped.append(left_out)
+    head, left_out = imported_head(hf_config, weights)
     for key, tensor in weights.items():
         target = hf_to_bertkit_key(key)
-        if head and key.startswith("classifier."):  # the task head's output layer
-            target = f"heads.{head}.out.{key.removeprefix('classifier.')}"
+        if key.startswith("classifier."):  # the task head's output layer (or a left-out head's, said apart)
+            target = f"heads.{head}.out.{key.removeprefix('classifier.')}" if head else ""
         elif head and target and target.startswith("heads.pooler."):  # a classifier's dense + tanh is the pooler;
             # a token classifier never reads one
             target = target.replace("heads.pooler.", "heads.classifier.") if head == "classifier" else ""
@@ -255,7 +230,13 @@ def model_from_hf(src: str | Path) -> tuple[Model, list[str]]:
     if missing or unexpected:
         raise BertkitError(f"import-hf: weights do not match config.json (missing: {missing[:3]}, "
                            f"unexpected: {unexpected[:3]})")
-    return model.eval(), skipped
+    return HFModel(model.eval(), skipped, left_out, hf_config)
+
+
+def model_from_hf(src: str | Path) -> tuple[Model, list[str]]:
+    """`read_hf_model`'s model and skipped keys."""
+    imported = read_hf_model(src)
+    return imported.model, imported.skipped
 
 
 def copy_tokenizer(src: Path, dest: Path) -> bool:
@@ -280,17 +261,6 @@ def copy_tokenizer(src: Path, dest: Path) -> bool:
     return False
 
 
-# A finetuned run's task head -> (its transformers class, {bertkit key prefix: HF key prefix}). bertkit's classifier
-# is BERT's: [CLS] -> dense -> tanh -> linear, its dense + tanh being BertPooler's shape (a pooler the run also holds,
-# from import-hf, is one the classifier never reads, so it is left out); the tagger is BERT's token classifier.
-_TASK_HEADS = {
-    "classifier": ("BertForSequenceClassification", {"heads.classifier.dense.": "bert.pooler.dense.",
-                                                     "heads.classifier.out.": "classifier."}),
-    "tagger": ("BertForTokenClassification", {"heads.tagger.out.": "classifier."}),
-}
-_PROBLEM_TYPES = {"classify": "single_label_classification", "regress": "regression"}
-
-
 def export_hf(run: str | Path, out: str | Path, overwrite: bool = False) -> dict[str, Any]:
     """Write an HF BERT folder (config.json, model.safetensors, tokenizer.json + tokenizer_config.json) that
     transformers loads unchanged: `BertModel` for an encoder (`AutoModelForMaskedLM` with an MLM head; a model
@@ -303,47 +273,18 @@ def export_hf(run: str | Path, out: str | Path, overwrite: bool = False) -> dict
     return {"out": str(out), "tensors": tensors}
 
 
-def _task_head(run: Path, config: Config, command: str) -> tuple[str | None, dict[str, Any]]:
-    """The run's task head (None for an encoder) and what config.json says of it (class, labels, problem type);
-    refuses a head BERT's task classes cannot hold, naming it and the exports that take the run."""
-    heads = [name for name in config.heads.names if name not in ("mlm", "pooler", "rtd", "generator")]
-    if not heads:
-        return None, {}
-    head = heads[0]
-    if len(heads) > 1 or head not in _TASK_HEADS:  # SBERT's pair classifier: a training objective, not a model
-        raise BertkitError(f"{run}: a Hugging Face export holds BERT (BertModel, BertForMaskedLM, "
-                           "BertForSequenceClassification, BertForTokenClassification), which has no place for "
-                           f"this run's {', '.join(heads)} head: --format onnx exports the whole model, "
-                           "--format sentence-transformers its finetuned encoder")
-    if head == "classifier" and config.heads.classifier_pooling != "cls":
-        raise BertkitError(f"{command}: heads.classifier_pooling={config.heads.classifier_pooling!r} cannot be "
-                           "expressed as BertForSequenceClassification (it classifies from [CLS]): --format onnx "
-                           "exports the whole model")
-    if not (run / LABELS_FILE).is_file():
-        raise BertkitError(f"{run}: no {LABELS_FILE}: a finetuned run's export names its labels from it")
-    kind, labels = read_labels(run)
-    if len(labels) != config.heads.num_labels:
-        raise BertkitError(f"{run / LABELS_FILE}: {len(labels)} labels for a head of {config.heads.num_labels} "
-                           "outputs")
-    described = {"architectures": [_TASK_HEADS[head][0]], "id2label": dict(enumerate(labels)),
-                 "label2id": {label: index for index, label in enumerate(labels)}}
-    if kind in _PROBLEM_TYPES:  # "regression": transformers' pipeline then reports the raw score (no sigmoid)
-        described["problem_type"] = _PROBLEM_TYPES[kind]
-    return head, described
-
-
 def write_hf_folder(folder: Path, run: Path, config: Config, model: Model, with_mlm: bool,
                     command: str = "export --format hf") -> int:
     """The HF files of a run into `folder`: its encoder, an MLM head (BertForMaskedLM layout) only `with_mlm`, a
     classifier or tagger head in the layout of BERT's task class; `command` names the export in an error. Returns
     the number of tensors written."""
     hf_config = config_to_hf(config.model, config.heads, command)
-    head, described = _task_head(run, config, command)
+    head, described = task_head(run, config, command)
     # ELECTRA's pretraining heads (generator, replaced-token detection) have no place in BERT: the encoder goes;
     # a task model's unread pooler neither (its classifier's dense layer is BERT's pooler)
     dropped = ("heads.rtd.", "heads.generator.") + (() if with_mlm else ("heads.mlm.",)) \
         + (("heads.pooler.",) if head else ())
-    state, renamed = {}, _TASK_HEADS[head][1] if head else {}
+    state, renamed = {}, TASK_HEADS[head][1] if head else {}
     for key, tensor in model.state_dict().items():
         prefix = next((p for p in renamed if key.startswith(p)), None)
         if prefix is not None:
@@ -367,5 +308,5 @@ def write_hf_folder(folder: Path, run: Path, config: Config, model: Model, with_
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt", "bertkit": bertkit.__version__})
     if (run / TOKENIZER_FILE).is_file():
         shutil.copyfile(run / TOKENIZER_FILE, folder / TOKENIZER_FILE)
-        write_hf_tokenizer_config(folder, model_max_length=config.model.max_len)
+        write_hf_tokenizer_config(folder, model_max_length=input_length(config))
     return len(state)

@@ -36,6 +36,7 @@ class EvaluateJob:
     overwrite: bool = False
     precision: str = "auto"
     skip_bad_lines: bool = False  # rows without a label or text skipped and counted (else: one error line)
+    text_pair_column: str | None = None  # a pair's second text (an imported transformers pair model needs it)
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,8 @@ def run(job: EvaluateJob, console: Console | None = None) -> EvaluateResult:
     if out is not None:
         claim(out, EVALUATION, job.overwrite, inputs=(job.data, job.model))
     task_model = TaskModel(job.model, precision=job.precision)
-    columns = {"text_column": job.text_column, "label_column": job.label_column, "tag_column": job.tag_column}
+    columns = {"text_column": job.text_column, "label_column": job.label_column, "tag_column": job.tag_column,
+               "text_pair_column": task_model.pair_column(job.text_pair_column)}
     task = dataclasses.replace(task_model.config.task, **{k: v for k, v in columns.items() if v is not None})
     if job.skip_bad_lines and task.kind == "ner":
         console.print("[yellow]warning: --skip-bad-lines does nothing for a CoNLL file (a sentence has no label "

@@ -38,20 +38,28 @@ def input_format(given: str, source: Path | None) -> str:
     return {".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv"}.get(suffix, "text")
 
 
-def missing(task_model: TaskModel, inputs: list[tuple[str, str | None]]) -> list[bool]:
+def _reads_pairs(task_model: TaskModel, pairs: bool | None) -> bool:
+    """Whether the inputs are pairs: as said (a --text-pair-column given), else as the run was finetuned."""
+    return task_model.kind in ("classify", "regress") and (
+        pairs if pairs is not None else task_model.config.task.text_pair_column is not None)
+
+
+def missing(task_model: TaskModel, inputs: list[tuple[str, str | None]], pairs: bool | None = None) -> list[bool]:
     """Which inputs have no text (or, for a pair model, no pair): finetuning and `evaluate` refuse such rows, and a
-    model's answer to an empty input is no prediction of anything."""
-    pairs = task_model.kind in ("classify", "regress") and task_model.config.task.text_pair_column is not None
+    model's answer to an empty input is no prediction of anything. `pairs`: whether the inputs are pairs (None: as
+    the run was finetuned)."""
+    pairs = _reads_pairs(task_model, pairs)
     return [not text or (pairs and not pair) for text, pair in inputs]
 
 
-def predict(task_model: TaskModel, inputs: list[tuple[str, str | None]]) -> tuple[list[dict], int]:
+def predict(task_model: TaskModel, inputs: list[tuple[str, str | None]],
+            pairs: bool | None = None) -> tuple[list[dict], int]:
     """One record per input (text, pair) and how many inputs were truncated. An input without its text (or pair)
-    keeps its place with no answer: label and score null (a tagger's: no entities)."""
-    empty = missing(task_model, inputs)
+    keeps its place with no answer: label and score null (a tagger's: no entities). `pairs`: as for `missing`."""
+    empty = missing(task_model, inputs, pairs)
     texts = [text for text, _ in inputs]
     if task_model.kind in ("classify", "regress"):
-        pairs = [pair or "" for _, pair in inputs] if task_model.config.task.text_pair_column else None
+        pairs = [pair or "" for _, pair in inputs] if _reads_pairs(task_model, pairs) else None
         kept = [i for i, gone in enumerate(empty) if not gone]
         results, truncated = task_model.classify([texts[i] for i in kept],
                                                  None if pairs is None else [pairs[i] for i in kept])
@@ -100,10 +108,7 @@ def run(job: PredictJob, console: Console | None = None) -> PredictResult:
         claim(out, PREDICTIONS, overwrite, inputs=(source, model))
     task_model = TaskModel(model, batch_size=job.batch_size, precision=job.precision)
     task = task_model.config.task
-    if text_pair_column is not None and (task_model.kind == "ner" or task.text_pair_column is None):
-        raise BertkitError(f"--text-pair-column {text_pair_column}: {model} was finetuned on single texts; it reads "
-                           "no second text")
-    pair_column = text_pair_column or task.text_pair_column
+    pair_column = task_model.pair_column(text_pair_column)
 
     def warn(message: str) -> None:
         console.print(f"[yellow]warning: {message}")
@@ -141,12 +146,12 @@ def run(job: PredictJob, console: Console | None = None) -> PredictResult:
                     raise BertkitError(named(str(exc))) from None
     if not inputs:
         raise BertkitError(f"{where}: no input texts")
-    if gone := [i for i, empty in enumerate(missing(task_model, inputs), start=1) if empty]:
+    if gone := [i for i, empty in enumerate(missing(task_model, inputs, pair_column is not None), start=1) if empty]:
         ner = task_model.kind == "ner"
         what = "no text or no pair" if not ner and pair_column is not None else "no text"
         answer = "no entities" if ner else "their records keep their place with no answer (null)"
         warn(f"{len(gone):,} of {len(inputs):,} inputs have {what} (the first: input {gone[0]:,}): {answer}")
-    records, truncated = predict(task_model, inputs)
+    records, truncated = predict(task_model, inputs, pair_column is not None)
     if truncated:
         console.print(f"[yellow]warning: {truncated:,} of {len(inputs):,} inputs are longer than "
                       f"{task_model.encoder.max_length} tokens and were truncated"

@@ -83,9 +83,10 @@ def copy_weights(src: str | Path, path: str | Path) -> Path:
     return copy_atomic(src, path)
 
 
-def write_labels(directory: Path, kind: str, labels: list[str]) -> None:
-    """labels.json: the task and its label set, in head-output order."""
-    write_json(Path(directory) / LABELS_FILE, {"task": kind, "labels": labels})
+def write_labels(directory: Path, kind: str, labels: list[str], **extra) -> None:
+    """labels.json: the task and its label set, in head-output order (and `extra` entries, e.g. an imported
+    model's `hf_problem_type`)."""
+    write_json(Path(directory) / LABELS_FILE, {"task": kind, "labels": labels, **extra})
 
 
 def read_labels(run: str | Path) -> tuple[str, list[str]]:

@@ -102,7 +102,8 @@ def _hf_folder(path: Path) -> bool:
 def _imported_run(path: Path) -> bool:
     """What `import-hf` writes: a run with weights, config and tokenizer, never trained (no metrics, no
     checkpoints)."""
-    return is_run(path) and _folder("model.safetensors", _HF_FILES)(path)
+    return is_run(path) and _folder("model.safetensors", _HF_FILES + r"|labels\.json")(path)  # labels.json: a
+    # task model's (BertForSequenceClassification / BertForTokenClassification)
 
 
 def _head(path: Path, size: int = _PEEK) -> bytes:
