@@ -37,6 +37,40 @@ def test_launcher_behaves_like_the_console_script():
         assert command in launcher.stdout
 
 
+def _commands(node, path=()):
+    """Every (path, click command) of the CLI, groups included."""
+    yield path, node
+    for name, sub in getattr(node, "commands", {}).items():
+        yield from _commands(sub, path + (name,))
+
+
+def test_help_is_whole_at_80_columns(capsys, monkeypatch):
+    """At 80 columns (a terminal's default, and a pipe's) rich's help table cut option names and long words short
+    ("--accept-changed-da…", "task.validation_spl…" in `finetune classify --help`): there every command's help is
+    click's plain help, each option and word whole, without rich's markup escapes; at 100 or more it is rich's."""
+    from bertkit.cli import command
+
+    monkeypatch.setenv("COLUMNS", "80")
+    plain, rich = command(), command(120)
+    assert rich.rich_markup_mode == "rich" and plain.rich_markup_mode is None
+
+    def help_of(*path):
+        plain.main([*path, "--help"], prog_name="bertkit", standalone_mode=False)
+        return capsys.readouterr().out
+
+    for path, node in _commands(plain):
+        said = help_of(*path)
+        assert max(map(len, said.splitlines())) <= 80, path
+        assert "--help" in said and "\\[" not in said, path
+        written = (node.help or "") + "".join(getattr(param, "help", None) or "" for param in node.params)
+        assert said.count("…") <= written.count("…"), (path, said)  # only an ellipsis the help itself writes
+        for param in node.params:
+            for option in (o for o in param.opts if o.startswith("-")):
+                assert option in said, (path, option)
+    classify = help_of("finetune", "classify")
+    assert "--accept-changed-data" in classify and "[task], [heads]" in " ".join(classify.split())
+
+
 def test_info_on_a_recipe_with_overrides():
     result = runner.invoke(app, ["info", "tiny", "--set", "positions=rotary", "--set", "n_kv_heads=1"])
     assert result.exit_code == 0, result.output

@@ -8,6 +8,7 @@ evaluate-seq2seq, attention).
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 from typing import Annotated, Literal, Optional
@@ -140,12 +141,37 @@ def export(run: Annotated[Path, typer.Argument(help="A bertkit run directory.")]
 from bertkit.cli import analyze, finetune, generate, pretrain, sentence  # noqa: E402, F401
 
 
+# Below this many columns (80 is a terminal's default, and what a pipe gets) rich's help table cut option names and
+# long words short ("--accept-changed-da…", "task.validation_spl…"): click's plain help, which wraps them, is used.
+RICH_HELP_COLUMNS = 100
+
+
+def command(columns: int | None = None):
+    """`app` as the click command the entry point runs: rich help where the terminal (`columns`, None: its own width)
+    has RICH_HELP_COLUMNS or more, else click's plain help throughout, without the rich markup escapes (`\\[task]`)."""
+    built = typer.main.get_command(app)
+    if (columns or shutil.get_terminal_size().columns) < RICH_HELP_COLUMNS:
+        _plain_help(built)
+    return built
+
+
+def _plain_help(node) -> None:
+    """A click command (and its subcommands) set to click's plain help formatting."""
+    node.rich_markup_mode = None
+    node.help = node.help and node.help.replace("\\[", "[")
+    for param in node.params:
+        if getattr(param, "help", None):
+            param.help = param.help.replace("\\[", "[")
+    for sub in getattr(node, "commands", {}).values():
+        _plain_help(sub)
+
+
 def run() -> None:
     """Console-script entry point. A usage error (an unknown option, a value of the wrong type, a missing argument)
     is one `error:` line naming the command's --help and its exit code (2), like every other user error, where
     Typer drew a usage block and a box."""
     try:
-        code = app(prog_name="bertkit", standalone_mode=False)
+        code = command()(prog_name="bertkit", standalone_mode=False)
     except typer.Abort as exc:
         typer.echo("Aborted.", err=True)
         sys.exit(130 if isinstance(exc.__cause__, KeyboardInterrupt) else 1)  # Ctrl-C: the shell's 128 + SIGINT
@@ -153,6 +179,9 @@ def run() -> None:
         # click's own errors, by what they have: Typer vendors click (typer._click) from 0.2x, older ones use click
         if not (hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int)):
             raise  # a bug: its traceback
+        if type(exc).__name__ == "NoArgsIsHelpError":  # a bare group in plain help: its help, on stdout as rich's
+            typer.echo(exc.format_message())
+            sys.exit(exc.exit_code)
         ctx, message = getattr(exc, "ctx", None), " ".join(exc.format_message().split())
         if message:  # none where a bare group printed its help (no_args_is_help)
             where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
