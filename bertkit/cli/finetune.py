@@ -268,6 +268,10 @@ def predict(model: Annotated[Path, typer.Option(
                 help="How INPUT is read: auto (by its suffix: .jsonl / .json, .csv, .tsv are rows with columns, "
                      "anything else lines of text; stdin: lines of text), or rows on stdin (jsonl, csv, tsv: "
                      "`head -5 dev.jsonl | bertkit predict --input-format jsonl`).")] = "auto",
+            keep_column: Annotated[list[str] | None, typer.Option(
+                help="A column of .jsonl/.csv/.tsv input copied into each output record as written (an id, "
+                     "say; not one of the record's own fields: text, pair, label, score, scores, entities); "
+                     "repeatable.")] = None,
             batch_size: Annotated[int, typer.Option(min=1, help="Inputs per batch (sorted by length).")] = 64,
             precision: PrecisionOption = "auto",
             overwrite: Annotated[bool, typer.Option(help="Replace an existing --out predictions file "
@@ -277,7 +281,7 @@ def predict(model: Annotated[Path, typer.Option(
 
     job.run(job.PredictJob(model, source, out, text_column=text_column, text_pair_column=text_pair_column,
                            batch_size=batch_size, overwrite=overwrite, precision=precision,
-                           input_format=input_format))
+                           input_format=input_format, keep_columns=tuple(keep_column or ())))
 
 
 @app.command()

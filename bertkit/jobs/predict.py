@@ -21,7 +21,7 @@ from bertkit.paths import need_file, resolve_data_path
 from bertkit.run.files import atomic_file
 from bertkit.run.outputs import PREDICTIONS, claim
 from bertkit.text.features import split_words
-from bertkit.text.tasks import read_texts, split_lines
+from bertkit.text.tasks import read_kept, read_texts, split_lines
 
 
 FORMATS = ("auto", "text", "jsonl", "csv", "tsv")
@@ -75,6 +75,32 @@ def predict(task_model: TaskModel, inputs: list[tuple[str, str | None]],
             for text, word_spans, (tags, scores) in zip(texts, spans, tagged)], truncated
 
 
+def _read_inputs(path: Path | None, form: str, where: str, columns: tuple, keep: tuple[str, ...],
+                 warn) -> tuple[list[tuple[str, str | None]], list[dict]]:
+    """The (text, pair) inputs of `path` (None: stdin) read as `form`, and each row's `keep` columns ([] without
+    them); what is said names the user's input (`where`), never the temporary copy stdin's rows are read from."""
+    if path is None and form == "text":
+        return split_lines(sys.stdin.read().split("\n"), columns[1] is not None, warn), []
+    if path is not None and form == input_format("auto", path):
+        return read_texts(path, *columns, warn), read_kept(path, keep, columns[0]) if keep else []
+    # stdin's rows, or a file read otherwise than its suffix says: read as a file of that format
+    if path is not None:
+        need_file(path)
+    data = sys.stdin.buffer.read() if path is None else path.read_bytes()
+    with tempfile.TemporaryDirectory() as folder:
+        copy = Path(folder) / f"{path.stem if path is not None else 'stdin'}.{form.replace('text', 'txt')}"
+        copy.write_bytes(data)
+
+        def named(said: str) -> str:  # the user's input, not the copy, in what is said
+            return said.replace(str(copy), where)
+
+        try:
+            return (read_texts(copy, *columns, lambda said: warn(named(said))),
+                    read_kept(copy, keep, columns[0]) if keep else [])
+        except BertkitError as exc:
+            raise BertkitError(named(str(exc))) from None
+
+
 @dataclass(frozen=True)
 class PredictJob:
     """What `bertkit predict` is asked: a finetuned run, the input texts (a file; None or '-' reads stdin), the JSONL
@@ -89,6 +115,7 @@ class PredictJob:
     overwrite: bool = False
     precision: str = "auto"
     input_format: str = "auto"  # auto: by the file's suffix (stdin: text) | text | jsonl | csv | tsv
+    keep_columns: tuple[str, ...] = ()  # input columns copied into each record (rows only: an id, a gold label)
 
 
 @dataclass(frozen=True)
@@ -116,34 +143,15 @@ def run(job: PredictJob, console: Console | None = None) -> PredictResult:
     stdin = source is None or str(source) == "-"
     where = "stdin" if stdin else str(source)
     form = input_format(job.input_format, None if stdin else source)
-    if form == "text" and (job.text_column is not None or job.text_pair_column is not None):
+    if form == "text" and (job.text_column is not None or job.text_pair_column is not None or job.keep_columns):
         # the column was ignored without a word: each JSON or CSV line was one text (a review, 2026-11-28)
-        given = "--text-column" if job.text_column is not None else "--text-pair-column"
+        given = "--text-column" if job.text_column is not None else \
+            "--text-pair-column" if job.text_pair_column is not None else "--keep-column"
         raise BertkitError(f"{given}: {where} is read as lines of text, one input per line (a pair model's: "
                            "text<TAB>pair); for rows with columns give --input-format jsonl, csv or tsv")
     columns = (text_column or task.text_column, pair_column)
-    if stdin and form == "text":
-        inputs = split_lines(sys.stdin.read().split("\n"), pair_column is not None, warn)
-    else:
-        # a data-root name (sst2/dev.tsv) reads as in `evaluate`
-        path = None if stdin else resolve_data_path(source)
-        if path is not None and form == input_format("auto", path):
-            inputs = read_texts(path, *columns, warn)
-        else:  # stdin's rows, or a file read otherwise than its suffix says: read as a file of that format
-            if path is not None:
-                need_file(path)
-            data = sys.stdin.buffer.read() if path is None else path.read_bytes()
-            with tempfile.TemporaryDirectory() as folder:
-                copy = Path(folder) / f"{path.stem if path is not None else 'stdin'}.{form.replace('text', 'txt')}"
-                copy.write_bytes(data)
-
-                def named(said: str) -> str:  # the user's input, not the copy, in what is said
-                    return said.replace(str(copy), where)
-
-                try:
-                    inputs = read_texts(copy, *columns, lambda said: warn(named(said)))
-                except BertkitError as exc:
-                    raise BertkitError(named(str(exc))) from None
+    inputs, kept = _read_inputs(None if stdin else resolve_data_path(source), form, where, columns,
+                                job.keep_columns, warn)
     if not inputs:
         raise BertkitError(f"{where}: no input texts")
     if gone := [i for i, empty in enumerate(missing(task_model, inputs, pair_column is not None), start=1) if empty]:
@@ -152,6 +160,11 @@ def run(job: PredictJob, console: Console | None = None) -> PredictResult:
         answer = "no entities" if ner else "their records keep their place with no answer (null)"
         warn(f"{len(gone):,} of {len(inputs):,} inputs have {what} (the first: input {gone[0]:,}): {answer}")
     records, truncated = predict(task_model, inputs, pair_column is not None)
+    if kept:
+        if clash := sorted(set(job.keep_columns) & set(records[0])):
+            raise BertkitError(f"--keep-column {clash[0]}: the output's own field ({', '.join(records[0])}); keep "
+                               "another column")
+        records = [{**columns_of, **record} for columns_of, record in zip(kept, records)]
     if truncated:
         console.print(f"[yellow]warning: {truncated:,} of {len(inputs):,} inputs are longer than "
                       f"{task_model.encoder.max_length} tokens and were truncated"

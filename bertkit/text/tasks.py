@@ -296,6 +296,15 @@ def read_texts(path: str | Path, text_column: str = "text", text_pair_column: st
     return split_lines(lines, text_pair_column is not None, warn)
 
 
+def read_kept(path: str | Path, columns: tuple[str, ...], text_column: str = "text") -> list[dict]:
+    """The `columns` of every row of a CSV / TSV / JSONL input as written (ids, gold labels: what `predict
+    --keep-column` copies into each output record), row for row with `read_texts`."""
+    header, rows, _ = _columns(Path(path), {"text": text_column})
+    if missing := [str(c) for c in columns if str(c) not in header]:
+        raise BertkitError(f"{path}: no column '{missing[0]}' to keep (columns found: {', '.join(header)})")
+    return [{str(c): row.get(str(c)) for c in columns} for row in rows]
+
+
 def non_blank(lines: list[str], warn: Callable[[str], None] | None = None) -> list[str]:
     """The non-blank lines, as written. Blank lines before the last one shift every later output against its input
     line: `warn` hears how many there were."""

@@ -120,6 +120,23 @@ def test_classify_learns_predicts_and_evaluates(tmp_path, base):
     assert [r["text"] for r in got] == ["the film was great"]
     named = runner.invoke(app, ["predict", "--model", str(out), "--input-format", "jsonl"], input='{"other": 1}\n')
     assert named.exit_code == 2 and "error: stdin: no text column 'review'" in " ".join(named.output.split())
+    # --keep-column: an id (as written: a JSON number stays one) copied into each record, from a file or piped rows;
+    # a column the input lacks, a record's own field and lines of text are refused
+    with_ids = '{"id": 7, "review": "the film was great"}\n{"id": "b-9", "review": "awful"}\n'
+    kept = runner.invoke(app, ["predict", "--model", str(out), "--input-format", "jsonl", "--keep-column", "id"],
+                         input=with_ids)
+    got = [json.loads(line) for line in kept.stdout.splitlines() if line.startswith("{")]
+    assert [(r["id"], r["text"]) for r in got] == [(7, "the film was great"), ("b-9", "awful")] and got[0]["label"]
+    assert list(got[0])[:2] == ["id", "text"]
+    assert "no column 'id' to keep (columns found: review, stars)" in _error("predict", "--model", out, dat,
+                                                                            "--input-format", "csv",
+                                                                            "--keep-column", "id")
+    labelled = tmp_path / "kept.csv"
+    labelled.write_text("review,label\nthe film was great,x\n")
+    assert "--keep-column label: the output's own field" in _error("predict", "--model", out, labelled,
+                                                                   "--keep-column", "label")
+    assert "inputs.txt is read as lines of text" in _error("predict", "--model", out, inputs,
+                                                                          "--keep-column", "id")
 
     # evaluate: metrics, confusion matrix, and an unseen label reported and counted, not a crash
     test = tmp_path / "test.csv"
