@@ -254,7 +254,7 @@ class TrainConfig:
     max_steps: int = 1000  # optimiser steps (epochs or max_time may set it or end a run first)
     epochs: float | None = None  # finetuning: passes over the training set (sets max_steps; None: use max_steps)
     max_time: str | None = None  # wall-clock budget ("30m", "2h", "90s"); the schedule is fitted to it
-    eval_every: int = 200  # optimiser steps between validations (finetuning: at least once an epoch)
+    eval_every: int = 200  # optimiser steps between validations (finetuning: once an epoch if it spans the run)
     log_every: int = 10  # optimiser steps between log lines (metrics.jsonl, TensorBoard)
     save_every: int = 500  # optimiser steps between checkpoints
     keep_checkpoints: int = 2  # checkpoints kept (the best one is kept besides)

@@ -20,7 +20,7 @@ from bertkit.errors import BertkitError
 from bertkit.hardware import autocast, resolve_precision
 from bertkit.metrics import classification_metrics, correlation_metrics, entity_metrics
 from bertkit.nn.model import TASK_HEADS, Model
-from bertkit.run.directory import LABELS_FILE, load_run, read_labels
+from bertkit.run.directory import LABELS_FILE, inputs_unknown, load_run, read_labels
 from bertkit.text.features import (Encoded, TaskEncoder, bucket_rows, bucket_width, in_input_order, join_words,
                                    length_sorted, pad_batch)
 from bertkit.text.tokenizer import load_run_tokenizer, special_ids
@@ -228,15 +228,21 @@ class TaskModel:
         self.head = "tagger" if self.kind == "ner" else "classifier"
         self.precision = manifest.precision
 
-    def pair_column(self, given: str | None) -> str | None:
+    def pair_column(self, given: str | None, warn: Callable[[str], None] | None = None) -> str | None:
         """The column a pair's second text is read from: `given` (--text-pair-column), else the run's own; refused
-        for a tagger and for a run finetuned on single texts. An imported model (import-hf of a transformers
-        classifier, whose inputs are not known) takes one: an MRPC or STS-B model reads pairs."""
+        for a tagger and for a run finetuned on single texts. A model imported from transformers, whose config does
+        not say which texts it reads, takes one (an MRPC or STS-B model reads pairs), and `warn` hears when none is
+        given for it."""
         task = self.config.task
-        if given is not None and (self.kind == "ner" or (task.text_pair_column is None
-                                                         and task.train_file is not None)):
+        unknown = self.onnx.manifest.details.get("inputs") == "unknown" if self.onnx is not None \
+            else inputs_unknown(self.run)
+        if given is not None and (self.kind == "ner" or (task.text_pair_column is None and not unknown)):
             raise BertkitError(f"--text-pair-column {given}: {self.run} was finetuned on single texts; it reads "
                                "no second text")
+        if given is None and unknown and task.text_pair_column is None and warn is not None:
+            warn(f"{self.run} was imported from transformers, whose config does not say whether it reads text "
+                 "pairs: each input is read as one text; a pair model (MRPC's, STS-B's shape) needs "
+                 "--text-pair-column (and rows: a CSV, TSV or JSON lines input)")
         return given or task.text_pair_column
 
     def _logits(self, encoded: list[Encoded]) -> list[np.ndarray]:

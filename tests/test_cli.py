@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -47,7 +48,8 @@ def _commands(node, path=()):
 def test_help_is_whole_at_80_columns(capsys, monkeypatch):
     """At 80 columns (a terminal's default, and a pipe's) rich's help table cut option names and long words short
     ("--accept-changed-da…", "task.validation_spl…" in `finetune classify --help`): there every command's help is
-    click's plain help, each option and word whole, without rich's markup escapes; at 100 or more it is rich's."""
+    click's plain help, each option and word whole (lines broken between words, not at hyphens; each command listed
+    with its whole first paragraph), without rich's markup escapes; at 100 or more it is rich's."""
     from bertkit.cli import command
 
     monkeypatch.setenv("COLUMNS", "80")
@@ -67,6 +69,11 @@ def test_help_is_whole_at_80_columns(capsys, monkeypatch):
         for param in node.params:
             for option in (o for o in param.opts if o.startswith("-")):
                 assert option in said, (path, option)
+        # lines break between words, never at a word's hyphen (`--max-new-` / `tokens` did not copy)
+        assert not [line for line in said.splitlines() if re.search(r"\w-$", line)], (path, said)
+        flat = " ".join(said.split())
+        for sub in getattr(node, "commands", {}).values():  # each listed whole (click cut them at 45 characters)
+            assert " ".join(sub.help.split("\n\n")[0].split()) in flat, (path, sub.name)
     classify = help_of("finetune", "classify")
     assert "--accept-changed-data" in classify and "[task], [heads]" in " ".join(classify.split())
 

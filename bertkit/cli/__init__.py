@@ -156,14 +156,38 @@ def command(columns: int | None = None):
 
 
 def _plain_help(node) -> None:
-    """A click command (and its subcommands) set to click's plain help formatting."""
+    """A click command (and its subcommands) set to click's plain help formatting: lines broken between words only
+    (click broke `--max-new-tokens` and `finetune-stsb` at their hyphens, so an example did not copy), each command
+    listed with its whole first paragraph (click cut it at 45 characters)."""
+    _whole_words()
     node.rich_markup_mode = None
     node.help = node.help and node.help.replace("\\[", "[")
     for param in node.params:
         if getattr(param, "help", None):
             param.help = param.help.replace("\\[", "[")
     for sub in getattr(node, "commands", {}).values():
+        if sub.short_help is None and sub.help:
+            sub.short_help = " ".join(sub.help.replace("\\[", "[").split("\n\n")[0].split())
         _plain_help(sub)
+
+
+def _whole_words() -> None:
+    """click's text wrapper, made to break lines between words only (its default breaks at hyphens too). The
+    wrapper is Typer's vendored click's from Typer 0.2x; another one is left as it is."""
+    try:
+        from typer._click import _textwrap
+    except ImportError:
+        return
+    if getattr(_textwrap.TextWrapper, "bertkit_whole_words", False):
+        return
+
+    class WholeWords(_textwrap.TextWrapper):
+        bertkit_whole_words = True
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "break_on_hyphens": False})
+
+    _textwrap.TextWrapper = WholeWords
 
 
 def run() -> None:

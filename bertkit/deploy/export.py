@@ -37,7 +37,7 @@ from bertkit.deploy.runtime import OnnxModel
 from bertkit.embedding import model_identity
 from bertkit.errors import BertkitError, a_or_an
 from bertkit.nn.model import TASK_HEADS, Model
-from bertkit.run.directory import LABELS_FILE, load_run, read_labels
+from bertkit.run.directory import INPUTS_UNKNOWN, LABELS_FILE, inputs_unknown, load_run, read_labels
 from bertkit.run.files import atomic_dir, content_digest, write_atomic
 from bertkit.run.outputs import ONNX_EXPORT, claim
 from bertkit.text.features import Encoded, TaskEncoder, pad_batch, split_words
@@ -349,6 +349,8 @@ def _candidates(source: _Source, tmp: Path, quantize: str | None, say) -> Iterat
 
 def _manifest(source: _Source, precision: str, graph: Path, details: dict) -> Manifest:
     config, encoder = source.config, source.kind == "encoder"
+    if inputs_unknown(source.run):  # an imported transformers classifier: its export takes a pair column alike
+        details = {**details, **INPUTS_UNKNOWN}
     return Manifest(kind=source.kind, precision=precision, config=config, labels=source.labels,
                     max_length=source.max_length, dim=config.model.d_model,
                     pooling=config.sentence.pooling if encoder else None,

@@ -16,7 +16,7 @@ from typing import Any
 
 from bertkit.config import Config, ConfigError, TaskConfig
 from bertkit.errors import BertkitError
-from bertkit.run.directory import LABELS_FILE, read_json, read_labels
+from bertkit.run.directory import INPUTS_UNKNOWN, LABELS_FILE, read_json, read_labels
 
 # task head -> (its transformers class, {bertkit key prefix: HF key prefix})
 TASK_HEADS = {
@@ -122,20 +122,23 @@ def labels_from_hf(hf_config: dict, head: str, outputs: int) -> tuple[str, list[
 def imported_task(hf_config: dict, kind: str, tokenizer_config: dict) -> tuple[TaskConfig, dict[str, Any]]:
     """The imported run's [task] section and labels.json's extra entries: its kind, the `bertkit_task` record of
     a bertkit export (columns and max_length), else the tokenizer's model_max_length where it is below the model's
-    window; a regressor whose source did not say "regression" keeps its problem_type for a re-export."""
+    window and its inputs marked unknown (a classifier may read pairs); a regressor whose source did not say
+    "regression" keeps its problem_type for a re-export."""
     values: dict[str, Any] = {"kind": kind}
     record = hf_config.get(RECORD)
+    extra = {}
     if isinstance(record, dict) and record.get("kind") == kind:
         values.update({key: record[key] for key in _INPUT_FIELDS if key in record})
     else:
         length = tokenizer_config.get("model_max_length")
         if isinstance(length, int) and 4 <= length < hf_config.get("max_position_embeddings", 512):
             values["max_length"] = length
+        if kind != "ner":  # whether it reads text pairs is not known: predict and evaluate say so
+            extra.update(INPUTS_UNKNOWN)
     try:
         task = TaskConfig(**values)
     except (ConfigError, TypeError):  # a record edited by hand: the kind alone
         task = TaskConfig(kind=kind)
-    extra = {}
     if kind == "regress" and hf_config.get("problem_type") != "regression":
         extra[PROBLEM_TYPE_KEY] = hf_config.get("problem_type")
     return task, extra

@@ -59,7 +59,8 @@ def run(job: EvaluateJob, console: Console | None = None) -> EvaluateResult:
         claim(out, EVALUATION, job.overwrite, inputs=(job.data, job.model))
     task_model = TaskModel(job.model, precision=job.precision)
     columns = {"text_column": job.text_column, "label_column": job.label_column, "tag_column": job.tag_column,
-               "text_pair_column": task_model.pair_column(job.text_pair_column)}
+               "text_pair_column": task_model.pair_column(job.text_pair_column,
+                                                          lambda said: console.print(f"[yellow]warning: {said}"))}
     task = dataclasses.replace(task_model.config.task, **{k: v for k, v in columns.items() if v is not None})
     if job.skip_bad_lines and task.kind == "ner":
         console.print("[yellow]warning: --skip-bad-lines does nothing for a CoNLL file (a sentence has no label "

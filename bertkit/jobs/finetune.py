@@ -158,11 +158,13 @@ def _train_settings(train_cfg, steps_per_epoch: float, step_cap: int | None):
 
 
 def evaluated_each_epoch(train_cfg, steps_per_epoch: float):
-    """The run's train settings evaluating every `eval_every` steps and at least once an epoch: on a small training
-    file (300 examples: 10 steps an epoch, 29 in 3 epochs) `eval_every` 200 evaluated once, at the end, so the
-    "best checkpoint" was the last step's. The run's config.json keeps the `eval_every` it was given."""
+    """The run's train settings, evaluating once an epoch where `eval_every` would evaluate it only at its end: on
+    a small training file (300 examples: 10 steps an epoch, 29 in 3 epochs) `eval_every` 200 evaluated once, so the
+    "best checkpoint" was the last step's. An interval shorter than the run is left as given (patience counts its
+    evaluations; a time budget pays for them). config.json records the interval the run used, as it records the
+    step count its epochs made."""
     per_epoch = max(1, math.ceil(steps_per_epoch))
-    if train_cfg.eval_every <= per_epoch or train_cfg.max_steps <= per_epoch:
+    if train_cfg.eval_every < train_cfg.max_steps or train_cfg.max_steps <= per_epoch:
         return train_cfg
     return dataclasses.replace(train_cfg, eval_every=per_epoch)
 
@@ -181,7 +183,8 @@ def _model(config: Config, task_config, task: FinetuneTask, base_config: Config,
         base_config.model, dropout=dropout, attention_dropout=dropout)
     heads = dataclasses.replace(config.heads, names=task.heads(labels), num_labels=len(labels))
     config = dataclasses.replace(config, model=model_cfg, heads=heads, tokenizer=base_config.tokenizer,
-                                 train=dataclasses.replace(config.train, max_steps=train_cfg.max_steps))
+                                 train=dataclasses.replace(config.train, max_steps=train_cfg.max_steps,
+                                                           eval_every=train_cfg.eval_every))
     check_fits(model_cfg, heads, config.train.batch_size * longest, accelerator.device,
                accelerator.num_processes if config.train.sharding == "fsdp" else 1)
     model = Model(model_cfg, heads)
@@ -242,6 +245,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
         console.print(f"[yellow]warning: {truncated:,} of {len(encoded):,} {task.examples_name} are longer than "
                       f"{max_length} tokens and were truncated ({task.length_key})")
     train_cfg = _train_settings(config.train, objective.steps_per_epoch, step_cap)
+    per_epoch = train_cfg.eval_every != config.train.eval_every  # said in the opening line
 
     config, model = _model(config, task_config, task, base_config, base, labels, train_cfg,
                            _longest(encoded, max_length), accelerator)
@@ -262,7 +266,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
                       f"{'random init' if task_config.init == 'random' else f'backbone from {model_dir}'}; "
                       f"best checkpoint by validation {metric}"
                       + (f", evaluated once an epoch (every {train_cfg.eval_every:,} steps)"
-                         if train_cfg.eval_every != config.train.eval_every else ""))
+                         if per_epoch else ""))
         if not resume:
             with atomic_dir(out, exists_hint="pass --resume to continue it, or choose another --out") as tmp:
                 write_config(tmp, config)

@@ -135,10 +135,11 @@ def run(job: PredictJob, console: Console | None = None) -> PredictResult:
         claim(out, PREDICTIONS, overwrite, inputs=(source, model))
     task_model = TaskModel(model, batch_size=job.batch_size, precision=job.precision)
     task = task_model.config.task
-    pair_column = task_model.pair_column(text_pair_column)
 
     def warn(message: str) -> None:
         console.print(f"[yellow]warning: {message}")
+
+    pair_column = task_model.pair_column(text_pair_column, warn)
 
     stdin = source is None or str(source) == "-"
     where = "stdin" if stdin else str(source)

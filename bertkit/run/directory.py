@@ -102,6 +102,16 @@ def read_labels(run: str | Path) -> tuple[str, list[str]]:
     return data["task"], canonical if len(set(canonical)) == len(labels) else labels
 
 
+INPUTS_UNKNOWN = {"inputs": "unknown"}  # labels.json of a model imported from transformers, whose config does not
+# say which texts it reads (whether pairs): `predict` and `evaluate` then take a pair column and warn without one
+
+
+def inputs_unknown(run: str | Path) -> bool:
+    """Whether the run's labels.json marks its inputs unknown (an imported transformers task model)."""
+    path = Path(run) / LABELS_FILE
+    return path.is_file() and read_json(path, "labels file").get("inputs") == INPUTS_UNKNOWN["inputs"]
+
+
 def write_run_files(directory: Path, model: Model, config: Config, tokenizer_file: str | Path | None = None) -> None:
     """Write config.json, model.safetensors and (if given) tokenizer.json into an existing directory."""
     if model.head_config != config.heads:  # load_run rebuilds the heads config.json names: they must be these

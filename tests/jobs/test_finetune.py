@@ -242,7 +242,8 @@ def test_finetune_resumes_exactly(tmp_path, base, monkeypatch):
 def test_a_small_training_file_is_evaluated_once_an_epoch(tmp_path, base):
     """48 examples in batches of 8 are 6 steps an epoch: the recipe's eval_every 200 evaluated the 3-epoch run once,
     at its end, so its "best checkpoint" was the last step's. Now every epoch is evaluated (and said), the best of
-    them kept; config.json keeps the eval_every given, and a longer interval than an epoch is never made longer."""
+    them kept, and config.json records the interval used; an interval shorter than the run is left as given (a
+    review: patience counts its evaluations, a time budget pays for them)."""
     from bertkit.jobs.finetune import evaluated_each_epoch
 
     train = _reviews(tmp_path / "train.csv", 48)
@@ -253,11 +254,12 @@ def test_a_small_training_file_is_evaluated_once_an_epoch(tmp_path, base):
                  "batch_size=8")
     assert "evaluated once an epoch (every 6 steps)" in " ".join(result.output.split())
     assert [r["step"] for r in read_metrics(out) if r["kind"] == "eval"] == [6, 12, 18]
-    assert load_config(out).train.eval_every == 200
+    assert load_config(out).train.eval_every == 6
     assert json.loads((out / "results.json").read_text())["best_step"] in (6, 12, 18)
     cfg = load_recipe("finetune-classify").train
-    for eval_every, max_steps, per_epoch, expected in [(200, 18, 6.0, 6), (200, 18, 5.5, 6), (4, 18, 6.0, 4),
-                                                        (200, 6, 6.0, 200), (200, 5, 6.0, 200)]:
+    for eval_every, max_steps, per_epoch, expected in [(200, 18, 6.0, 6), (200, 18, 5.5, 6), (18, 18, 6.0, 6),
+                                                        (4, 18, 6.0, 4), (10, 18, 6.0, 10), (200, 6, 6.0, 200),
+                                                        (200, 5, 6.0, 200)]:
         got = evaluated_each_epoch(dataclasses.replace(cfg, eval_every=eval_every, max_steps=max_steps), per_epoch)
         assert got.eval_every == expected, (eval_every, max_steps, per_epoch)
 
