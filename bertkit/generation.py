@@ -121,12 +121,13 @@ class Stepper:
 @torch.no_grad()
 def generate(model: Model, prompts: list[list[int]], max_new_tokens: int, eos_id: int | None, pad_id: int,
              sampling: Sampling = Sampling(), seed: int | list[int] | None = 0,
-             use_cache: bool = True) -> list[list[int]]:
+             use_cache: bool = True, banned: list[int] = ()) -> list[list[int]]:
     """Continue each prompt (token ids, at least one each) by up to `max_new_tokens` tokens, stopping a row at
     `eos_id` (not returned). Prompts of different lengths run as one left-padded batch: each row's positions
     count from its first real token, so a prompt continues the same way alone or in a batch. A sampled row draws
     from its own generator, seeded `row_seed(seed, i)` for row i (or by `seed[i]`, a list: the caller's rows in a
-    longer list), so its sample does not depend on the other rows. Returns the new ids.
+    longer list), so its sample does not depend on the other rows. `banned` ids are never chosen. Returns the new
+    ids.
     """
     if any(not p for p in prompts):
         raise ValueError("every prompt needs at least one token")
@@ -149,6 +150,8 @@ def generate(model: Model, prompts: list[list[int]], max_new_tokens: int, eos_id
     for _ in range(max_new_tokens):
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (N, T): 0 at each row's first real token
         logits = stepper(ids, mask if padded else None, positions if padded else None)
+        if banned:
+            logits[:, list(banned)] = float("-inf")
         token = pick(logits, sampling, generators)  # (N,)
         token = torch.where(done, torch.full_like(token, pad_id), token)
         for i in (~done).nonzero().flatten().tolist():

@@ -87,13 +87,18 @@ def generate(run: Annotated[Path, typer.Argument(help="A decoder run (bertkit pr
 @app.command()
 @user_errors
 def perplexity(run: Annotated[Path, typer.Argument(help="A decoder run.")],
-               file: Annotated[Path, typer.Argument(help="A text file, scored as one stream (data-root relative "
-                                                         "is fine: wikitext2/wiki.test.raw).")],
+               file: Annotated[Path, typer.Argument(help="A text file, read as pretraining reads a corpus: a "
+                                                         "document per non-blank line, each closed by [SEP] "
+                                                         "(data-root relative is fine: wikitext2/wiki.test.raw).")],
                window: Annotated[int | None, typer.Option(help="Tokens per window, [CLS] included (default: "
-                                                               "the model's max_len).")] = None,
+                                                               "the block size the run trained on).")] = None,
                stride: Annotated[int | None, typer.Option(help="Tokens the window moves (default: half a window; "
                                                                "smaller gives more context, costs more).")] = None,
                batch_size: Annotated[int, typer.Option(min=1, help="Windows per forward pass.")] = 16,
+               stream: Annotated[bool, typer.Option(
+                   "--stream", help="Score the file as one stream, line breaks included, instead of a document per "
+                                    "line (a decoder pretrained on documents of one line never saw a line break: "
+                                    "each costs it ~14 nats).")] = False,
                json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """Perplexity of a decoder on a text file: per token, per word (comparable across tokenizers) and bits per
     byte, with a sliding window.
@@ -103,7 +108,7 @@ def perplexity(run: Annotated[Path, typer.Argument(help="A decoder run.")],
     from bertkit.jobs import generate as job
     from bertkit.paths import resolve_data_path
 
-    result = job.perplexity(job.PerplexityJob(run, resolve_data_path(file), window, stride, batch_size))
+    result = job.perplexity(job.PerplexityJob(run, resolve_data_path(file), window, stride, batch_size, stream))
     if json_out:
         typer.echo(to_json(result, indent=None))
         return

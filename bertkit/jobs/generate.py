@@ -25,8 +25,11 @@ from bertkit.text.tasks import read_lines
 from bertkit.text.tokenizer import continuation, load_run_tokenizer, special_ids
 
 
-def load_lm(run: Path, device: str | torch.device | None = None, need: str = "generation") -> tuple[Model, Tokenizer]:
-    """A decoder run with its LM head, and its tokenizer; any other model is a clear error naming what `need`s it."""
+def load_lm(run: Path, device: str | torch.device | None = None,
+            need: str = "generation") -> tuple[Model, Tokenizer, int]:
+    """A decoder run with its LM head, its tokenizer (a text's literal "[SEP]" or "[MASK]" read as text, as
+    pretraining packed its corpus: it was a false document end in a prompt, a special target in a scored text), and
+    the block size it trained on; any other model is a clear error naming what `need`s it."""
     config, model = load_run(run, device)
     arch = config.model.architecture
     if arch != "decoder" or "lm" not in config.heads.names:
@@ -35,7 +38,9 @@ def load_lm(run: Path, device: str | torch.device | None = None, need: str = "ge
                 "it has no LM head")
         raise BertkitError(f"{run}: {need} needs a decoder language model (`bertkit pretrain --objective clm`); "
                            f"this is {a_or_an(arch)} ({hint})")
-    return model, load_run_tokenizer(run, config)
+    tokenizer = load_run_tokenizer(run, config)
+    tokenizer.encode_special_tokens = True
+    return model, tokenizer, min(config.data.block_size, config.model.max_len)
 
 
 def prompt_ids(tokenizer: Tokenizer, prompts: list[str], room: int) -> tuple[list[list[int]], int]:
@@ -95,16 +100,23 @@ def run(job: GenerateJob, console: Console | None = None) -> GenerateResult:
         raise BertkitError("no prompt given")
     if seed is not None and not 0 <= seed < SEEDS:  # before the model loads: torch's generator overflows past 2**64
         raise BertkitError(f"--seed {seed}: must be in [0, 2**32 - 1]")
-    model, tokenizer = load_lm(job.run)
+    model, tokenizer, block = load_lm(job.run)
     max_len = model.config.max_len
-    if max_new_tokens >= max_len:
+    if max_new_tokens > max_len - 2:  # [CLS] and at least one prompt token: at max_len - 1 none was kept, and
+        # every prompt got the same unconditional sample (a review, 2026-11-28)
         raise BertkitError(f"--max-new-tokens {max_new_tokens} leaves no room for a prompt: the model reads at most "
-                           f"max_len={max_len} tokens")
+                           f"max_len={max_len} tokens, [CLS] and one of the prompt's among them (at most "
+                           f"{max_len - 2})")
     ids, cut = prompt_ids(tokenizer, prompts, max_len - max_new_tokens)
     if cut:
         console.print(f"[yellow]warning: {cut} prompt(s) were longer than {max_len - max_new_tokens - 1} tokens "
                       f"(max_len {max_len} - --max-new-tokens {max_new_tokens} - [CLS]); kept their last tokens")
+    if max(map(len, ids)) + max_new_tokens > block:
+        console.print(f"[yellow]warning: a prompt and --max-new-tokens {max_new_tokens} reach past the {block}-token "
+                      "blocks the run trained on; positions past them were never trained")
     special = special_ids(tokenizer)
+    # tokens that closed no training document and began none but the block: never drawn (they decode to nothing)
+    banned = [special.cls, special.pad, special.mask, special.unk]
     chosen = resolve_precision(job.precision, model.device).precision  # auto: bf16 where the device has it natively
     results = []
     for start in range(0, len(ids), batch_size):
@@ -113,7 +125,8 @@ def run(job: GenerateJob, console: Console | None = None) -> GenerateResult:
         rows = range(start, min(start + batch_size, len(ids)))
         with autocast(model.device, chosen):
             new = generate(model, ids[start:start + batch_size], max_new_tokens, special.sep, special.pad,
-                           job.sampling, None if seed is None else [row_seed(seed, i) for i in rows], job.cache)
+                           job.sampling, None if seed is None else [row_seed(seed, i) for i in rows], job.cache,
+                           banned)
         for prompt, given, tokens in zip(prompts[start:start + batch_size], ids[start:start + batch_size], new):
             # decoded after the prompt's ids: alone, a Metaspace tokenizer's first new word lost its space
             results.append(Continuation(prompt, continuation(tokenizer, given, tokens), len(tokens)))
@@ -122,15 +135,17 @@ def run(job: GenerateJob, console: Console | None = None) -> GenerateResult:
 
 @dataclass(frozen=True)
 class PerplexityJob:
-    """What `bertkit perplexity` is asked: a decoder run, a text file scored as one stream, the window (tokens,
-    [CLS] included; None: the model's max_len) and the stride it moves by (None: half a window), and how many
-    windows go through the model together."""
+    """What `bertkit perplexity` is asked: a decoder run, a text file, the window (tokens, [CLS] included; None:
+    the block size the run trained on) and the stride it moves by (None: half a window), how many windows go
+    through the model together, and whether the file is one stream (`stream`) or, as pretraining packs a corpus, a
+    document per non-blank line, each closed by [SEP]."""
 
     run: Path
     file: Path
     window: int | None = None
     stride: int | None = None
     batch_size: int = 16
+    stream: bool = False
 
 
 @dataclass(frozen=True)
@@ -152,26 +167,37 @@ class PerplexityResult:
 
 @torch.no_grad()
 def perplexity(job: PerplexityJob, console: Console | None = None) -> PerplexityResult:
-    """Perplexity of a decoder on a text file read as one stream: windows of [CLS] + `window` - 1 tokens moved by
-    `stride`, each token scored once with as much context as its window gives (stride < window - 1 gives every
-    scored token at least window - 1 - stride tokens of context). Reports per token, per word (whitespace words of
-    the file: comparable across tokenizers) and bits per byte."""
+    """Perplexity of a decoder on a text file, read as pretraining packs a corpus (a document per non-blank line,
+    stripped, each closed by [SEP], which is scored as validation scores it: a decoder trained so never saw a line
+    break, and a stream's each cost ~14 nats, 932 for a 156 text) or as one stream (`job.stream`): windows of [CLS]
+    + `window` - 1 tokens moved by `stride`, each token scored once with as much context as its window gives
+    (stride < window - 1 gives every scored token at least window - 1 - stride tokens of context). Reports per
+    token, per word (whitespace words of the file: comparable across tokenizers) and bits per byte."""
     console = console or Console(stderr=True)
     file, stride, batch_size = job.file, job.stride, job.batch_size
-    model, tokenizer = load_lm(job.run, need="perplexity")
+    model, tokenizer, block = load_lm(job.run, need="perplexity")
     # `is None`, not `or`: a window or stride of 0 is an error, not the default
-    window = model.config.max_len if job.window is None else job.window
+    window = block if job.window is None else job.window
     if not 2 <= window <= model.config.max_len:  # [CLS] + at least one scored token
         raise BertkitError(f"--window {window}: must be in [2, max_len={model.config.max_len}]")
+    if window > block:
+        console.print(f"[yellow]warning: --window {window} is longer than the {block}-token blocks the run trained "
+                      "on: positions past them were never trained")
     body = window - 1
     stride = max(1, body // 2) if stride is None else stride
     if not 1 <= stride <= body:
         raise BertkitError(f"--stride {stride}: must be in [1, window - 1 = {body}]")
-    text = "\n".join(read_lines(file))
+    lines = read_lines(file)
+    text = "\n".join(lines)
     if not text.strip():
         raise BertkitError(f"{file}: no text")
-    tokens = tokenizer.encode(text, add_special_tokens=False).ids
-    cls = special_ids(tokenizer).cls
+    special = special_ids(tokenizer)
+    if job.stream:
+        tokens = tokenizer.encode(text, add_special_tokens=False).ids
+    else:
+        documents = [line.strip() for line in lines if line.strip()]
+        tokens = [i for e in tokenizer.encode_batch(documents, add_special_tokens=False) for i in e.ids + [special.sep]]
+    cls = special.cls
     # window starts b = 0, stride, …; window b scores tokens [max(b, scored_until), b + body)
     starts = list(range(0, max(1, len(tokens) - body + stride), stride))
     device = model.device

@@ -491,7 +491,7 @@ def read_lines(path: str | Path) -> list[str]:
     path = resolve_data_path(path)
     need_file(path)
     try:
-        return text_lines(path.read_bytes().decode("utf-8"))  # bytes: text mode would turn a lone \r into a line
+        return text_lines(path.read_bytes().decode("utf-8-sig"))  # bytes: text mode would turn a lone \r into a line
     except UnicodeDecodeError as exc:
         raise BertkitError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 

@@ -102,7 +102,7 @@ def train_bpe(texts: Iterable[str], vocab_size: int, byte_level: bool = True, lo
     if vocab_size <= floor:
         raise BertkitError(f"{_vocab_setting(option, vocab_size)} is too small: the special tokens and the "
                            f"{'256-byte alphabet' if byte_level else 'alphabet'} alone take {floor} "
-                           f"({_vocab_hint(option, f'more than {floor}')})")
+                           f"({_vocab_hint(option, f'at least {floor + 1}')})")
     tok = build_untrained(byte_level, lowercase, nfkc)
     # [MASK] absorbs the space before it ("was [MASK]." -> 'Ġwas' '[MASK]' '.'), as a masked word did in training.
     specials = [AddedToken(t, special=True, lstrip=(t == MASK), normalized=False) for t in SPECIAL_TOKENS]

@@ -42,7 +42,7 @@ def test_clm_pretraining_learns_and_reports_perplexity(lm):
 def test_the_clm_loss_is_next_token_cross_entropy(lm):
     from bertkit.tasks.clm import CLMObjective
 
-    model, _ = load_lm(lm)
+    model, _, _ = load_lm(lm)
     ids = torch.randint(5, 400, (3, 12))
     loss_sum, stats = CLMObjective.loss(model, {"input_ids": ids})
     logits = model(ids, head="lm").logits
@@ -55,14 +55,14 @@ def test_the_clm_loss_is_next_token_cross_entropy(lm):
 def test_generate_samples_reproducibly_and_the_cache_changes_nothing(lm):
     args = ["generate", lm, "The model", "A much longer prompt about the corpus", "--max-new-tokens", "12",
             "--json", "--seed", "3"]
-    first = [json.loads(line) for line in cli_ok(*args).output.splitlines()]
+    first = [json.loads(line) for line in cli_ok(*args).stdout.splitlines()]
     assert [r["prompt"] for r in first] == ["The model", "A much longer prompt about the corpus"]
     assert all(0 < r["tokens"] <= 12 or r["continuation"] == "" for r in first)
-    assert [json.loads(line) for line in cli_ok(*args).output.splitlines()] == first
-    assert [json.loads(line) for line in cli_ok(*args, "--no-cache").output.splitlines()] == first
+    assert [json.loads(line) for line in cli_ok(*args).stdout.splitlines()] == first
+    assert [json.loads(line) for line in cli_ok(*args, "--no-cache").stdout.splitlines()] == first
     # a prompt's sample depends on the seed and its place in the list, not on --batch-size or the prompts after it
-    assert [json.loads(line) for line in cli_ok(*args, "--batch-size", "1").output.splitlines()] == first
-    alone = [json.loads(line) for line in cli_ok(*args[:3], *args[4:]).output.splitlines()]
+    assert [json.loads(line) for line in cli_ok(*args, "--batch-size", "1").stdout.splitlines()] == first
+    alone = [json.loads(line) for line in cli_ok(*args[:3], *args[4:]).stdout.splitlines()]
     assert alone == first[:1]
     greedy = cli_ok("generate", lm, "The model", "--greedy", "--max-new-tokens", "8").output
     assert greedy.startswith("The model") and greedy == cli_ok("generate", lm, "The model", "--greedy",
@@ -73,7 +73,7 @@ def test_a_long_prompt_is_cut_from_the_left_with_a_warning(lm):
     long = " ".join(["word"] * 200)
     result = cli_invoke("generate", lm, long + " end", "--max-new-tokens", "10", "--greedy")
     assert result.exit_code == 0 and "kept their last tokens" in result.output
-    model, tokenizer = load_lm(lm)
+    model, tokenizer, _ = load_lm(lm)
     from bertkit.jobs.generate import prompt_ids
 
     ids, cut = prompt_ids(tokenizer, [long + " end"], 64 - 10)
@@ -82,27 +82,69 @@ def test_a_long_prompt_is_cut_from_the_left_with_a_warning(lm):
 
 
 def test_perplexity_scores_every_token_once_and_matches_a_hand_computation(lm, tmp_path):
+    """By default a text is read as pretraining reads a corpus: a document per non-blank line, stripped, each closed
+    by [SEP] (scored); --stream reads it as one stream, line breaks included. A decoder trained on one-line
+    documents never saw a line break, and each cost it ~14 nats: a review measured 932 where the run's validation
+    read 154 (156 read as documents)."""
     text = tmp_path / "text.txt"
-    text.write_text("The sample corpus has a few plain lines.\nIt is read as one stream.\n")
-    model, tokenizer = load_lm(lm)
-    tokens = tokenizer.encode("The sample corpus has a few plain lines.\nIt is read as one stream.",
+    text.write_text("\ufeffThe sample corpus has a few plain lines.\n\n  It is read as documents. \n")
+    model, tokenizer, block = load_lm(lm)
+    assert block == 32  # the fixture's block_size: the default window
+
+    def by_hand(tokens):
+        ids = torch.tensor([[2] + tokens])  # [CLS] + the text: shorter than one window, so one pass scores it all
+        with torch.no_grad():
+            return model(ids, head="lm").logits.log_softmax(-1)[0, :-1].gather(-1, ids[0, 1:, None]).sum()
+
+    sep = tokenizer.token_to_id("[SEP]")
+    lines = ["The sample corpus has a few plain lines.", "It is read as documents."]  # the BOM is not text
+    documents = [i for line in lines for i in tokenizer.encode(line, add_special_tokens=False).ids + [sep]]
+    stream = tokenizer.encode("The sample corpus has a few plain lines.\n\n  It is read as documents. ",
                               add_special_tokens=False).ids
-    ids = torch.tensor([[2] + tokens])  # [CLS] + the text: shorter than one window, so one pass scores it all
-    with torch.no_grad():
-        log_p = model(ids, head="lm").logits.log_softmax(-1)[0, :-1].gather(-1, ids[0, 1:, None]).sum()
-    result = json.loads(cli_ok("perplexity", lm, text, "--json").output)
-    assert result["tokens"] == len(tokens) and result["words"] == 14
-    assert math.isclose(result["token_ppl"], math.exp(-float(log_p) / len(tokens)), rel_tol=1e-4)
-    assert math.isclose(result["word_ppl"], math.exp(-float(log_p) / 14), rel_tol=1e-4)
+    for args, tokens in ((), documents), (("--stream",), stream):  # one window of 64 holds the text
+        result = json.loads(cli_ok("perplexity", lm, text, "--json", "--window", "64", *args).stdout)
+        assert result["tokens"] == len(tokens) < 64 and result["words"] == 13, args
+        log_p = by_hand(tokens)
+        assert math.isclose(result["token_ppl"], math.exp(-float(log_p) / len(tokens)), rel_tol=1e-4)
+        assert math.isclose(result["word_ppl"], math.exp(-float(log_p) / 13), rel_tol=1e-4)
+    assert json.loads(cli_ok("perplexity", lm, text, "--json").stdout)["window"] == 32
     long = tmp_path / "long.txt"
     long.write_text(SAMPLE_CORPUS.read_text() * 3)
-    n = len(tokenizer.encode("\n".join(long.read_text().splitlines()), add_special_tokens=False).ids)
-    for stride in ("5", "31", "63"):
-        result = json.loads(cli_ok("perplexity", lm, long, "--stride", stride, "--json").output)
+    n = sum(len(tokenizer.encode(line.strip(), add_special_tokens=False).ids) + 1
+            for line in long.read_text().splitlines() if line.strip())
+    for stride in ("5", "16", "31"):
+        result = json.loads(cli_ok("perplexity", lm, long, "--stride", stride, "--json").stdout)
         assert result["tokens"] == n  # every token scored exactly once, whatever the stride
-    tight = json.loads(cli_ok("perplexity", lm, long, "--stride", "63", "--json").output)["token_ppl"]
+    tight = json.loads(cli_ok("perplexity", lm, long, "--stride", "31", "--json").output)["token_ppl"]
     overlapping = json.loads(cli_ok("perplexity", lm, long, "--stride", "8", "--json").output)["token_ppl"]
     assert overlapping < tight  # more context per token: a trained LM predicts better
+    wide = cli_ok("perplexity", lm, long, "--window", "64")
+    assert "--window 64 is longer than the 32-token blocks the run trained on" in " ".join(wide.output.split())
+
+
+def test_literal_special_tokens_are_text_to_perplexity_and_generate(lm, tmp_path):
+    """A text about BERT: its "[SEP]" / "[CLS]" / "[PAD]" are text, as pretraining packed them (perplexity scored
+    them as special targets, and a prompt's "[SEP]" was a false document end); generation never draws [CLS], [PAD],
+    [MASK] or [UNK] (they close no document and decode to nothing)."""
+    from bertkit.generation import Sampling, generate
+    from bertkit.text.tokenizer import load_run_tokenizer, special_ids
+
+    about = "In BERT the input is [CLS] tokens [SEP] more tokens and [PAD] fills."
+    text = tmp_path / "about.txt"
+    text.write_text(about + "\n")
+    from bertkit.run.directory import load_config
+
+    plain = load_run_tokenizer(lm, load_config(lm))
+    plain.encode_special_tokens = True  # as packing reads a corpus
+    expected = len(plain.encode(about, add_special_tokens=False).ids) + 1  # and its [SEP]
+    assert json.loads(cli_ok("perplexity", lm, text, "--json").stdout)["tokens"] == expected
+    model, tokenizer, _ = load_lm(lm)
+    special = special_ids(tokenizer)
+    assert special.sep not in tokenizer.encode("the king [SEP] the", add_special_tokens=False).ids
+    banned = [special.cls, special.pad, special.mask, special.unk]
+    drawn = generate(model, [[special.cls, 7]] * 16, 30, None, special.pad, Sampling(temperature=50.0), 0, True,
+                     banned)
+    assert all(token not in banned for row in drawn for token in row) and sum(map(len, drawn)) == 16 * 30
 
 
 def test_attention_maps_for_a_decoder(lm, tmp_path):
@@ -118,6 +160,10 @@ def test_attention_maps_for_a_decoder(lm, tmp_path):
 def test_bad_inputs_are_one_line(lm, tmp_path, base):
     assert "prompt 1 is empty" in cli_error("generate", lm, "  ")
     assert "leaves no room for a prompt" in cli_error("generate", lm, "hi", "--max-new-tokens", "64")
+    # at max_len - 1 no prompt token was kept: every prompt got the same unconditional sample (a review)
+    assert "(at most 62)" in cli_error("generate", lm, "hi", "--max-new-tokens", "63")
+    assert "reach past the 32-token blocks the run trained on" in " ".join(
+        cli_ok("generate", lm, "hi", "--max-new-tokens", "40", "--greedy").output.split())
     assert "--temperature 0.0: must be a finite number > 0" in cli_error("generate", lm, "hi", "--temperature", "0")
     message = cli_error("generate", base, "hi")
     assert "needs a decoder language model" in message and "fill-mask" in message
@@ -172,7 +218,7 @@ def test_sampling_options_seeds_and_windows_out_of_range_are_one_line(lm):
         assert cli_error("perplexity", lm, SAMPLE_CORPUS, "--window", window) == \
             f"error: --window {window}: must be in [2, max_len=64]"
     assert cli_error("perplexity", lm, SAMPLE_CORPUS, "--stride", "0") == \
-        "error: --stride 0: must be in [1, window - 1 = 63]"
+        "error: --stride 0: must be in [1, window - 1 = 31]"
     assert cli_error("perplexity", lm, SAMPLE_CORPUS, "--window", "8", "--stride", "8") == \
         "error: --stride 8: must be in [1, window - 1 = 7]"
     assert json.loads(cli_ok("perplexity", lm, SAMPLE_CORPUS, "--window", "2", "--json").output)["window"] == 2

@@ -76,14 +76,14 @@ def test_transformers_loads_and_encodes_identically(tmp_path, sample_tokenizer):
 
 
 def test_vocab_sizes_the_corpus_cannot_support():
-    with pytest.raises(BertkitError, match="vocab size 100 is too small: .* alone take 261 .more than 261: "
+    with pytest.raises(BertkitError, match="vocab size 100 is too small: .* alone take 261 .at least 262: "
                        r"--vocab-size for `bertkit tokenizer train`, --set model.vocab_size=N elsewhere\)$"):
         train_bpe(LINES, vocab_size=100)
     with pytest.raises(BertkitError, match=r"corpus supports only [\d,]+ tokens"):
         train_bpe(LINES, vocab_size=50_000)
     # a caller that knows its user's option names only that one
-    with pytest.raises(BertkitError, match=r"^--vocab-size=100 is too small: .* \(--vocab-size=N with N more than "
-                       r"261\)$"):
+    with pytest.raises(BertkitError, match=r"^--vocab-size=100 is too small: .* \(--vocab-size=N with N at least "
+                       r"262\)$"):
         train_bpe(LINES, vocab_size=100, option="--vocab-size")
     with pytest.raises(BertkitError, match=r"fewer than --set model.vocab_size=50000: .*\(--set model.vocab_size=N "
                        r"with N [\d]+ or less\)$"):
