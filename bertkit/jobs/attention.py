@@ -84,12 +84,16 @@ def collect(run: Path, text: str, target: str | None = None) -> dict:
     return {"maps": maps, "architecture": arch, "output": None}
 
 
-def _heatmap(ax, weights: torch.Tensor, q_labels: list[str], k_labels: list[str], title: str) -> None:
-    ax.imshow(weights.float().numpy(), cmap="viridis", vmin=0.0, aspect="auto")
+def _heatmap(ax, weights: torch.Tensor, q_labels: list[str], k_labels: list[str], title: str):
+    """One panel on the scale every panel shares, 0 to 1 (a row of attention weights sums to 1): scaled to each
+    panel's own maximum, near-uniform attention (1/12 everywhere) drew as bright as a sharp head. Returns the
+    image, for the figure's colour bar."""
+    image = ax.imshow(weights.float().numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_title(title, fontsize=9)
     small = 7 if max(len(q_labels), len(k_labels)) <= 30 else 5
     ax.set_xticks(range(len(k_labels)), k_labels, rotation=90, fontsize=small)
     ax.set_yticks(range(len(q_labels)), q_labels, fontsize=small)
+    return image
 
 
 @dataclass(frozen=True)
@@ -142,15 +146,16 @@ def run(job: AttentionJob) -> AttentionResult:
             cols = min(len(panels), 3)
             rows = math.ceil(len(panels) / cols)
             size = max(3.0, 0.22 * max(len(q_labels), len(k_labels)) + 1.5)
-            fig, axes = plt.subplots(rows, cols, figsize=(size * cols, size * rows), squeeze=False)
+            fig, axes = plt.subplots(rows, cols, figsize=(size * cols, size * rows), squeeze=False,
+                                     layout="constrained")
             for ax, (title, w) in zip(axes.flat, panels):
-                _heatmap(ax, w, q_labels, k_labels, title)
+                image = _heatmap(ax, w, q_labels, k_labels, title)
             for ax in list(axes.flat)[len(panels):]:
                 ax.axis("off")
+            fig.colorbar(image, ax=list(axes.flat), shrink=0.6, label="attention weight")
             fig.suptitle(f"{stack} {kind}-attention, layer {index}  (rows: queries, columns: keys)")
-            fig.tight_layout()
             name = f"{stack}-{kind}-layer{index}" + (f"-head{head}" if head is not None else "") + ".png"
-            fig.savefig(tmp / name, dpi=110)
+            fig.savefig(tmp / name, dpi=110, bbox_inches="tight")  # a one-panel figure clipped its long title
             plt.close(fig)
             written.append(out / name)
         if found["architecture"] == "encoder-decoder":
@@ -159,13 +164,14 @@ def run(job: AttentionJob) -> AttentionResult:
                                                                     if layer is not None else -1]
             w = weights[head] if head is not None else weights.mean(0)
             size = max(4.0, 0.3 * max(len(q_labels), len(k_labels)) + 2)
-            fig, ax = plt.subplots(figsize=(size, size * len(q_labels) / max(1, len(k_labels)) + 1))
-            _heatmap(ax, w, q_labels, k_labels, f"cross-attention, decoder layer {index}, "
-                     + (f"head {head}" if head is not None else "mean of heads"))
+            fig, ax = plt.subplots(figsize=(size, size * len(q_labels) / max(1, len(k_labels)) + 1),
+                                   layout="constrained")
+            image = _heatmap(ax, w, q_labels, k_labels, f"cross-attention, decoder layer {index}, "
+                             + (f"head {head}" if head is not None else "mean of heads"))
             ax.set_xlabel("source tokens")
             ax.set_ylabel("output tokens (each row predicts the next)")
-            fig.tight_layout()
-            fig.savefig(tmp / "alignment.png", dpi=130)
+            fig.colorbar(image, ax=ax, shrink=0.6, label="attention weight")
+            fig.savefig(tmp / "alignment.png", dpi=130, bbox_inches="tight")
             plt.close(fig)
             written.append(out / "alignment.png")
     return AttentionResult(written)

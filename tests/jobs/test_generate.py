@@ -155,6 +155,19 @@ def test_attention_maps_for_a_decoder(lm, tmp_path):
     cli_ok("attention", lm, "The sample", "-o", out, "--layer", "1", "--head", "3", "--overwrite")
     assert [p.name for p in out.iterdir()] == ["decoder-self-layer1-head3.png"]
     assert (out / "decoder-self-layer1-head3.png").read_bytes()[:4] == b"\x89PNG"
+    # every panel on one 0-1 scale (rows of weights sum to 1): scaled to its own maximum, near-uniform attention
+    # drew as bright as a sharp head (a review, 2026-11-28)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from bertkit.jobs.attention import _heatmap
+
+    fig, ax = plt.subplots()
+    image = _heatmap(ax, torch.full((4, 4), 0.25), list("abcd"), list("abcd"), "uniform")
+    assert image.get_clim() == (0.0, 1.0)
+    plt.close(fig)
 
 
 def test_bad_inputs_are_one_line(lm, tmp_path, base):
