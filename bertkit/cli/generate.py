@@ -25,7 +25,7 @@ def _texts(texts: list[str] | None, input_file: Path | None, what: str) -> list[
     if texts and input_file is not None:
         raise BertkitError(f"give {what}s as arguments or with --input, not both")
     if input_file is not None:
-        return text_lines(sys.stdin.read()) if str(input_file) == "-" else read_lines(input_file)
+        return text_lines(sys.stdin.read().removeprefix("\ufeff")) if str(input_file) == "-" else read_lines(input_file)
     if not texts:
         raise BertkitError(f"no {what}: give one as an argument or a file with --input")
     return list(texts)
@@ -87,9 +87,10 @@ def generate(run: Annotated[Path, typer.Argument(help="A decoder run (bertkit pr
 @app.command()
 @user_errors
 def perplexity(run: Annotated[Path, typer.Argument(help="A decoder run.")],
-               file: Annotated[Path, typer.Argument(help="A text file, read as pretraining reads a corpus: a "
-                                                         "document per non-blank line, each closed by [SEP] "
-                                                         "(data-root relative is fine: wikitext2/wiki.test.raw).")],
+               file: Annotated[Path, typer.Argument(help="A corpus file, read as pretraining reads it: a "
+                                                         "document per non-blank .txt line (JSON lines record, "
+                                                         "CSV row; .gz too), each closed by [SEP] (data-root "
+                                                         "relative is fine: wikitext2/wiki.test.raw).")],
                window: Annotated[int | None, typer.Option(help="Tokens per window, [CLS] included (default: "
                                                                "the block size the run trained on).")] = None,
                stride: Annotated[int | None, typer.Option(help="Tokens the window moves (default: half a window; "

@@ -152,7 +152,7 @@ def run(job: AttentionJob) -> AttentionResult:
                 image = _heatmap(ax, w, q_labels, k_labels, title)
             for ax in list(axes.flat)[len(panels):]:
                 ax.axis("off")
-            fig.colorbar(image, ax=list(axes.flat), shrink=0.6, label="attention weight")
+            fig.colorbar(image, ax=list(axes.flat)[:len(panels)], shrink=0.6, label="attention weight")
             fig.suptitle(f"{stack} {kind}-attention, layer {index}  (rows: queries, columns: keys)")
             name = f"{stack}-{kind}-layer{index}" + (f"-head{head}" if head is not None else "") + ".png"
             fig.savefig(tmp / name, dpi=110, bbox_inches="tight")  # a one-panel figure clipped its long title
@@ -163,9 +163,10 @@ def run(job: AttentionJob) -> AttentionResult:
             stack, kind, index, weights, q_labels, k_labels = cross[min(layer, len(cross) - 1)
                                                                     if layer is not None else -1]
             w = weights[head] if head is not None else weights.mean(0)
-            size = max(4.0, 0.3 * max(len(q_labels), len(k_labels)) + 2)
-            fig, ax = plt.subplots(figsize=(size, size * len(q_labels) / max(1, len(k_labels)) + 1),
-                                   layout="constrained")
+            # about 0.3 in a token each way, at most 40 in (a long output over a short source was 5,209 x 51,857
+            # pixels, more than Pillow opens)
+            width, height = (min(40.0, max(4.0, 0.3 * n + 2)) for n in (len(k_labels), len(q_labels)))
+            fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
             image = _heatmap(ax, w, q_labels, k_labels, f"cross-attention, decoder layer {index}, "
                              + (f"head {head}" if head is not None else "mean of heads"))
             ax.set_xlabel("source tokens")

@@ -15,21 +15,23 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from tokenizers import Tokenizer
 
-from bertkit.config import SEEDS
+from bertkit.config import SEEDS, Config
 from bertkit.errors import BertkitError, a_or_an
 from bertkit.generation import Sampling, generate, row_seed
 from bertkit.hardware import autocast, resolve_precision
 from bertkit.nn.model import Model
+from bertkit.paths import need_file
 from bertkit.run.directory import load_run
+from bertkit.text.corpus import file_format, iter_corpus
 from bertkit.text.tasks import read_lines
 from bertkit.text.tokenizer import continuation, load_run_tokenizer, special_ids
 
 
 def load_lm(run: Path, device: str | torch.device | None = None,
-            need: str = "generation") -> tuple[Model, Tokenizer, int]:
+            need: str = "generation") -> tuple[Model, Tokenizer, Config]:
     """A decoder run with its LM head, its tokenizer (a text's literal "[SEP]" or "[MASK]" read as text, as
     pretraining packed its corpus: it was a false document end in a prompt, a special target in a scored text), and
-    the block size it trained on; any other model is a clear error naming what `need`s it."""
+    its config; any other model is a clear error naming what `need`s it."""
     config, model = load_run(run, device)
     arch = config.model.architecture
     if arch != "decoder" or "lm" not in config.heads.names:
@@ -40,7 +42,29 @@ def load_lm(run: Path, device: str | torch.device | None = None,
                            f"this is {a_or_an(arch)} ({hint})")
     tokenizer = load_run_tokenizer(run, config)
     tokenizer.encode_special_tokens = True
-    return model, tokenizer, min(config.data.block_size, config.model.max_len)
+    return model, tokenizer, config
+
+
+def trained_block(config: Config) -> int:
+    """The tokens per block a decoder run trained on ([CLS] included): positions past it were never trained."""
+    return min(config.data.block_size, config.model.max_len)
+
+
+def _scored_tokens(file: Path, tokenizer: Tokenizer, stream: bool, text_field: str) -> tuple[list[int], str]:
+    """The token ids `perplexity` scores, and the text they are (for its word and byte counts): the file's
+    documents as pretraining reads them (the corpus reader: a .txt line, a JSON lines record's `text_field`, a CSV
+    row's column; stripped, empty ones dropped), each closed by [SEP]; or (`stream`) a text file as one stream."""
+    if stream:
+        if file_format(file) != "text":
+            raise BertkitError(f"--stream: {file} is a {file_format(file)} corpus; --stream scores a text file as "
+                               "written (without --stream its documents are read as pretraining reads them)")
+        text = "\n".join(read_lines(file))
+        return (tokenizer.encode(text, add_special_tokens=False).ids if text.strip() else []), text
+    need_file(file)
+    documents = list(iter_corpus([Path(file)], text_field))
+    sep = special_ids(tokenizer).sep
+    tokens = [i for e in tokenizer.encode_batch(documents, add_special_tokens=False) for i in e.ids + [sep]]
+    return tokens, "\n".join(documents)
 
 
 def prompt_ids(tokenizer: Tokenizer, prompts: list[str], room: int) -> tuple[list[list[int]], int]:
@@ -100,8 +124,8 @@ def run(job: GenerateJob, console: Console | None = None) -> GenerateResult:
         raise BertkitError("no prompt given")
     if seed is not None and not 0 <= seed < SEEDS:  # before the model loads: torch's generator overflows past 2**64
         raise BertkitError(f"--seed {seed}: must be in [0, 2**32 - 1]")
-    model, tokenizer, block = load_lm(job.run)
-    max_len = model.config.max_len
+    model, tokenizer, config = load_lm(job.run)
+    max_len, block = model.config.max_len, trained_block(config)
     if max_new_tokens > max_len - 2:  # [CLS] and at least one prompt token: at max_len - 1 none was kept, and
         # every prompt got the same unconditional sample (a review, 2026-11-28)
         raise BertkitError(f"--max-new-tokens {max_new_tokens} leaves no room for a prompt: the model reads at most "
@@ -111,7 +135,7 @@ def run(job: GenerateJob, console: Console | None = None) -> GenerateResult:
     if cut:
         console.print(f"[yellow]warning: {cut} prompt(s) were longer than {max_len - max_new_tokens - 1} tokens "
                       f"(max_len {max_len} - --max-new-tokens {max_new_tokens} - [CLS]); kept their last tokens")
-    if max(map(len, ids)) + max_new_tokens > block:
+    if max(map(len, ids)) + max_new_tokens - 1 > block:  # the last token drawn is never read
         console.print(f"[yellow]warning: a prompt and --max-new-tokens {max_new_tokens} reach past the {block}-token "
                       "blocks the run trained on; positions past them were never trained")
     special = special_ids(tokenizer)
@@ -150,8 +174,9 @@ class PerplexityJob:
 
 @dataclass(frozen=True)
 class PerplexityResult:
-    """The file's scores: tokens scored, whitespace words and UTF-8 bytes of the text, the window and stride used,
-    the mean loss per token (nats), and perplexity per token and per word, and bits per byte."""
+    """The file's scores: tokens scored, whitespace words and UTF-8 bytes of the text (its documents, a line break
+    between them), the window and stride used, the mean loss per token (nats), perplexity per token and per word,
+    bits per byte, and whether the file was read as one stream."""
 
     file: Path
     tokens: int
@@ -163,6 +188,7 @@ class PerplexityResult:
     token_ppl: float
     word_ppl: float
     bits_per_byte: float
+    stream: bool = False  # read as one stream (--stream), not as documents
 
 
 @torch.no_grad()
@@ -175,7 +201,8 @@ def perplexity(job: PerplexityJob, console: Console | None = None) -> Perplexity
     token, per word (whitespace words of the file: comparable across tokenizers) and bits per byte."""
     console = console or Console(stderr=True)
     file, stride, batch_size = job.file, job.stride, job.batch_size
-    model, tokenizer, block = load_lm(job.run, need="perplexity")
+    model, tokenizer, config = load_lm(job.run, need="perplexity")
+    block = trained_block(config)
     # `is None`, not `or`: a window or stride of 0 is an error, not the default
     window = block if job.window is None else job.window
     if not 2 <= window <= model.config.max_len:  # [CLS] + at least one scored token
@@ -187,17 +214,10 @@ def perplexity(job: PerplexityJob, console: Console | None = None) -> Perplexity
     stride = max(1, body // 2) if stride is None else stride
     if not 1 <= stride <= body:
         raise BertkitError(f"--stride {stride}: must be in [1, window - 1 = {body}]")
-    lines = read_lines(file)
-    text = "\n".join(lines)
-    if not text.strip():
+    tokens, text = _scored_tokens(Path(file), tokenizer, job.stream, config.data.text_field)
+    if not tokens:
         raise BertkitError(f"{file}: no text")
-    special = special_ids(tokenizer)
-    if job.stream:
-        tokens = tokenizer.encode(text, add_special_tokens=False).ids
-    else:
-        documents = [line.strip() for line in lines if line.strip()]
-        tokens = [i for e in tokenizer.encode_batch(documents, add_special_tokens=False) for i in e.ids + [special.sep]]
-    cls = special.cls
+    cls = special_ids(tokenizer).cls
     # window starts b = 0, stride, …; window b scores tokens [max(b, scored_until), b + body)
     starts = list(range(0, max(1, len(tokens) - body + stride), stride))
     device = model.device
@@ -229,4 +249,4 @@ def perplexity(job: PerplexityJob, console: Console | None = None) -> Perplexity
     n_bytes = len(text.encode("utf-8"))
     return PerplexityResult(Path(file), tokens=count, words=words, bytes=n_bytes, window=window, stride=stride,
                             loss=nll / count, token_ppl=math.exp(nll / count), word_ppl=math.exp(nll / words),
-                            bits_per_byte=nll / math.log(2) / n_bytes)
+                            bits_per_byte=nll / math.log(2) / n_bytes, stream=job.stream)

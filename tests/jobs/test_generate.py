@@ -88,8 +88,10 @@ def test_perplexity_scores_every_token_once_and_matches_a_hand_computation(lm, t
     read 154 (156 read as documents)."""
     text = tmp_path / "text.txt"
     text.write_text("\ufeffThe sample corpus has a few plain lines.\n\n  It is read as documents. \n")
-    model, tokenizer, block = load_lm(lm)
-    assert block == 32  # the fixture's block_size: the default window
+    from bertkit.jobs.generate import trained_block
+
+    model, tokenizer, config = load_lm(lm)
+    assert trained_block(config) == 32  # the fixture's block_size: the default window
 
     def by_hand(tokens):
         ids = torch.tensor([[2] + tokens])  # [CLS] + the text: shorter than one window, so one pass scores it all
@@ -120,6 +122,20 @@ def test_perplexity_scores_every_token_once_and_matches_a_hand_computation(lm, t
     assert overlapping < tight  # more context per token: a trained LM predicts better
     wide = cli_ok("perplexity", lm, long, "--window", "64")
     assert "--window 64 is longer than the 32-token blocks the run trained on" in " ".join(wide.output.split())
+    # a corpus of JSON lines or gzip is read as pretraining reads it (its JSON syntax was scored as text; a .gz file
+    # was "not UTF-8 text"); --stream takes text files only, and the JSON says which reading it was
+    import gzip
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"text": line}) + "\n" for line in lines))
+    zipped = tmp_path / "text.txt.gz"
+    zipped.write_bytes(gzip.compress(text.read_bytes()))
+    as_text = json.loads(cli_ok("perplexity", lm, text, "--json").stdout)
+    for other in (rows, zipped):
+        assert json.loads(cli_ok("perplexity", lm, other, "--json").stdout) == {**as_text, "file": str(other)}
+    assert as_text["stream"] is False
+    assert json.loads(cli_ok("perplexity", lm, text, "--json", "--stream").stdout)["stream"] is True
+    assert "--stream: " in cli_error("perplexity", lm, rows, "--stream")
 
 
 def test_literal_special_tokens_are_text_to_perplexity_and_generate(lm, tmp_path):
@@ -194,6 +210,13 @@ def test_bad_inputs_are_one_line(lm, tmp_path, base):
     # the other lines stay as written, as an argument does: a trailing space is a token to a byte-level BPE
     assert [json.loads(line)["prompt"] for line in result.stdout.splitlines()] == ["The model ", "A corpus"]
     assert "skipped 1 blank line before or between the texts" in result.output
+    from typer.testing import CliRunner
+
+    from bertkit.cli import app
+
+    piped = CliRunner().invoke(app, ["generate", str(lm), "--input", "-", "--greedy", "--max-new-tokens", "2",
+                                     "--json"], input="\ufeffThe model\n")  # a BOM on stdin is not the prompt's
+    assert json.loads(piped.stdout.splitlines()[0])["prompt"] == "The model"
     gaps.write_text("\n  \n")
     assert "prompts.txt: no prompt (every line is blank)" in cli_error("generate", lm, "--input", gaps)
     assert "--layer 5" in cli_error("attention", lm, "hi", "-o", tmp_path / "a", "--layer", "5")

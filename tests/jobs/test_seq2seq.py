@@ -116,6 +116,13 @@ def test_attention_alignment_for_an_encoder_decoder(mt, tmp_path):
     weights, out_labels, src_labels = cross[3], cross[4], cross[5]
     assert found["output"] == "rot Hund läuft" and src_labels[-1] == "[SEP]" and out_labels[0] == "[CLS]"
     torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:2]))  # rows are distributions
+    # a long output over a short source stays a picture: its height grew with their ratio (5,209 x 51,857 pixels,
+    # which Pillow refuses to open; a review, 2026-11-28); at most 40 in x 130 dpi, plus margins
+    long_output = " ".join(["Hund"] * 40)
+    cli_ok("attention", run, "dog", "--target", long_output, "-o", tmp_path / "long")
+    png = (tmp_path / "long" / "alignment.png").read_bytes()
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    assert width < 6000 and height < 6000, (width, height)
 
 
 @pytest.mark.slow
