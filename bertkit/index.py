@@ -38,6 +38,7 @@ import numpy as np
 from bertkit.errors import BertkitError
 from bertkit.index_codec import (DTYPE, REFINE_SUFFIX, SUFFIX, add_ivf, binary_flat, build_ivf, default_rescore,
                                  gather_rows, hamming_candidates, int8_flat, rotate, row_bytes, row_width, searched)
+from bertkit.index_codec import TIE_DECIMALS, in_row_order
 from bertkit.index_codec import rescore as _rescore
 from bertkit.index_files import (FORMAT, INDEX_FILE, VERSION, file_number, next_number,  # noqa: F401 (re-exported)
                                  read_meta, remove_leftovers, shard_files, write_meta)
@@ -233,7 +234,7 @@ class VectorIndex:
             turned = np.ascontiguousarray(rotate(queries, self.calibration))  # the codes' basis (same products)
             scores, rows = self._checked(*searched(index, turned, wanted), _INT8_UNIT)
             if not self.refine:
-                return scores, rows
+                return in_row_order(scores, rows)
         if self.refine:  # the candidates rescored from the finer copy on disk (checked as FAISS's scores are)
             return self._checked(*_rescore(self.refined(), queries, rows, k, self.refine, self.dim, self.calibration),
                                  _UNIT if self.refine == "float32" else _INT8_UNIT)
@@ -364,7 +365,6 @@ _UNIT = 1.001  # |cosine| of unit vectors, with float32 rounding
 _INT8_UNIT = 1.05  # a dequantized unit vector is off by at most half a step per dimension
 
 
-TIE_DECIMALS = 6  # scores equal to 1e-6 are one score for which rows come back (below: matrix products' noise)
 
 
 def _top_k(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

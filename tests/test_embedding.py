@@ -70,6 +70,12 @@ def test_similarity_is_the_cosine_of_the_embeddings(run):
     # one string is one text (D,), as sentence-transformers' encode takes it, not a text per character
     single = encoder.encode("one text")
     assert single.shape == a.shape and np.allclose(single, a, atol=1e-6)
+    # spaces and line breaks around a text are not the text, as `embed`, `index` and `search` read it (a byte-level
+    # tokenizer took them for tokens: `similarity` and `encode` differed from `embed`'s vector; a review, 2026-11-28)
+    assert np.array_equal(encoder.encode([" one text \n"]), encoder.encode(["one text"]))
+    assert encoder.similarity(["one text "], ["\nanother one"])[0] == \
+        encoder.similarity(["one text"], ["another one"])[0]
+    assert np.array_equal(encoder.encode_layers(["one text  "], [0, -1]), encoder.encode_layers(["one text"], [0, -1]))
 
 
 def test_a_job_given_one_path_as_a_string_reads_that_one_file(tmp_path):

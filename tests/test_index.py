@@ -118,6 +118,29 @@ def test_build_search_append_and_refuse_other_models(tmp_path, base, sample_toke
     assert "--overwrite" in cli_error("index", "build", "--model", base, corpus, "-o", idx)
 
 
+def test_adds_and_queries_embed_in_the_precision_the_index_was_built_in(tmp_path, base, monkeypatch):
+    """index.json records the precision the index embedded in, and `index add` and `search` use it unless told
+    otherwise: an index built with --precision fp32 got bf16 vectors from every add where auto picks bf16 (its
+    float32 refine copy's scores drifted from the true cosines by 8e-4; a review, 2026-11-28)."""
+    used = []
+    real = job.SentenceEncoder
+
+    def spy(*args, **kwargs):
+        used.append(kwargs.get("precision"))
+        return real(*args, **kwargs)
+
+    idx = tmp_path / "idx"
+    cli_ok("index", "build", "--model", base, _corpus(tmp_path, "a.txt", SENTENCES[:8]), "-o", idx,
+           "--precision", "bf16", "--no-progress")
+    assert json.loads((idx / "index.json").read_text())["model"]["precision"] == "bf16"
+    monkeypatch.setattr(job, "SentenceEncoder", spy)
+    cli_ok("index", "add", idx, _corpus(tmp_path, "b.txt", SENTENCES[8:12]), "--no-progress")
+    cli_ok("search", idx, SENTENCES[9])
+    cli_ok("index", "add", idx, _corpus(tmp_path, "c.txt", SENTENCES[12:14]), "--no-progress", "--precision", "fp32")
+    cli_ok("search", idx, SENTENCES[9], "--precision", "auto")
+    assert used == ["bf16", "bf16", "fp32", "auto"]
+
+
 def test_auto_backend_switches_to_faiss_and_appends_keep_it(tmp_path, base, monkeypatch):
     monkeypatch.setattr(index_module, "FAISS_MIN", 20)
     small = _corpus(tmp_path, "a.txt", SENTENCES[:12])

@@ -173,6 +173,21 @@ def _synthetic_index(path, vectors, precision, nlist=None, refine=None):
     return VectorIndex(path)
 
 
+@pytest.mark.parametrize("precision, refine", [("int8", None), ("int8", "float32"), ("binary", "int8")])
+def test_equal_scores_come_in_row_order_from_compressed_vectors_too(tmp_path, precision, refine):
+    """Twelve copies of one vector among others: whatever the codes, hits of equal score come back in row order, as
+    exact float search returns them (FAISS's int8 search returned them in any order: d99, d63, d42 for the float
+    index's d42, d63, d99; a review, 2026-11-28)."""
+    vectors = _unit(300, 32, seed=5)
+    copies = [7, 40, 41, 90, 120, 121, 150, 200, 230, 260, 280, 299]
+    vectors[copies] = vectors[7]
+    index = _synthetic_index(tmp_path / "idx", vectors, precision, refine=refine)
+    scores, rows = index.search(vectors[7:8], 5, exact=True)
+    assert np.all(np.diff(scores[0]) <= 1e-6)
+    tied = rows[0][np.isclose(scores[0], scores[0][0], atol=1e-6)]
+    assert len(tied) == 5 and list(tied) == sorted(tied) and set(tied) <= set(copies)
+
+
 def _planted(n=4000, d=128, queries=50, seed=3):
     """Clustered unit vectors (as sentence embeddings are: 200 topics of 20), and queries each a noisy copy of one
     of them (its planted nearest neighbour)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Optional
 
 import typer
 
@@ -83,11 +83,12 @@ def embed(model: Annotated[Path, typer.Option(
 def similarity(model: Annotated[Path, typer.Argument(
         help="Any encoder run directory (or its ONNX export folder).")],
                a: Annotated[str, typer.Argument(help="First sentence.")],
-               b: Annotated[str, typer.Argument(help="Second sentence.")]) -> None:
+               b: Annotated[str, typer.Argument(help="Second sentence.")],
+               precision: PrecisionOption = "auto") -> None:
     """Cosine similarity of two sentences' embeddings."""
     from bertkit.jobs import search as job
 
-    typer.echo(f"{job.similarity(job.SimilarityJob(model, a, b)).cosine:.4f}")
+    typer.echo(f"{job.similarity(job.SimilarityJob(model, a, b, precision)).cosine:.4f}")
 
 
 SHOWN = 300  # characters of a hit's text the human-readable view shows (--json has it whole)
@@ -146,6 +147,11 @@ def index_build(model: Annotated[Path, typer.Option("--model", "-m", help="The e
                                 vectors=vectors, refine=refine))
 
 
+IndexPrecisionOption = Annotated[Optional[Literal["auto", "fp32", "bf16"]], typer.Option(
+    help="Embedding precision (auto: bf16 where the device computes it natively, else fp32); default: the one the "
+         "index was built in, so its vectors stay comparable.")]
+
+
 @index_app.command("add")
 @user_errors
 def index_add(index: Annotated[Path, typer.Argument(help="An index directory.")],
@@ -154,11 +160,13 @@ def index_add(index: Annotated[Path, typer.Argument(help="An index directory.")]
                                                                                "(must embed identically).")] = None,
               text_field: TextFieldOption = None,
               id_field: Annotated[str | None, typer.Option(help="Field / column with unique ids.")] = None,
+              precision: IndexPrecisionOption = None,
               progress: ProgressOption = True) -> None:
     """Append texts to an index (ids must be new; the index is replaced in one rename)."""
     from bertkit.jobs import search as job
 
-    job.add(job.IndexAddJob(index, tuple(corpus), model, text_field or "text", id_field, progress=progress))
+    job.add(job.IndexAddJob(index, tuple(corpus), model, text_field or "text", id_field, progress=progress,
+                            precision=precision))
 
 
 @index_app.command("info")
@@ -189,7 +197,7 @@ def search(index: Annotated[Path, typer.Argument(help="An index directory from `
                                                                   "index's).")] = None,
            truncate: Annotated[bool, typer.Option(help="Search with the first sentence.max_seq_length tokens "
                                                        "of a longer query instead of refusing it.")] = False,
-           precision: PrecisionOption = "auto",
+           precision: IndexPrecisionOption = None,
            json_out: Annotated[bool, typer.Option("--json", help="One JSON line per query, each hit's text "
                                                                "whole (the table shows 300 characters).")] = False,
            rescore: Annotated[int | None, typer.Option(help="Binary indexes, and any with a --refine copy: "

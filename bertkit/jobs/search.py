@@ -21,6 +21,7 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from bertkit.deploy.manifest import is_onnx_export
 from bertkit.embedding import SentenceEncoder, normalize_rows, truncation_warning
 from bertkit.errors import BertkitError
 from bertkit.index import (BACKENDS, FORMAT, INDEX_FILE, VERSION, Hit, ShardWriter, VectorIndex, add_to_faiss,
@@ -60,8 +61,12 @@ def _report_skips(console: Console, found, encoder: SentenceEncoder) -> None:
 
 
 def _model_entry(encoder: SentenceEncoder) -> dict:
+    """index.json's record of the model: where, which (identity), how it pools, and the precision it embedded in
+    (`index add` and `search` embed in it too unless told otherwise: an fp32 index's added vectors were bf16 where
+    auto picks bf16, and a float32 refine copy's scores drifted from the true cosines)."""
     return {"path": str(encoder.run.resolve()), "identity": encoder.identity, "pooling": encoder.sentence.pooling,
-            "normalize": encoder.sentence.normalize, "max_length": encoder.max_length}
+            "normalize": encoder.sentence.normalize, "max_length": encoder.max_length,
+            "precision": encoder.precision}
 
 
 @dataclass(frozen=True)
@@ -181,11 +186,15 @@ def _new_faiss(path: Path, meta: dict, nlist: int | None, nprobe: int | None, nu
 
 
 def _encoder_for(index: VectorIndex, model: Path | None, batch_size: int = 64,
-                 precision: str = "auto") -> SentenceEncoder:
-    """The index's own model (or `model`, which must embed identically)."""
+                 precision: str | None = None) -> SentenceEncoder:
+    """The index's own model (or `model`, which must embed identically), at `precision` (None: the one the index
+    was built in, where index.json records it; else auto)."""
     recorded = Path(index.model.get("path") or "<not recorded>")
     if model is None and not recorded.is_dir():
         raise BertkitError(f"{index.path}: its model {recorded} is gone; pass --model with the same model")
+    if precision is None:  # an ONNX export computes at its own precision: auto
+        built = index.model.get("precision")
+        precision = built if built in ("fp32", "bf16") and not is_onnx_export(model or recorded) else "auto"
     encoder = SentenceEncoder(model or recorded, batch_size=batch_size, precision=precision)
     if encoder.identity != index.model["identity"]:
         raise BertkitError(f"{model or recorded}: not the model {index.path} was built with ({recorded}, identity "
@@ -207,6 +216,7 @@ class IndexAddJob:
     batch_size: int = 64
     chunk_size: int = 8192
     progress: bool = True
+    precision: str | None = None  # None: the precision the index was built in (index.json), else auto
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "corpus", path_list(self.corpus))  # one file given as a str is one file
@@ -237,7 +247,7 @@ def add(job: IndexAddJob, console: Console | None = None) -> IndexAddResult:
         gone = remove_leftovers(index.path, index.meta)
         if gone:
             console.print(f"removed {gone} file(s) an interrupted `index add` left in {path}")
-        encoder = _encoder_for(index, job.model, job.batch_size)
+        encoder = _encoder_for(index, job.model, job.batch_size, job.precision)
         files = find_files(corpus)
         found = scan(files, text_field, id_field, keep_empty=False, check_ids=True, existing=index.ids,
                      existing_texts=lambda rows: [doc["text"] for doc in index.docs(rows)])  # a respelled file
@@ -331,7 +341,7 @@ class SearchJob:
     exact: bool | None = None
     nprobe: int | None = None
     truncate: bool = False
-    precision: str = "auto"
+    precision: str | None = None  # None: the precision the index was built in (index.json), else auto
     rescore: int | None = None  # binary vectors or a refine copy: candidates per result rescored by the float
     # query (None: the index's default, index_codec.default_rescore: 4, or 64 for binary with a refine copy)
 
@@ -413,11 +423,12 @@ def info(job: IndexInfoJob) -> IndexInfoResult:
 
 @dataclass(frozen=True)
 class SimilarityJob:
-    """What `bertkit similarity` is asked: an encoder run and two texts."""
+    """What `bertkit similarity` is asked: an encoder run, two texts, and the precision to embed them in."""
 
     model: Path
     a: str
     b: str
+    precision: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -432,7 +443,7 @@ def similarity(job: SimilarityJob, console: Console | None = None) -> Similarity
     a, b = job.a, job.b
     if not a.strip() or not b.strip():
         raise BertkitError("similarity needs two non-empty texts")
-    encoder = SentenceEncoder(job.model)
+    encoder = SentenceEncoder(job.model, precision=job.precision)
     cosine = float(encoder.similarity([a], [b])[0])
     truncation_warning(console or Console(stderr=True), encoder)
     return SimilarityResult(cosine)
