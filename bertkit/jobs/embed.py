@@ -125,7 +125,9 @@ def run(job: EmbedJob, console: Console | None = None) -> EmbedResult:
                       f"{', '.join(map(str, found.empty_rows[:5]))}{' …' if found.empty > 5 else ''}); {where}; "
                       "--keep-empty embeds them as empty strings instead")
     elif found.empty:
-        console.print(f"{found.empty:,} empty texts were embedded as empty strings (--keep-empty)")
+        one = found.empty == 1
+        console.print(f"{found.empty:,} empty text{'' if one else 's'} {'was' if one else 'were'} embedded as "
+                      f"empty string{'' if one else 's'} (--keep-empty)")
     shape = f"{found.rows:,} × {encoder.dim}" if chosen is None else \
         f"{found.rows:,} × {len(chosen)} layers ({', '.join(map(str, chosen))}) × {encoder.dim}"
     console.print(f"wrote {shape} embeddings to {out}")

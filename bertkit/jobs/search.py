@@ -298,7 +298,8 @@ def add(job: IndexAddJob, console: Console | None = None) -> IndexAddResult:
             (index.path / old_faiss).unlink(missing_ok=True)
             fsync_dir(index.path)
     _report_skips(console, found, encoder)
-    console.print(f"added {shard['count']:,} vectors to {path}: {meta['count']:,} in all, {meta['backend']} search")
+    console.print(f"added {shard['count']:,} vector{'s' if shard['count'] != 1 else ''} to {path}: "
+                  f"{meta['count']:,} in all, {meta['backend']} search")
     return IndexAddResult(out=Path(path), added=shard["count"], count=meta["count"], backend=meta["backend"],
                           empty=found.empty, truncated=encoder.truncated)
 
