@@ -102,6 +102,7 @@ class Plan:
     base: Config
     varied: dict[str, list[str]]
     variants: list[Variant] = field(default_factory=list)
+    same: list[tuple[str, str]] = field(default_factory=list)  # (variant left out, the one it equals): said
 
 
 def parse_vary(items: list[str]) -> dict[str, list[str]]:
@@ -149,8 +150,13 @@ def build_plan(load: callable, varied: dict[str, list[str]], grid: bool) -> Plan
         changes = [(option,) for key_options in options for option in key_options]
     plan = Plan(base, varied, [Variant("base", (), base)])
     for variant in map(make, changes):
-        if variant.config != base:  # (a value equal to the base's gives the base itself, already first)
+        # a value equal to the base's gives the base itself, already first; one spelled otherwise than another
+        # (1e-3, 0.001) the same variant: run once, and said (it trained twice, shown as two rows)
+        twin = next((v for v in plan.variants if variant.config is not None and v.config == variant.config), None)
+        if twin is None:
             plan.variants.append(variant)
+        else:
+            plan.same.append((variant.name, twin.name))
     return plan
 
 

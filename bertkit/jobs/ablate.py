@@ -157,6 +157,8 @@ def run(spec: AblationJob, console: Console | None = None) -> AblationResult:
     runnable = [v for v in plan.variants if v.config is not None]
     console.print(f"ablation: {len(plan.variants)} variants ({len(runnable)} valid) × {len(seeds)} seed(s), budget "
                   f"{budget.text} ({budget.kind}) each, task {spec.task}; writing {out}")
+    for name, twin in plan.same:
+        console.print(f"{name}: the same config as {twin}, run once")
     for variant in plan.variants:  # said before any training: a typo should not wait for the base's budget
         if variant.config is None:
             console.print(f"[yellow]{variant.name}: invalid, skipped: {variant.invalid}")

@@ -55,6 +55,15 @@ def _plan(vary, grid=False):
     return build_plan(lambda changes: load_recipe("tiny", changes), parse_vary(vary), grid)
 
 
+def test_values_spelled_two_ways_are_one_variant_run_once_and_said():
+    """`learning_rate=1e-3,0.001` trained two identical variants shown as two rows: the second is the first's
+    config, left out of the plan and named with it (a review, 2026-11-28); the base's own value stays the base."""
+    base_rate = load_recipe("tiny").train.learning_rate
+    plan = _plan([f"learning_rate=1e-3,0.001,{base_rate}"])
+    assert [v.name for v in plan.variants] == ["base", "learning_rate=1e-3"]
+    assert plan.same == [("learning_rate=0.001", "learning_rate=1e-3"), (f"learning_rate={base_rate}", "base")]
+
+
 def _row(variant, seed, loss, status="ok"):
     """One ablation.csv row, as the report reads it."""
     return {"variant": variant, "changes": "" if variant == "base" else "model.positions=rotary", "seed": seed,
