@@ -106,7 +106,10 @@ class Stepper:
         kwargs = {"memory": self.memory, "memory_mask": self.memory_mask} if self.memory is not None else {}
         out = self.stack(new, mask, position_ids=new_positions, cache=self.cache, **kwargs)
         self.seen = ids.shape[1]
-        return self.model.lm_logits(out.last_hidden_state[:, -1]).float()  # (N, V)
+        # the last position's logits in fp32 whatever the autocast: in bf16 two tokens' logits tied exactly (5.09375
+        # both), and --greedy took another token than fp32 greedy (a review, 2026-11-28); one row of V, no cost
+        with torch.autocast(ids.device.type, enabled=False):
+            return self.model.lm_logits(out.last_hidden_state[:, -1].float()).float()  # (N, V)
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep rows `index` (N',) in that order."""

@@ -57,6 +57,21 @@ def test_a_prompt_continues_the_same_alone_and_in_a_left_padded_batch(positions)
     assert batched == alone and all(len(b) == 10 for b in batched)
 
 
+def test_next_token_logits_are_fp32_under_bf16_autocast():
+    """The last position's logits are computed in fp32 whatever the autocast: in bf16 two tokens' logits tied
+    exactly, and --greedy took another token than fp32 greedy (a review, 2026-11-28)."""
+    from bertkit.generation import Stepper
+
+    model = _decoder("rotary")
+    ids = torch.randint(5, 101, (2, 6))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = Stepper(model, use_cache=False)(ids)  # (2, V)
+        hidden = model.backbone(ids).last_hidden_state[:, -1]
+    assert logits.dtype == torch.float32
+    assert not torch.equal(logits, logits.to(torch.bfloat16).float())  # not bf16 values cast up
+    torch.testing.assert_close(logits, model.lm_logits(hidden.float()).float())
+
+
 def test_generation_stops_at_eos_and_the_seed_reproduces_samples():
     model = _decoder("rotary")
     hot = Sampling(temperature=2.0)
