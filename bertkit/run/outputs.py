@@ -306,8 +306,12 @@ def claim(out: str | Path, kind: Kind, overwrite: bool, inputs: Iterable[str | P
             raise BertkitError(f"{out}: is {'a folder' if out.is_dir() else 'a file'}, expected "
                                f"{'a folder' if kind.directory else 'a file path'}")
         return
+    foreign = out.is_symlink() or out.is_dir() != kind.directory or not kind.matches(out)
     if not overwrite:
+        if foreign:  # --overwrite would be refused too: it was offered, and then refused (a review, 2026-11-28)
+            hint = (f"it is {describe(out)}, which {replacer} does not replace: choose another path, or remove it "
+                    "yourself if you mean to")
         raise BertkitError(f"{out}: already exists{' and is not empty' if out.is_dir() else ''} ({hint})")
-    if out.is_symlink() or out.is_dir() != kind.directory or not kind.matches(out):
+    if foreign:
         raise BertkitError(f"{out}: is {describe(out)}, not {kind.article}; {replacer} replaces only "
                            f"{kind.article} bertkit wrote (remove it yourself if you mean to, or choose another path)")

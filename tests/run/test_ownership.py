@@ -392,7 +392,12 @@ def test_probe_findings_dot_dot_sidecars_plot_and_import_hints(tmp_path, base):
     text = tmp_path / "notes.txt"  # another suffix: refused by it (plot writes PNG bytes only)
     text.write_text("mine")
     assert "plot writes a PNG" in cli_error("plot", base, "-o", text) and text.read_text() == "mine"
-    assert "choose another OUT or pass --overwrite" in cli_error("import-hf", tmp_path / "tok", base)
+    # a trained run is not import-hf's to replace: --overwrite, which would be refused too, is not offered (it was,
+    # as for an output --overwrite does replace; a review, 2026-11-28), nor for a text file given as a tokenizer -o
+    line = cli_error("import-hf", tmp_path / "tok", base)
+    assert "which --overwrite does not replace: choose another path" in line and "pass --overwrite" not in line
+    line = cli_error("tokenizer", "train", corpus, "-o", text, "--vocab-size", "300")
+    assert "it is a text file, which --overwrite does not replace" in line and text.read_text() == "mine"
 
 
 def test_a_shard_changed_where_its_digest_does_not_look_is_caught_by_search(tmp_path, base):
