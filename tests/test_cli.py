@@ -104,6 +104,12 @@ def test_info_gives_flops_per_token_and_a_runs_measured_mfu(tmp_path):
     cfg = tiny()
     run = tmp_path / "run"
     save_run(run, Model(cfg), Config(model=cfg))
+    # a run without a measured window says why, where the line was left out without a word (a review)
+    said = " ".join(runner.invoke(app, ["info", str(run)], env={"COLUMNS": "200"}).output.split())
+    assert "measured: no throughput (no metrics.jsonl: not trained here (an imported run?))" in said
+    (run / "metrics.jsonl").write_text(json.dumps({"kind": "eval", "step": 3, "val_loss": 5.0}) + "\n")
+    said = " ".join(runner.invoke(app, ["info", str(run)], env={"COLUMNS": "200"}).output.split())
+    assert "measured: no throughput (it logged no training window: fewer steps than train.log_every)" in said
     records = [{"kind": "train", "step": 10, "loss": 5.0, "tokens_per_s": 1000.0, "tflops": 0.02, "mfu": 0.25},
                {"kind": "eval", "step": 10, "val_loss": 5.0},
                {"kind": "train", "step": 20, "loss": 4.0, "tokens_per_s": 3000.0, "tflops": 0.04, "mfu": 0.35}]

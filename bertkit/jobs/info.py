@@ -131,6 +131,10 @@ def run(job: InfoJob, console: Console | None = None) -> InfoResult:
                       + (f", MFU {measured['mfu']:.1%}" if measured.get("mfu") is not None else "")
                       + f" (mean of {measured['windows']} logged window{'s' if measured['windows'] != 1 else ''}"
                       + (f", {measured['precision']}" if measured.get("precision") else "") + ")")
+    elif kind == "run":  # said, not left out without a word (a review, 2026-11-28)
+        why = "it logged no training window: fewer steps than train.log_every" if read_metrics(target) else \
+            "no metrics.jsonl: not trained here (an imported run?)"
+        console.print(f"measured: no throughput ({why})")
     return InfoResult(kind, config, counts, flops, measured)
 
 
