@@ -398,6 +398,10 @@ class TaskConfig:
         if self.finetune_dropout is not None and not 0.0 <= self.finetune_dropout < 1.0:
             raise ConfigError(f"task.finetune_dropout: must be in [0, 1), got {self.finetune_dropout}")
 
+    def window(self, max_len: int) -> int:
+        """Tokens per example for a model of `max_len` positions: max_length, capped by the model."""
+        return min(self.max_length or max_len, max_len)
+
 
 @dataclass(frozen=True)
 class SentenceLossConfig:

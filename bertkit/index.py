@@ -403,9 +403,7 @@ def exact_search(shards: list[np.ndarray], queries: np.ndarray, k: int) -> tuple
             best_scores, best_rows = _top_k(np.concatenate([best_scores, chunk_scores], axis=1),
                                             np.concatenate([best_rows, chunk_rows], axis=1), k)
         base += len(shard)
-    # best first; equal scores (to TIE_DECIMALS) by row, whatever the layout
-    order = np.lexsort((best_rows, -np.round(best_scores, TIE_DECIMALS)), axis=1)
-    return np.take_along_axis(best_scores, order, 1), np.take_along_axis(best_rows, order, 1)
+    return in_row_order(best_scores, best_rows)  # best first; equal scores (to TIE_DECIMALS) by row, any layout
 
 
 # ----------------------------------------------------------------------------------------------------- writing

@@ -200,14 +200,14 @@ class TaskModel:
                 raise BertkitError(f"{run}: has no task head (heads: {', '.join(self.config.heads.names) or 'none'}); "
                                    "finetune it first with `bertkit finetune classify|ner`")
             self.kind, self.labels = read_labels(run)
+            self.inputs_unknown = inputs_unknown(run)  # an imported transformers classifier: pairs?
             self.head = heads[0]
             self.precision = resolve_precision(precision, self.model.device).precision
             if self.kind == "regress" and precision == "auto":  # a score in bf16 is rounded to ~0.03 near 5: ties
                 self.precision = "fp32"
         self.tokenizer = load_run_tokenizer(run, self.config)
         self.pad_id = special_ids(self.tokenizer).pad
-        max_length = min(self.config.task.max_length or self.config.model.max_len, self.config.model.max_len)
-        self.encoder = TaskEncoder(self.tokenizer, max_length)
+        self.encoder = TaskEncoder(self.tokenizer, self.config.task.window(self.config.model.max_len))
         self.batch_size = batch_size
         self.constraints = iob2_constraints(self.labels) if self.kind == "ner" else None
 
@@ -225,6 +225,7 @@ class TaskModel:
             raise BertkitError(f"{run}: an ONNX export runs on the CPU through onnxruntime, not on {device}")
         self.config, self.model = manifest.config, None
         self.kind, self.labels = manifest.kind, list(manifest.labels)
+        self.inputs_unknown = manifest.details.get("inputs") == "unknown"
         self.head = "tagger" if self.kind == "ner" else "classifier"
         self.precision = manifest.precision
 
@@ -233,9 +234,7 @@ class TaskModel:
         for a tagger and for a run finetuned on single texts. A model imported from transformers, whose config does
         not say which texts it reads, takes one (an MRPC or STS-B model reads pairs), and `warn` hears when none is
         given for it."""
-        task = self.config.task
-        unknown = self.onnx.manifest.details.get("inputs") == "unknown" if self.onnx is not None \
-            else inputs_unknown(self.run)
+        task, unknown = self.config.task, self.inputs_unknown
         if given is not None and (self.kind == "ner" or (task.text_pair_column is None and not unknown)):
             raise BertkitError(f"--text-pair-column {given}: {self.run} was finetuned on single texts; it reads "
                                "no second text")

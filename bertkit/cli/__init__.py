@@ -161,14 +161,19 @@ def _plain_help(node) -> None:
     listed with its whole first paragraph (click cut it at 45 characters)."""
     _whole_words()
     node.rich_markup_mode = None
-    node.help = node.help and node.help.replace("\\[", "[")
+    node.help = node.help and _unescaped(node.help)
     for param in node.params:
         if getattr(param, "help", None):
-            param.help = param.help.replace("\\[", "[")
+            param.help = _unescaped(param.help)
     for sub in getattr(node, "commands", {}).values():
         if sub.short_help is None and sub.help:
-            sub.short_help = " ".join(sub.help.replace("\\[", "[").split("\n\n")[0].split())
+            sub.short_help = " ".join(_unescaped(sub.help).split("\n\n")[0].split())
         _plain_help(sub)
+
+
+def _unescaped(text: str) -> str:
+    """Help text without rich's markup escapes (`\\[task]` is rich's way of writing "[task]")."""
+    return text.replace("\\[", "[")
 
 
 def _whole_words() -> None:

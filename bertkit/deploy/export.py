@@ -295,7 +295,7 @@ def _prepare(run: Path) -> _Source:
     if kind == "encoder":
         max_length = config.sentence.window(config.model.max_len)
     else:
-        max_length = min(config.task.max_length or config.model.max_len, config.model.max_len)
+        max_length = config.task.window(config.model.max_len)
     pairs = kind != "encoder" and bool(config.task.text_pair_column)
     probes = _probes(kind, TaskEncoder(tokenizer, max_length), pairs)
     batches = [probes[:n] for n in PROBE_BATCHES]

@@ -4,14 +4,13 @@ a bertkit run directory."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from bertkit.config import Config, SentenceConfig, TaskConfig
 from bertkit.interop.hf import copy_tokenizer, read_hf_model
-from bertkit.interop.hf_tasks import imported_task, labels_from_hf
-from bertkit.interop.sentence_transformers import read_sentence_config
+from bertkit.interop.hf_tasks import imported_task
+from bertkit.interop.sentence_transformers import read_sentence_config, tokenizer_window
 from bertkit.run.directory import write_labels, write_run_files
 from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked
@@ -30,9 +29,8 @@ def import_hf(src: str | Path, out: str | Path, overwrite: bool = False) -> dict
     claim(out, IMPORTED_RUN, overwrite, inputs=(src,), hint=hint)  # before the work: a refusal costs nothing
     imported = read_hf_model(bert_folder)
     model = imported.model
-    head = next((h for h in ("classifier", "tagger") if h in model.head_config.names), None)
-    kind, labels = labels_from_hf(imported.hf_config, head, model.head_config.num_labels) if head else (None, [])
-    task, extra = imported_task(imported.hf_config, kind, _tokenizer_config(bert_folder)) if head else \
+    kind, labels = imported.task or (None, [])
+    task, extra = imported_task(imported.hf_config, kind, tokenizer_window(bert_folder, src)) if kind else \
         (TaskConfig(), {})
     with locked(out):
         # again under the lock: a run that a finetune finished at OUT while the weights were read is not replaced
@@ -48,12 +46,3 @@ def import_hf(src: str | Path, out: str | Path, overwrite: bool = False) -> dict
             "sentence": sentence if sentence_transformers else None, "task": kind, "labels": labels,
             "max_length": task.max_length, "problem_type": imported.hf_config.get("problem_type")}
 
-
-def _tokenizer_config(folder: Path) -> dict:
-    """An HF folder's tokenizer_config.json ({} where it has none or it is unreadable: only its model_max_length
-    is read)."""
-    try:
-        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return config if isinstance(config, dict) else {}

@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 import bertkit
 from bertkit.config import Config, HeadsConfig, ModelConfig
 from bertkit.errors import BertkitError
-from bertkit.interop.hf_tasks import TASK_HEADS, imported_head, input_length, task_head
+from bertkit.interop.hf_tasks import TASK_HEADS, imported_head, task_head
 from bertkit.nn.model import Model
 from bertkit.run.directory import TOKENIZER_FILE, load_run
 from bertkit.run.files import atomic_dir
@@ -182,11 +182,13 @@ def _untied_decoder(weights: dict[str, torch.Tensor], hf_config: dict) -> bool:
 
 
 class HFModel(NamedTuple):
-    """What an HF folder's weights became: the model, the HF keys skipped (an untied MLM decoder's note first), why
-    a task head was left out (None: imported, or none there), and the folder's config.json."""
+    """What an HF folder's weights became: the model, the HF keys skipped (an untied MLM decoder's note first), the
+    imported task head's (kind, labels) (None: none), why a task head was left out (None: imported, or none there),
+    and the folder's config.json."""
 
     model: Model
     skipped: list[str]
+    task: tuple[str, list[str]] | None
     head_left_out: str | None
     hf_config: dict[str, Any]
 
@@ -203,7 +205,7 @@ def read_hf_model(src: str | Path) -> HFModel:
     if untied:
         skipped.append("cls.predictions (its decoder is not tied to the word embeddings, which bertkit's MLM head "
                        "is: the head is left out, the encoder imported)")
-    head, left_out = imported_head(hf_config, weights)
+    head, task, left_out = imported_head(hf_config, weights)
     for key, tensor in weights.items():
         target = hf_to_bertkit_key(key)
         if key.startswith("classifier."):  # the task head's output layer (or a left-out head's, said apart)
@@ -230,7 +232,7 @@ def read_hf_model(src: str | Path) -> HFModel:
     if missing or unexpected:
         raise BertkitError(f"import-hf: weights do not match config.json (missing: {missing[:3]}, "
                            f"unexpected: {unexpected[:3]})")
-    return HFModel(model.eval(), skipped, left_out, hf_config)
+    return HFModel(model.eval(), skipped, task, left_out, hf_config)
 
 
 def model_from_hf(src: str | Path) -> tuple[Model, list[str]]:
@@ -308,5 +310,6 @@ def write_hf_folder(folder: Path, run: Path, config: Config, model: Model, with_
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt", "bertkit": bertkit.__version__})
     if (run / TOKENIZER_FILE).is_file():
         shutil.copyfile(run / TOKENIZER_FILE, folder / TOKENIZER_FILE)
-        write_hf_tokenizer_config(folder, model_max_length=input_length(config))
+        # the tokens per input the run reads: transformers' `truncation=True` then cuts where bertkit cuts
+        write_hf_tokenizer_config(folder, model_max_length=config.task.window(config.model.max_len))
     return len(state)

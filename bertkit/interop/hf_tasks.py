@@ -67,39 +67,34 @@ def task_head(run: Path, config: Config, command: str) -> tuple[str | None, dict
     return head, described
 
 
-def input_length(config: Config) -> int:
-    """The tokens per input the run reads (`task.max_length`, at most the model's max_len): what transformers'
-    tokenizer is told as model_max_length, so that `truncation=True` cuts where bertkit cuts."""
-    return min(config.task.max_length or config.model.max_len, config.model.max_len)
-
-
-def imported_head(hf_config: dict, weights: dict) -> tuple[str | None, str | None]:
+def imported_head(hf_config: dict, weights: dict) -> tuple[str | None, tuple[str, list[str]] | None, str | None]:
     """The task head a BertForSequenceClassification / BertForTokenClassification checkpoint brings ("classifier",
-    "tagger") and None, or None and why its head is left out (one bertkit's heads would decode otherwise than
-    transformers does)."""
+    "tagger"), its (task kind, labels) (`labels_from_hf`) and None; or None, None and why its head is left out (one
+    bertkit's heads would decode otherwise than transformers does)."""
     architecture = (hf_config.get("architectures") or [""])[0]
     head = {"BertForSequenceClassification": "classifier", "BertForTokenClassification": "tagger"}.get(architecture)
     if head is None or "classifier.weight" not in weights:
-        return None, None
+        return None, None, None
     outputs = weights["classifier.weight"].shape[0]
     kind, labels = labels_from_hf(hf_config, head, outputs)
     problem_type = hf_config.get("problem_type")
     if problem_type == "multi_label_classification":
-        return None, "it is multi-label, and bertkit's classifier picks one label"
+        return None, None, "it is multi-label, and bertkit's classifier picks one label"
     if problem_type == "regression" and outputs > 1:
-        return None, f"it regresses {outputs} scores, and bertkit's regressor one"
+        return None, None, f"it regresses {outputs} scores, and bertkit's regressor one"
     if len(set(labels)) != len(labels):
-        return None, f"its id2label names a label twice ({', '.join(labels)})"
+        return None, None, f"its id2label names a label twice ({', '.join(labels)})"
     if kind == "ner":
         if not all(tag == "O" or re.match(r"^[BI]-.", tag) for tag in labels):
-            return None, f"its tags ({', '.join(labels[:4])}, …) are not IOB tags (B-X, I-X, O), which bertkit decodes"
+            return None, None, (f"its tags ({', '.join(labels[:4])}, …) are not IOB tags (B-X, I-X, O), which "
+                                "bertkit decodes")
         if missing := sorted({tag[2:] for tag in labels if tag.startswith("I-")}
                              - {tag[2:] for tag in labels if tag.startswith("B-")}):
-            return None, (f"it has I- tags without their B- tag ({', '.join(missing)}): IOB1, where bertkit decodes "
-                          "IOB2 (an entity begins with B-) and would find no entity")
+            return None, None, (f"it has I- tags without their B- tag ({', '.join(missing)}): IOB1, where bertkit "
+                                "decodes IOB2 (an entity begins with B-) and would find no entity")
     if head == "classifier" and not any(key.endswith("pooler.dense.weight") for key in weights):
-        return None, "it has no pooler weights, which its classifier reads"
-    return head, None
+        return None, None, "it has no pooler weights, which its classifier reads"
+    return head, (kind, labels), None
 
 
 def labels_from_hf(hf_config: dict, head: str, outputs: int) -> tuple[str, list[str]]:
@@ -119,20 +114,19 @@ def labels_from_hf(hf_config: dict, head: str, outputs: int) -> tuple[str, list[
     return "ner" if head == "tagger" else "classify", [names.get(i, f"LABEL_{i}") for i in range(outputs)]
 
 
-def imported_task(hf_config: dict, kind: str, tokenizer_config: dict) -> tuple[TaskConfig, dict[str, Any]]:
+def imported_task(hf_config: dict, kind: str, window: int | None) -> tuple[TaskConfig, dict[str, Any]]:
     """The imported run's [task] section and labels.json's extra entries: its kind, the `bertkit_task` record of
-    a bertkit export (columns and max_length), else the tokenizer's model_max_length where it is below the model's
-    window and its inputs marked unknown (a classifier may read pairs); a regressor whose source did not say
-    "regression" keeps its problem_type for a re-export."""
+    a bertkit export (columns and max_length), else `window` (the tokenizer's model_max_length where it is below
+    the model's positions: `sentence_transformers.tokenizer_window`) and its inputs marked unknown (a classifier may
+    read pairs); a regressor whose source did not say "regression" keeps its problem_type for a re-export."""
     values: dict[str, Any] = {"kind": kind}
     record = hf_config.get(RECORD)
     extra = {}
     if isinstance(record, dict) and record.get("kind") == kind:
         values.update({key: record[key] for key in _INPUT_FIELDS if key in record})
     else:
-        length = tokenizer_config.get("model_max_length")
-        if isinstance(length, int) and 4 <= length < hf_config.get("max_position_embeddings", 512):
-            values["max_length"] = length
+        if window is not None:
+            values["max_length"] = window
         if kind != "ner":  # whether it reads text pairs is not known: predict and evaluate say so
             extra.update(INPUTS_UNKNOWN)
     try:

@@ -73,13 +73,14 @@ def read_sentence_config(src: str | Path) -> tuple[Path, SentenceConfig] | None:
     if settings.get("do_lower_case"):
         raise BertkitError("import-hf: sentence_bert_config.json has do_lower_case = true (lower-casing outside the "
                            "tokenizer), which bertkit does not reproduce")
-    return transformer, SentenceConfig(pooling=pooling, normalize=normalize,
-                                       max_seq_length=settings.get("max_seq_length") or _window(transformer, src))
+    window = settings.get("max_seq_length") or tokenizer_window(transformer, src)
+    return transformer, SentenceConfig(pooling=pooling, normalize=normalize, max_seq_length=window)
 
 
-def _window(transformer: Path, src: Path) -> int | None:
-    """Without a max_seq_length, sentence-transformers embeds within min(max_position_embeddings, the tokenizer's
-    model_max_length): that length where the tokenizer's is the shorter, else None (the model's own)."""
+def tokenizer_window(transformer: Path, src: Path) -> int | None:
+    """The tokenizer's model_max_length where it is shorter than max_position_embeddings, else None (the model's
+    own): the window sentence-transformers embeds within without a max_seq_length, and that transformers'
+    `truncation=True` cuts an imported task model's inputs at (its import's task.max_length)."""
     limit = None
     for folder in (transformer, src):
         if (folder / "tokenizer_config.json").is_file():

@@ -250,8 +250,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
     config, model = _model(config, task_config, task, base_config, base, labels, train_cfg,
                            _longest(encoded, max_length), accelerator)
     del base
-    # a head started from the data (a regressor's bias at the mean score); a resume loads its checkpoint over it
-    getattr(objective, "init_head", lambda _: None)(model)
+    objective.init_head(model)  # from the data (a regressor's bias at the mean score); a resume loads over it
     metric = config.train.metric or objective.default_metric
     if metric not in objective.metric_names:
         raise BertkitError(f"train.metric: {metric!r} is not a validation metric of {task.kind} (allowed: "

@@ -23,6 +23,7 @@ from bertkit.nn.model import Model
 from bertkit.paths import need_file
 from bertkit.run.directory import load_run
 from bertkit.text.corpus import file_format, iter_corpus
+from bertkit.text.packing import tokenize_documents
 from bertkit.text.tasks import read_lines
 from bertkit.text.tokenizer import continuation, load_run_tokenizer, special_ids
 
@@ -62,9 +63,8 @@ def _scored_tokens(file: Path, tokenizer: Tokenizer, stream: bool, text_field: s
         return (tokenizer.encode(text, add_special_tokens=False).ids if text.strip() else []), text
     need_file(file)
     documents = list(iter_corpus([Path(file)], text_field))
-    sep = special_ids(tokenizer).sep
-    tokens = [i for e in tokenizer.encode_batch(documents, add_special_tokens=False) for i in e.ids + [sep]]
-    return tokens, "\n".join(documents)
+    ids = tokenize_documents({"text": documents}, tokenizer.to_str(), special_ids(tokenizer).sep)["ids"]
+    return [int(i) for document in ids for i in document], "\n".join(documents)  # as packing tokenises them
 
 
 def prompt_ids(tokenizer: Tokenizer, prompts: list[str], room: int) -> tuple[list[list[int]], int]:

@@ -52,6 +52,12 @@ def missing(task_model: TaskModel, inputs: list[tuple[str, str | None]], pairs: 
     return [not text or (pairs and not pair) for text, pair in inputs]
 
 
+def _fields(task_model: TaskModel, pairs: bool) -> list[str]:
+    """The fields of `predict`'s records, in their order."""
+    answers = {"ner": ["entities"], "regress": ["score"]}.get(task_model.kind, ["label", "score", "scores"])
+    return ["text"] + (["pair"] if _reads_pairs(task_model, pairs) else []) + answers
+
+
 def predict(task_model: TaskModel, inputs: list[tuple[str, str | None]],
             pairs: bool | None = None) -> tuple[list[dict], int]:
     """One record per input (text, pair) and how many inputs were truncated. An input without its text (or pair)
@@ -151,6 +157,10 @@ def run(job: PredictJob, console: Console | None = None) -> PredictResult:
         raise BertkitError(f"{given}: {where} is read as lines of text, one input per line (a pair model's: "
                            "text<TAB>pair); for rows with columns give --input-format jsonl, csv or tsv")
     columns = (text_column or task.text_column, pair_column)
+    fields = _fields(task_model, pair_column is not None)
+    if clash := sorted(set(job.keep_columns) & set(fields)):  # before any reading or predicting
+        raise BertkitError(f"--keep-column {clash[0]}: the output's own field ({', '.join(fields)}); keep another "
+                           "column")
     inputs, kept = _read_inputs(None if stdin else resolve_data_path(source), form, where, columns,
                                 job.keep_columns, warn)
     if not inputs:
@@ -162,9 +172,6 @@ def run(job: PredictJob, console: Console | None = None) -> PredictResult:
         warn(f"{len(gone):,} of {len(inputs):,} inputs have {what} (the first: input {gone[0]:,}): {answer}")
     records, truncated = predict(task_model, inputs, pair_column is not None)
     if kept:
-        if clash := sorted(set(job.keep_columns) & set(records[0])):
-            raise BertkitError(f"--keep-column {clash[0]}: the output's own field ({', '.join(records[0])}); keep "
-                               "another column")
         records = [{**columns_of, **record} for columns_of, record in zip(kept, records)]
     if truncated:
         console.print(f"[yellow]warning: {truncated:,} of {len(inputs):,} inputs are longer than "

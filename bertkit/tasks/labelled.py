@@ -61,6 +61,10 @@ class LabelledObjective:
         # an evaluation, in training-step units (forward only, about a third of a training step per example)
         self.eval_cost_steps = n_validation / self.global_batch * 0.35
 
+    def init_head(self, model) -> None:
+        """Set the task head's starting weights from the training data, before training (a resume loads its
+        checkpoint over them): nothing here; a regressor starts at the mean score."""
+
     @property
     def steps_per_epoch(self) -> float:
         return len(self.examples) / self.global_batch

@@ -61,6 +61,9 @@ class SentenceObjective:
         # an evaluation, in training-step units: forward only (about a third of a training step per sentence)
         self.eval_cost_steps = n_validation / (self.global_batch * len(sides)) * 0.35
 
+    def init_head(self, model) -> None:
+        """As LabelledObjective.init_head: nothing to set from the data."""
+
     @property
     def steps_per_epoch(self) -> float:
         return len(self.sides[0]) / self.global_batch
