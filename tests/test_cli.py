@@ -76,6 +76,11 @@ def test_help_is_whole_at_80_columns(capsys, monkeypatch):
             assert " ".join(sub.help.split("\n\n")[0].split()) in flat, (path, sub.name)
     classify = help_of("finetune", "classify")
     assert "--accept-changed-data" in classify and "[task], [heads]" in " ".join(classify.split())
+    # rich lists each command by its first paragraph as one paragraph (it kept the docstring's line breaks: the
+    # listing broke mid-sentence at 120 columns)
+    for path, node in _commands(rich):
+        for sub in getattr(node, "commands", {}).values():
+            assert sub.short_help == " ".join(sub.help.split("\n\n")[0].split()), (path, sub.name)
 
 
 def test_info_on_a_recipe_with_overrides():

@@ -99,6 +99,17 @@ def test_build_search_append_and_refuse_other_models(tmp_path, base, sample_toke
     out = cli_ok("search", idx, SENTENCES[5], "-k", "2", "--json").output
     assert json.loads(out.splitlines()[0])["hits"][0]["text"] == SENTENCES[5]
 
+    # queries from a file (blank lines skipped, and said) answer as the same queries given as arguments
+    queries = _corpus(tmp_path, "queries.txt", [SENTENCES[5], "", SENTENCES[2]])
+    from_file = cli_ok("search", idx, "--input", queries, "-k", "2", "--json").stdout
+    assert from_file == cli_ok("search", idx, SENTENCES[5], SENTENCES[2], "-k", "2", "--json").stdout
+    assert "skipped 1 blank line" in cli_ok("search", idx, "-i", queries).output
+    assert "no query: give one as an argument or a file with --input" in cli_error("search", idx)
+    assert "give queries as arguments or with --input, not both" in cli_error("search", idx, "films", "-i", queries)
+    described = cli_ok("index", "info", idx).stdout  # for a reader; --json is the machine's
+    assert f"{idx}: 12 × 32 float32 vectors (128 bytes each, 1 shard)" in described
+    assert "search: exact (every vector scored)" in described and "mean pooling" in described
+
     more = _corpus(tmp_path, "b.txt", SENTENCES[12:])
     cli_ok("index", "add", idx, more, "--no-progress")
     assert VectorIndex(idx).count == len(SENTENCES)
@@ -154,6 +165,8 @@ def test_auto_backend_switches_to_faiss_and_appends_keep_it(tmp_path, base, monk
     exact = job.search(job.SearchJob(idx, tuple(SENTENCES[:4]), k=5, exact=True)).hits
     probed = job.search(job.SearchJob(idx, tuple(SENTENCES[:4]), k=5, nprobe=nlist)).hits
     assert [[h.row for h in q] for q in probed] == [[h.row for h in q] for q in exact]
+    described = cli_ok("index", "info", idx).stdout
+    assert f"search: FAISS IVF, {nlist} lists, {index.meta['faiss']['nprobe']} probed per query" in described
     first = index.meta["faiss"]["file"]
     cli_ok("index", "add", idx, _corpus(tmp_path, "c.txt", ["one more sentence"]), "--no-progress")
     assert VectorIndex(idx).faiss_index().ntotal == len(SENTENCES) + 1

@@ -291,7 +291,7 @@ def test_build_add_search_and_info_through_the_commands(tmp_path, base, precisio
     assert meta["vectors"] == precision and meta.get("calibration") == calibration  # the append keeps it
     assert all(s["vectors"].endswith(".i8" if precision == "int8" else ".b1") for s in meta["shards"])
     assert not list(idx.glob("*.f32"))  # the float shards were replaced, not kept beside
-    info = json.loads(cli_ok("index", "info", idx).stdout)
+    info = json.loads(cli_ok("index", "info", idx, "--json").stdout)
     assert info["vectors"] == precision and info["bytes_per_vector"] == (32 if precision == "int8" else 4)
     for sentence in (SENTENCES[3], SENTENCES[20]):
         hits = job.search(job.SearchJob(idx, (sentence,), k=5)).hits[0]
@@ -318,10 +318,11 @@ def test_a_refine_copy_is_built_kept_by_add_shown_by_info_and_swept_when_left_ov
     meta = read_meta(idx)
     assert meta["refine"] == "int8" and check_calibration(meta["calibration"], 32)
     assert [s["refine"].rsplit(".", 1)[1] for s in meta["shards"]] == ["r8", "r8"]  # the append keeps a copy
-    info = json.loads(cli_ok("index", "info", idx).stdout)
+    info = json.loads(cli_ok("index", "info", idx, "--json").stdout)
     assert (info["vectors"], info["bytes_per_vector"], info["refine"], info["refine_bytes_per_vector"]) == \
         ("binary", 4, "int8", 32)
-    assert "refine" not in json.loads(cli_ok("index", "info", _plain_index(tmp_path, base, first)).stdout)
+    assert "refine" not in json.loads(cli_ok("index", "info", _plain_index(tmp_path, base, first), "--json").stdout)
+    assert "rescored by an int8 copy on disk (32 bytes each)" in cli_ok("index", "info", idx).stdout
     for sentence in (SENTENCES[3], SENTENCES[20]):  # ranked by the int8 copy: a document is its own best match
         hits = job.search(job.SearchJob(idx, (sentence,), k=10, rescore=8)).hits[0]
         assert hits[0].text == sentence and hits[0].score > 0.95

@@ -150,15 +150,25 @@ def command(columns: int | None = None):
     """`app` as the click command the entry point runs: rich help where the terminal (`columns`, None: its own width)
     has RICH_HELP_COLUMNS or more, else click's plain help throughout, without the rich markup escapes (`\\[task]`)."""
     built = typer.main.get_command(app)
+    _short_helps(built)
     if (columns or shutil.get_terminal_size().columns) < RICH_HELP_COLUMNS:
         _plain_help(built)
     return built
 
 
+def _short_helps(node) -> None:
+    """Each command listed by its whole first paragraph as one paragraph: rich kept the docstring's line breaks
+    (a listing broke mid-sentence at 120 columns), click cut it at 45 characters."""
+    for sub in getattr(node, "commands", {}).values():
+        if sub.short_help is None and sub.help:
+            sub.short_help = " ".join(sub.help.split("\n\n")[0].split())
+        _short_helps(sub)
+
+
 def _plain_help(node) -> None:
     """A click command (and its subcommands) set to click's plain help formatting: lines broken between words only
     (click broke `--max-new-tokens` and `finetune-stsb` at their hyphens, so an example did not copy), each command
-    listed with its whole first paragraph (click cut it at 45 characters)."""
+    listed with its whole first paragraph (`_short_helps`), without rich's markup escapes."""
     _whole_words()
     node.rich_markup_mode = None
     node.help = node.help and _unescaped(node.help)
@@ -166,8 +176,7 @@ def _plain_help(node) -> None:
         if getattr(param, "help", None):
             param.help = _unescaped(param.help)
     for sub in getattr(node, "commands", {}).values():
-        if sub.short_help is None and sub.help:
-            sub.short_help = " ".join(_unescaped(sub.help).split("\n\n")[0].split())
+        sub.short_help = sub.short_help and _unescaped(sub.short_help)
         _plain_help(sub)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import signal
+from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
@@ -31,6 +32,31 @@ ProgressOption = Annotated[bool, typer.Option(help="Show a progress bar.")]
 PrecisionOption = Annotated[Literal["auto", "fp32", "bf16"], typer.Option(
     help="Inference precision. auto: bf16 where the device computes it natively (a GPU with bf16; a CPU with "
          "AVX512-BF16 or AMX whose bf16 matrix products measure faster), else fp32.")]
+
+
+def given_texts(texts: list[str] | None, input_file: Path | None, what: str, skip_blank: bool = False) -> list[str]:
+    """Texts from the command line, or one per line from --input (- for stdin; a UTF-8 BOM is not text). `what`
+    names one text in errors ("prompt", "query"); `skip_blank` skips a file's blank lines, and says so, as `predict`
+    skips them (the other lines stay as written: a trailing space is a token to a byte-level BPE)."""
+    import sys
+
+    from rich.console import Console
+
+    from bertkit.text.tasks import non_blank, read_lines, text_lines
+
+    several = "queries" if what == "query" else f"{what}s"
+    if texts and input_file is not None:
+        raise BertkitError(f"give {several} as arguments or with --input, not both")
+    if input_file is None:
+        if not texts:
+            raise BertkitError(f"no {what}: give one as an argument or a file with --input")
+        return list(texts)
+    lines = text_lines(sys.stdin.read().removeprefix("\ufeff")) if str(input_file) == "-" else read_lines(input_file)
+    if skip_blank:
+        lines = non_blank(lines, lambda m: Console(stderr=True).print(f"[yellow]warning: {m}"))
+        if not lines:
+            raise BertkitError(f"{input_file}: no {what} (every line is blank)")
+    return lines
 
 
 def given_once(config, values: dict[str, object], sets: list[str] | None) -> None:

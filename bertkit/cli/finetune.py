@@ -297,6 +297,8 @@ def evaluate(model: Annotated[Path, typer.Option(
                       "needs it).")] = None,
              out: Annotated[Path | None, typer.Option("--out", "-o", help="Also write the metrics as JSON.")]
              = None,
+             batch_size: Annotated[int, typer.Option(min=1, help="Examples per batch (batches sorted by length).")]
+             = 64,
              precision: PrecisionOption = "auto",
              overwrite: Annotated[bool, typer.Option(help="Replace an existing --out evaluation report bertkit "
                                                           "wrote.")] = False,
@@ -308,4 +310,5 @@ def evaluate(model: Annotated[Path, typer.Option(
     from bertkit.paths import resolve_data_path
 
     job.run(job.EvaluateJob(model, resolve_data_path(data), text_column, label_column, tag_column, out, overwrite,
-                            precision=precision, skip_bad_lines=skip_bad_lines, text_pair_column=text_pair_column))
+                            precision=precision, skip_bad_lines=skip_bad_lines, text_pair_column=text_pair_column,
+                            batch_size=batch_size))

@@ -9,26 +9,10 @@ from typing import Annotated
 
 import typer
 
-from bertkit.cli.common import PrecisionOption, app, user_errors
+from bertkit.cli.common import PrecisionOption, app, given_texts, user_errors
 from bertkit.run.files import to_json
 
 RunArgument = Annotated[Path, typer.Argument(help="A run directory.")]
-
-
-def _texts(texts: list[str] | None, input_file: Path | None, what: str) -> list[str]:
-    """Texts from the command line, or one per line from --input (- for stdin)."""
-    import sys
-
-    from bertkit.errors import BertkitError
-    from bertkit.text.tasks import read_lines, text_lines
-
-    if texts and input_file is not None:
-        raise BertkitError(f"give {what}s as arguments or with --input, not both")
-    if input_file is not None:
-        return text_lines(sys.stdin.read().removeprefix("\ufeff")) if str(input_file) == "-" else read_lines(input_file)
-    if not texts:
-        raise BertkitError(f"no {what}: give one as an argument or a file with --input")
-    return list(texts)
 
 
 @app.command()
@@ -69,15 +53,7 @@ def generate(run: Annotated[Path, typer.Argument(help="A decoder run (bertkit pr
     if not 0.0 < top_p <= 1.0:
         raise BertkitError(f"--top-p {top_p}: must be in (0, 1] (1: every token)")
     sampling = Sampling(greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p)
-    texts = _texts(prompts, input_file, "prompt")
-    if input_file is not None:  # a file's blank lines are skipped, and said, as `predict` skips them; the others
-        from rich.console import Console  # stay as written (a trailing space is a token to a byte-level BPE)
-
-        from bertkit.text.tasks import non_blank
-
-        texts = non_blank(texts, lambda m: Console(stderr=True).print(f"[yellow]warning: {m}"))
-        if not texts:
-            raise BertkitError(f"{input_file}: no prompt (every line is blank)")
+    texts = given_texts(prompts, input_file, "prompt", skip_blank=True)
     result = job.run(job.GenerateJob(run, tuple(texts), max_new_tokens, sampling, seed, cache, batch_size,
                                      precision=precision))
     for c in result.continuations:
@@ -146,7 +122,7 @@ def translate(run: Annotated[Path, typer.Argument(help="An encoder-decoder run (
     """
     from bertkit.jobs import translate as job
 
-    result = job.translate(job.TranslateJob(run, tuple(_texts(sentences, input_file, "sentence")), beam,
+    result = job.translate(job.TranslateJob(run, tuple(given_texts(sentences, input_file, "sentence")), beam,
                                             length_penalty, max_new_tokens, batch_size, out, overwrite,
                                             precision=precision,
                                             inputs=(input_file,) if input_file is not None else ()))

@@ -110,7 +110,8 @@ def pretrain(recipe: Annotated[str | None, typer.Option(
 @user_errors
 def fill_mask(model: Annotated[Path, typer.Argument(help="A run directory with an MLM head.")],
               text: Annotated[str, typer.Argument(help="Text with one or more [MASK] tokens.")],
-              top_k: Annotated[int, typer.Option(min=1, help="Candidates per mask (never a special token).")] = 5,
+              top_k: Annotated[int, typer.Option("--top-k", "-k", min=1, help="Candidates per mask (never a special "
+                                                                           "token).")] = 5,
               json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
               ) -> None:
     """Fill each [MASK] with the model's top-k guesses."""

@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from bertkit.cli.common import PrecisionOption, ProgressOption, TextFieldOption, app, user_errors
+from bertkit.cli.common import PrecisionOption, ProgressOption, TextFieldOption, app, given_texts, user_errors
 
 
 @app.command("evaluate-sts")
@@ -171,22 +171,53 @@ def index_add(index: Annotated[Path, typer.Argument(help="An index directory.")]
 
 @index_app.command("info")
 @user_errors
-def index_info(index: Annotated[Path, typer.Argument(help="An index directory.")]) -> None:
+def index_info(index: Annotated[Path, typer.Argument(help="An index directory.")],
+               json_out: Annotated[bool, typer.Option("--json", help="The same as one JSON object (every field "
+                                                                   "index.json records for the model).")] = False
+               ) -> None:
     """What an index holds: vectors, dimension, backend, model (every file is checked)."""
     from bertkit.jobs import search as job
     from bertkit.run.files import to_json
 
     result = job.info(job.IndexInfoJob(index))
+    if not json_out:
+        typer.echo(_described(result))
+        return
     # the report names FAISS settings only for a FAISS index (no "faiss": null for an exact one), as it always has,
     # and a refine copy only for an index that keeps one
     optional = ("faiss", "refine", "refine_bytes_per_vector")
     typer.echo(to_json({name: value for name, value in vars(result).items() if name not in optional or value}))
 
 
+def _described(info) -> str:
+    """`index info`'s lines for a reader: what is stored, how it is searched, and the model that embeds queries."""
+    shards = f"{info.shards:,} shard{'s' if info.shards != 1 else ''}"
+    lines = [f"{info.path}: {info.count:,} × {info.dim} {info.vectors} vectors ({info.bytes_per_vector:,} bytes "
+             f"each, {shards})"]
+    if info.refine:
+        article = "an" if info.refine.startswith("int") else "a"
+        lines.append(f"  rescored by {article} {info.refine} copy on disk ({info.refine_bytes_per_vector:,} bytes "
+                     "each)")
+    if info.faiss:
+        lines.append(f"  search: FAISS IVF, {info.faiss.get('nlist', '?')} lists, {info.faiss.get('nprobe', '?')} "
+                     "probed per query (--nprobe changes it; --exact scores every vector)")
+    else:
+        lines.append("  search: exact (every vector scored)")
+    model = info.model
+    said = [f"{model.get('pooling', '?')} pooling", "normalised" if model.get("normalize") else "not normalised"]
+    said += [f"max length {model['max_length']}"] if model.get("max_length") else []
+    said += [f"embedded in {model['precision']}"] if model.get("precision") else []
+    lines.append(f"  model: {model.get('path', '?')} ({', '.join(said)})")
+    return "\n".join(lines)
+
+
 @app.command()
 @user_errors
 def search(index: Annotated[Path, typer.Argument(help="An index directory from `bertkit index build`.")],
-           queries: Annotated[list[str], typer.Argument(metavar="QUERY...", help="Text(s) to search for.")],
+           queries: Annotated[list[str] | None, typer.Argument(metavar="QUERY...", help="Text(s) to search for "
+                                                                "(or --input).")] = None,
+           input_file: Annotated[Path | None, typer.Option("--input", "-i", help="A file of queries, one per line "
+                                                           "(- for stdin; blank lines are skipped).")] = None,
            k: Annotated[int, typer.Option("-k", "--top-k", help="Results per query.")] = 5,
            model: Annotated[Path | None, typer.Option("--model", "-m", help="The index's model, if it moved.")]
            = None,
@@ -209,6 +240,7 @@ def search(index: Annotated[Path, typer.Argument(help="An index directory from `
     from bertkit.jobs import search as job
     from bertkit.run.files import to_json
 
+    queries = given_texts(queries, input_file, "query", skip_blank=True)
     result = job.search(job.SearchJob(index, tuple(queries), k, model, exact, nprobe, truncate, precision,
                                       rescore))
     for query, hits in zip(result.queries, result.hits):

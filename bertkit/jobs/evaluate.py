@@ -37,6 +37,7 @@ class EvaluateJob:
     precision: str = "auto"
     skip_bad_lines: bool = False  # rows without a label or text skipped and counted (else: one error line)
     text_pair_column: str | None = None  # a pair's second text (an imported transformers pair model needs it)
+    batch_size: int = 64  # examples per forward pass (batches sorted by length; the scores do not depend on it)
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ def run(job: EvaluateJob, console: Console | None = None) -> EvaluateResult:
     out = job.out
     if out is not None:
         claim(out, EVALUATION, job.overwrite, inputs=(job.data, job.model))
-    task_model = TaskModel(job.model, precision=job.precision)
+    task_model = TaskModel(job.model, batch_size=job.batch_size, precision=job.precision)
     columns = {"text_column": job.text_column, "label_column": job.label_column, "tag_column": job.tag_column,
                "text_pair_column": task_model.pair_column(job.text_pair_column,
                                                           lambda said: console.print(f"[yellow]warning: {said}"))}

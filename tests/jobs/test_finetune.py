@@ -148,6 +148,14 @@ def test_classify_learns_predicts_and_evaluates(tmp_path, base):
     metrics = json.loads(report.read_text())
     assert metrics["unseen_labels"] == ["ecstatic"] and metrics["examples"] == 13
     assert metrics["confusion"]["labels"][-1] == "ecstatic" and metrics["accuracy"] <= 12 / 13
+    # the batch size is a speed setting: one example a batch scores the file alike
+    confusions = []
+    for batch_size in ("1", "64"):
+        scored = tmp_path / f"batch-{batch_size}.json"
+        _ok("evaluate", "--model", out, "--data", test, "--out", scored, "--batch-size", batch_size,
+            "--precision", "fp32")
+        confusions.append(json.loads(scored.read_text())["confusion"])
+    assert confusions[0] == confusions[1]
     # a row without its label: one line offering --skip-bad-lines (evaluate had no such option: a dev file with one
     # label-less row could not be scored); with it, skipped and counted
     holed = tmp_path / "holed.csv"

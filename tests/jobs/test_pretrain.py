@@ -55,6 +55,8 @@ def test_pretrain_makes_a_complete_run(tmp_path, corpus):
     options = json.loads(filled.stdout)
     assert len(options) == 1 and len(options[0]) == 3 and options[0][0]["score"] >= options[0][1]["score"]
     assert "[MASK]" not in options[0][0]["sequence"]
+    assert json.loads(_cli("fill-mask", run, "The decoder [MASK] only the words.", "--json", "-k", "3").stdout) \
+        == options  # -k as search spells it
     # two masks: each guess's sequence is the text with its own mask filled and the other kept as written (they
     # were decoded away: 'The [MASK] only [MASK].' read 'The X only.')
     text = "The decoder [MASK] only the [MASK]."
