@@ -200,15 +200,17 @@ def _delimited_records(path: Path, fmt: str, text_field: str, id_field: str | No
             raise BertkitError(f"{path}: no column '{field}' (found: {', '.join(header)}); set {role}")
         columns.append(None if field is None else header.index(field))
     width = max(c for c in columns if c is not None) + 1
-    while True:
+    line = reader.line_num + 1  # where the next row starts: a quoted field may span lines, and a row is named (and
+    while True:                 # its id made) by its first line, as the finetuning reader names it
         with csv_errors(path, reader, suffix):  # not around the yield: the caller's errors are its own
             row = next(reader, None)
+        start, line = line, reader.line_num + 1
         if row is None:
             break
         if not row:
             continue
         if len(row) < width:  # never a silently dropped (or shifted) row
-            raise BertkitError(f"{path}:{reader.line_num}: {len(row)} fields, the header has {len(header)}")
+            raise BertkitError(f"{path}:{start}: {len(row)} fields, the header has {len(header)}")
         if any(extra.strip() for extra in row[len(header):]):  # a delimiter inside a text: cut there, silently
             if skip_bad_lines:
                 stats.bad_rows += 1
@@ -216,10 +218,10 @@ def _delimited_records(path: Path, fmt: str, text_field: str, id_field: str | No
             inside = "an unquoted comma inside a text? quote the field" if reader.dialect.delimiter == "," \
                 else "a tab inside a text? a TSV cannot hold one: replace it"
             offer = "" if skip_bad_lines is None else "; or pass --skip-bad-lines to skip and count such rows"
-            raise BertkitError(f"{path}:{reader.line_num}: {len(row)} fields, the header has {len(header)} "
+            raise BertkitError(f"{path}:{start}: {len(row)} fields, the header has {len(header)} "
                                f"({inside}){offer}")
-        key = None if columns[1] is None else record_key(row[columns[1]], f"{path}:{reader.line_num}")
-        yield Record(reader.line_num, key, row[columns[0]])
+        key = None if columns[1] is None else record_key(row[columns[1]], f"{path}:{start}")
+        yield Record(start, key, row[columns[0]])
 
 
 def iter_records(path: Path, text_field: str = "text", skip_bad_lines: bool | None = None,

@@ -78,6 +78,12 @@ def test_a_quoted_field_keeps_its_line_breaks_and_a_byte_order_mark_is_not_text(
     quoted = tmp_path / "quoted.csv"
     quoted.write_bytes(b'id,text\n1,"First line\nsecond line"\n2,"CRLF\r\nline"\r\n3,last\n')
     assert load_corpus([str(quoted)])[0]["text"] == ["First line\nsecond line", "CRLF\r\nline", "last"]
+    # a record is named by its first line (an index's ids, embed's Parquet line, errors), as finetuning names rows;
+    # it was named by its last: record 3 read as line 6
+    assert [r.number for r in corpus.iter_records(quoted)] == [2, 4, 6]
+    (tmp_path / "short.csv").write_text('text,label\n"two\nlines",1\n"one more\nthen",\n"cut\nshort"\n')
+    with pytest.raises(BertkitError, match=r"short.csv:6: 1 fields, the header has 2"):
+        list(corpus.iter_records(tmp_path / "short.csv", text_field="label"))
     for name, body in (("bom.csv", "text,label\nhello,1\n"), ("bom.txt", "hello\n"),
                        ("bom.jsonl", json.dumps({"text": "hello"}) + "\n")):
         (tmp_path / name).write_bytes(b"\xef\xbb\xbf" + body.encode())
