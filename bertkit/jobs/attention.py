@@ -30,8 +30,25 @@ def token_labels(tokenizer, ids: list[int]) -> list[str]:
             labels.append(token)
             continue
         text = tokenizer.decode([i], skip_special_tokens=False)
+        if "\ufffd" in text and "\ufffd" not in token and all(c in BYTE_OF_SYMBOL for c in token):
+            # a piece of a character (an emoji is 4 bytes, often 2–4 tokens): its bytes, where "�" said nothing
+            pieces = [BYTE_OF_SYMBOL[c] for c in token]
+            space = "·" if pieces[0] == 0x20 else ""
+            labels.append(space + "<" + " ".join(f"{b:02x}" for b in pieces[len(space):]) + ">")
+            continue
         labels.append(text.replace(" ", "·").replace("\n", "\\n") or token)
     return labels
+
+
+def _byte_of_symbol() -> dict[str, int]:
+    """A byte-level BPE's alphabet (GPT-2's, which HF tokenizers' ByteLevel uses) reversed: the character a token
+    writes for each byte → that byte. Printable Latin-1 bytes stand for themselves, the others for 256 + n."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    return {chr(b): b for b in printable} | {chr(256 + n): b for n, b in enumerate(others)}
+
+
+BYTE_OF_SYMBOL = _byte_of_symbol()
 
 
 @torch.no_grad()

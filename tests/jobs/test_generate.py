@@ -163,6 +163,20 @@ def test_literal_special_tokens_are_text_to_perplexity_and_generate(lm, tmp_path
     assert all(token not in banned for row in drawn for token in row) and sum(map(len, drawn)) == 16 * 30
 
 
+def test_axis_labels_show_a_character_split_over_tokens_as_its_bytes():
+    """A byte-level BPE splits an emoji (4 bytes) over tokens, each of which decoded alone to "�": the labels show
+    each piece's bytes (a leading space as ·), and whole characters as text."""
+    from bertkit.jobs.attention import token_labels
+    from bertkit.text.tokenizer import train_bpe
+
+    tokenizer = train_bpe(["hello world 😀 café"] * 50 + ["some more text here"] * 50, 290, byte_level=True)
+    ids = tokenizer.encode("hello 😀 café").ids
+    labels = token_labels(tokenizer, ids)
+    assert labels[0] == "[CLS]" and labels[-1] == "[SEP]" and "·café" in labels and "�" not in "".join(labels)
+    pieces = [label.lstrip("·").strip("<>").split() for label in labels if "<" in label]
+    assert bytes(int(b, 16) for piece in pieces for b in piece) == "😀".encode()
+
+
 def test_attention_maps_for_a_decoder(lm, tmp_path):
     out = tmp_path / "maps"
     result = cli_ok("attention", lm, "The sample corpus has lines.", "-o", out)
