@@ -69,13 +69,12 @@ def _scored_tokens(file: Path, tokenizer: Tokenizer, stream: bool, text_field: s
 
 def prompt_ids(tokenizer: Tokenizer, prompts: list[str], room: int) -> tuple[list[list[int]], int]:
     """[CLS] + each prompt's tokens, keeping the last `room` - 1 tokens of a longer prompt (the end is what the
-    continuation follows). Returns (ids, how many prompts were cut)."""
+    continuation follows). An empty (or blank) prompt is [CLS] alone: a document drawn from its start, as the
+    decoder saw every training document begin. Returns (ids, how many prompts were cut)."""
     cls = special_ids(tokenizer).cls
     out, cut = [], 0
     for i, enc in enumerate(tokenizer.encode_batch(prompts, add_special_tokens=False)):
-        if not prompts[i].strip():
-            raise BertkitError(f"prompt {i + 1} is empty: give some text to continue")
-        ids = enc.ids
+        ids = enc.ids if prompts[i].strip() else []
         if len(ids) > room - 1:
             ids, cut = ids[len(ids) - (room - 1):], cut + 1
         out.append([cls] + ids)

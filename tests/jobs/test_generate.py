@@ -201,7 +201,10 @@ def test_attention_maps_for_a_decoder(lm, tmp_path):
 
 
 def test_bad_inputs_are_one_line(lm, tmp_path, base):
-    assert "prompt 1 is empty" in cli_error("generate", lm, "  ")
+    # an empty prompt is a document from its start ([CLS] alone), each drawn by its own place's seed
+    drawn = [json.loads(line) for line in cli_ok("generate", lm, "", "  ", "--json", "--max-new-tokens", "8")
+             .stdout.splitlines()]
+    assert [d["prompt"] for d in drawn] == ["", "  "] and all(d["tokens"] > 0 and d["continuation"] for d in drawn)
     assert "leaves no room for a prompt" in cli_error("generate", lm, "hi", "--max-new-tokens", "64")
     # at max_len - 1 no prompt token was kept: every prompt got the same unconditional sample (a review)
     assert "(at most 62)" in cli_error("generate", lm, "hi", "--max-new-tokens", "63")
