@@ -22,7 +22,7 @@ from rich.console import Console
 from bertkit.config import Config
 from bertkit.deploy.manifest import is_onnx_export
 from bertkit.deploy.runtime import OnnxModel
-from bertkit.errors import BertkitError, a_or_an
+from bertkit.errors import BertkitError, a_or_an, need_batch_size
 from bertkit.hardware import resolve_precision
 from bertkit.inference import run_sorted
 from bertkit.nn.heads import pool as pool_states
@@ -124,7 +124,9 @@ class SentenceEncoder:
 
     `run` is a run directory or an ONNX export folder (`bertkit export --format onnx`), which runs through
     onnxruntime on the CPU at its own precision, `threads` batches at once (default: the cores this process may use).
-    `pooling`, `normalize` and `max_length` default to the run's `[sentence]` settings; `precision` "auto" runs in
+    Pooling, normalisation and the window are the run's `[sentence]` settings (`bertkit finetune sentence --pooling`,
+    or `--set sentence.pooling=…` when training, set them); `threads` sizes an ONNX session (a torch run uses
+    torch's threads); `precision` "auto" runs in
     bf16 where the device computes it natively (`hardware.resolve_precision`), else fp32. `compile` runs the
     forward through torch.compile (off by default: on a 2-core CPU it measured 0.94x eager,
     benchmarks/compile_speed.py), with `compile_shapes`: "dynamic" (one graph for every batch shape), "buckets"
@@ -136,7 +138,7 @@ class SentenceEncoder:
                  model: tuple[Config, Model] | None = None, precision: str = "auto", compile: bool = False,
                  threads: int | None = None, compile_shapes: str = "auto"):
         self.run = Path(run)
-        self.batch_size = batch_size
+        self.batch_size = need_batch_size(batch_size)
         self.truncated = 0  # texts cut to max_length so far
         self.onnx = None  # an ONNX export folder's OnnxModel (`bertkit export --format onnx`), else the torch model
         if compile_shapes not in COMPILE_SHAPES:  # before anything loads

@@ -30,3 +30,20 @@ def suggest(word: str, choices) -> str:
         return f" (did you mean '{ABBREVIATIONS[word]}'?)"
     close = difflib.get_close_matches(word, choices, n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def need_batch_size(batch_size) -> int:
+    """`batch_size` checked as a whole number >= 1 (0 raised range()'s ValueError deep inside batching)."""
+    import numbers
+
+    if isinstance(batch_size, bool) or not isinstance(batch_size, numbers.Integral) or batch_size < 1:
+        raise BertkitError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
+    return int(batch_size)
+
+
+def need_config(config, job: str) -> None:
+    """A job's `config` checked to be a Config: a recipe's name given instead failed deep inside with
+    AttributeError ('str' object has no attribute 'train')."""
+    if not hasattr(config, "train"):
+        raise BertkitError(f"{job}: config must be a Config, e.g. bertkit.recipes.load_recipe({config!r}), not "
+                           f"{type(config).__name__} {config!r}")

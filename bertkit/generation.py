@@ -15,14 +15,19 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from bertkit.errors import BertkitError
 from bertkit.nn.attention import KVCache
 from bertkit.nn.model import Model
+
+
+DEFAULT_TOP_K, DEFAULT_TOP_P = 50, 0.95  # `bertkit generate`'s sampling, and GenerateJob's
 
 
 @dataclass(frozen=True)
 class Sampling:
     """How the next token is chosen: greedy (argmax), or a sample at `temperature` from the `top_k` most likely
-    tokens (0: all) that together hold `top_p` of the probability (1.0: all)."""
+    tokens (0: all) that together hold `top_p` of the probability (1.0: all). `Sampling()` samples from every token;
+    `bertkit generate` (and `GenerateJob` by default) from the top DEFAULT_TOP_K holding DEFAULT_TOP_P."""
 
     greedy: bool = False
     temperature: float = 1.0
@@ -31,12 +36,12 @@ class Sampling:
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.temperature) and self.temperature > 0):  # nan / inf: a nan or uniform softmax
-            raise ValueError(f"temperature must be a finite number > 0 (use greedy decoding for argmax), got "
+            raise BertkitError(f"temperature must be a finite number > 0 (use greedy decoding for argmax), got "
                              f"{self.temperature}")
         if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+            raise BertkitError(f"top_k must be >= 0, got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise BertkitError(f"top_p must be in (0, 1], got {self.top_p}")
 
 
 def filter_logits(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:

@@ -16,7 +16,7 @@ import torch
 
 from bertkit.deploy.manifest import is_onnx_export
 from bertkit.deploy.runtime import OnnxModel
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, need_batch_size
 from bertkit.hardware import autocast, resolve_precision
 from bertkit.metrics import classification_metrics, correlation_metrics, entity_metrics
 from bertkit.nn.model import TASK_HEADS, Model
@@ -186,6 +186,7 @@ class TaskModel:
     def __init__(self, run: str | Path, batch_size: int = 64, device: str | torch.device | None = None,
                  precision: str = "auto", threads: int | None = None):
         run = Path(run)
+        need_batch_size(batch_size)
         self.run = run
         self.onnx = None  # an ONNX export folder's OnnxModel (`bertkit export --format onnx`), else the torch model
         if is_onnx_export(run):
@@ -253,7 +254,15 @@ class TaskModel:
     def classify(self, texts: list[str], pairs: list[str] | None = None,
                  digits: int | None = 4) -> tuple[list[dict], int]:
         """Label, its probability and every label's probability per text (rounded to `digits` for output; None:
-        as computed, what metrics take); and how many were truncated."""
+        as computed, what metrics take); and how many were truncated. Texts are read stripped, as `predict` and
+        finetuning read them (a byte-level BPE makes edge spaces tokens); one str is one text."""
+        if self.kind == "ner":
+            raise BertkitError(f"{self.run} is a tagger: TaskModel.tag labels its words")
+        texts, pairs = _stripped(texts), None if pairs is None else _stripped(pairs)
+        if pairs is not None and self.config.task.text_pair_column is None and not self.inputs_unknown:
+            raise BertkitError(f"{self.run} was finetuned on single texts; it reads no second text (pairs)")
+        if pairs is not None and len(pairs) != len(texts):
+            raise BertkitError(f"{len(texts):,} texts but {len(pairs):,} pairs: give one second text per text")
         encoded = self.encoder.texts(texts, pairs)
         logits = self._logits(encoded)
         out = []
@@ -271,6 +280,9 @@ class TaskModel:
                                                                                          list[float]]], int]:
         """IOB2 tags and probabilities per word (words given as character spans); and how many texts were
         truncated (their cut-off words are tagged O)."""
+        if self.kind != "ner":
+            raise BertkitError(f"{self.run} is a {'regressor' if self.kind == 'regress' else 'classifier'}: "
+                               "TaskModel.classify scores its texts")
         encoded = self.encoder.words(texts, spans)
         logits = self._logits(encoded)
         return ([decode_tags(row, e, self.labels, self.constraints) for row, e in zip(logits, encoded)],
@@ -312,3 +324,8 @@ class TaskModel:
         result["unseen_labels"] = unseen
         result["truncated"] = truncated
         return result
+
+
+def _stripped(texts: str | list[str]) -> list[str]:
+    """Texts as a list, each stripped of edge spaces and line breaks; one str is one text."""
+    return [texts.strip()] if isinstance(texts, str) else [text.strip() for text in texts]

@@ -65,6 +65,15 @@ def path_list(value) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
+def one_is_one(job, *names: str) -> None:
+    """A frozen job's tuple fields `names` made tuples where one str (or Path) was given: it is one item (one query,
+    one task, one model), where it was iterated as one-character items (`SearchJob(index, "guitar")` ran six
+    searches)."""
+    for name in names:
+        value = getattr(job, name)
+        object.__setattr__(job, name, (value,) if isinstance(value, (str, Path)) else tuple(value))
+
+
 def need_file(path: str | Path) -> None:
     """Refuse a path that is not a file: a directory is named as one (not as "no such file")."""
     path = Path(path)

@@ -11,7 +11,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from bertkit.config import DERIVED_MODEL_KEYS, MOVED, Config, means_none, section_type
+from bertkit.config import BUDGET_STEPS, DERIVED_MODEL_KEYS, MOVED, Config, TrainConfig, means_none, section_type
 from bertkit.errors import ConfigError, suggest
 
 def recipe_dirs() -> list[Path]:
@@ -82,6 +82,7 @@ def load_recipe(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
     given twice in `overrides` with different values is an error (which one did the user mean?), unless `layered`:
     the caller put later overrides there to replace earlier ones (ablate's variants and budget over its --set)."""
     path = resolve_recipe(name_or_path)
+    overrides = (overrides,) if isinstance(overrides, str) else overrides  # one item, not its characters
     data = recipe_tables(path)
     if not data:  # 0 bytes or only comments: every default, surely not what the file was meant to say
         raise ConfigError(f"{path}: empty recipe (no sections); give a bundled recipe's name or add [model], "
@@ -96,7 +97,25 @@ def load_recipe(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
             for key in value if isinstance(value, dict) else ():
                 if (why := reads.ignored(name, key)) is not None:
                     raise ConfigError(f"recipe {path}: {name}.{key} does nothing in {reads.command}: {why}")
-    return Config.from_dict(apply_overrides(data, overrides, reads), source=str(path))
+    merged = apply_overrides(data, overrides, reads)
+    return _with_limits(Config.from_dict(merged, source=str(path)), frozenset(merged.get("train") or ()))
+
+
+def _with_limits(config: Config, given: frozenset[str]) -> Config:
+    """The config with its run's length settled as the CLI settles it, `given` being the train keys the recipe,
+    its overrides and `with_values` gave: a time budget with no step count and no epochs given ends the run by the
+    clock (max_steps BUDGET_STEPS; the default step cap, 1,000, had ended a 30-minute Python run at half its
+    budget), and without a budget that lifted cap is the default again. `given` is kept on the train config (not a
+    field: equality and the stored config ignore it), so that `with_values` can tell a recipe's max_steps from the
+    default; a config built otherwise has none, and its max_steps is left as it is."""
+    train = config.train
+    if "max_steps" not in given:
+        lifted = train.max_time is not None and train.epochs is None
+        default = BUDGET_STEPS if lifted else TrainConfig.max_steps
+        if train.max_steps != default and train.max_steps in (BUDGET_STEPS, TrainConfig.max_steps):
+            train = dataclasses.replace(train, max_steps=default)
+    object.__setattr__(train, "given", given)
+    return config if train is config.train else dataclasses.replace(config, train=train)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,13 +273,24 @@ def _parse_value(raw: str, optional: bool, text: bool = False) -> Any:
 
 def with_values(config: Config, values: dict[str, Any]) -> Config:
     """Replace `section.key` values (a bare key where it is unique; skipping None, i.e. "not given on the command
-    line"), re-validating. An unknown key is a ConfigError naming it, as `--set`'s are (not dataclasses' TypeError)."""
+    line"), re-validating, as the command's options would: `"none"` clears an optional value (as `--set key=none`
+    does), a step count replaces the recipe's epochs (as `--max-steps` does; both at once is an error), and a time
+    budget given where nothing gives a step count ends the run by the clock (as `--max-time` does). An unknown key
+    is a ConfigError naming it, as `--set`'s are (not dataclasses' TypeError)."""
     sections: dict[str, dict[str, Any]] = {}
     for dotted, value in values.items():
         if value is None:
             continue
         section, key = resolve_key(dotted, "with_values:")
+        if isinstance(value, str) and means_none(value) and _is_optional(section_type(Config, section), key):
+            value = None  # cleared, as --set key=none clears it
         sections.setdefault(section, {})[key] = value
+    train = sections.get("train", {})
+    if train.get("max_steps") is not None:
+        if train.get("epochs") is not None:
+            raise ConfigError("with_values: train.max_steps and train.epochs both set the run's length; give one "
+                              "(epochs set the steps, a step count replaces the recipe's epochs)")
+        train.setdefault("epochs", None)
     # a key the config derived (n_kv_heads from n_heads, d_ff from d_model, n_decoder_layers from n_layers) is
     # derived again, so it follows a changed source as --set's does; one the recipe gave stays. The built value was
     # kept: `n_heads: 8` gave attention with 4 kv heads and the old FFN width
@@ -269,4 +299,8 @@ def with_values(config: Config, values: dict[str, Any]) -> Config:
             if key in getattr(config.model, "derived", ()) and key not in sections["model"]:
                 sections["model"][key] = None
     updated = {name: dataclasses.replace(getattr(config, name), **changes) for name, changes in sections.items()}
-    return dataclasses.replace(config, **updated)
+    given = getattr(config.train, "given", None)
+    result = dataclasses.replace(config, **updated)
+    if given is None:  # a config not read by load_recipe: whether its max_steps was given is not known
+        return result
+    return _with_limits(result, given | {key for key, value in train.items() if value is not None})

@@ -77,16 +77,16 @@ def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: boo
     _same_kind(recipe, kind)  # first: another kind's recipe has tables this command does not read, named less clearly
     recipe_config = load_recipe(recipe, set_ or [], FINETUNE_READS[kind])
     given_once(recipe_config, {**values, "train.max_time": max_time}, set_)
-    config = with_max_time(with_values(recipe_config, values), max_time)
     # --max-steps (or --set max_steps) wins over the recipe's epochs, as a step count given in the command should;
     # beside epochs given in the same command it would win, or lose, without a word: that is refused
     steps, epochs_said = _said("max_steps", "--max-steps", values, set_), _said("epochs", "--epochs", values, set_)
-    if steps is not None:
-        if epochs_said is not None:
-            from bertkit.errors import BertkitError
+    if steps is not None and epochs_said is not None:
+        from bertkit.errors import BertkitError
 
-            raise BertkitError(f"{steps} and {epochs_said} both set the run's length; give one (epochs set the "
-                               "steps, a step count replaces the recipe's epochs)")
+        raise BertkitError(f"{steps} and {epochs_said} both set the run's length; give one (epochs set the "
+                           "steps, a step count replaces the recipe's epochs)")
+    config = with_max_time(with_values(recipe_config, values), max_time)
+    if steps is not None:
         config = _clear_epochs(config)
     config = budget_steps(config, recipe, max_steps, set_)
     if resume:  # the run's own limits unless this command changes them

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from bertkit.paths import one_is_one
 from bertkit.ablation import (COLUMNS, FEW_DOWNSTREAM, Budget, Plan, Variant, build_plan, check_plan_file, parse_vary,
                               variant_folder)
 from bertkit.config import Config
@@ -62,6 +63,9 @@ class AblationJob:
     finetune_sets: tuple[str, ...] = ()
     finetune_budget: str = "2m"
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        one_is_one(self, "vary", "sets", "corpus", "finetune_sets")  # one given as a str is one item
 
 
 @dataclasses.dataclass(frozen=True)

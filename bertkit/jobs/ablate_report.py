@@ -156,14 +156,14 @@ def markdown_table(summary: list[dict], task: str, baseline: dict | None = None,
 
 def _plot(path: Path, out: Path, summary: list[dict], rows: list[dict], task: str, baseline: dict,
           loss_kind: str = "MLM") -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, never a window
-    import matplotlib.pyplot as plt
+    # a Figure of its own, not pyplot's: files only, never a window, and the caller's backend (a notebook's inline
+    # one) left as it was (matplotlib.use("Agg") switched it for the whole process)
+    from matplotlib.figure import Figure
 
     ok = [s for s in summary if s["val_loss"] is not None]
     panels = 3 if task == "classify" else 2
-    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, max(3.5, 0.45 * len(ok) + 1.5)))
+    fig = Figure(figsize=(6 * panels, max(3.5, 0.45 * len(ok) + 1.5)))
+    axes = fig.subplots(1, panels)
     names = [s["variant"] for s in ok]
     colours = ["tab:gray" if n == "base" else "tab:blue" for n in names]
     bar_panels = [("val_loss", f"validation {loss_kind} loss (lower is better)", 1.0)]
@@ -205,5 +205,4 @@ def _plot(path: Path, out: Path, summary: list[dict], rows: list[dict], task: st
         curves.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110, format="png")
-    plt.close(fig)
 

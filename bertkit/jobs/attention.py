@@ -148,10 +148,9 @@ def run(job: AttentionJob) -> AttentionResult:
     if head is not None and not 0 <= head < n_heads:
         raise BertkitError(f"--head {head}: the model has heads 0..{n_heads - 1}")
 
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, never a window
-    import matplotlib.pyplot as plt
+    # a Figure of its own, not pyplot's: files only, never a window, and the caller's backend (a notebook's inline
+    # one) left as it was (matplotlib.use("Agg") switched it for the whole process)
+    from matplotlib.figure import Figure
 
     written = []
     with atomic_dir(out, overwrite=overwrite) as tmp:
@@ -163,8 +162,8 @@ def run(job: AttentionJob) -> AttentionResult:
             cols = min(len(panels), 3)
             rows = math.ceil(len(panels) / cols)
             size = max(3.0, 0.22 * max(len(q_labels), len(k_labels)) + 1.5)
-            fig, axes = plt.subplots(rows, cols, figsize=(size * cols, size * rows), squeeze=False,
-                                     layout="constrained")
+            fig = Figure(figsize=(size * cols, size * rows), layout="constrained")
+            axes = fig.subplots(rows, cols, squeeze=False)
             for ax, (title, w) in zip(axes.flat, panels):
                 image = _heatmap(ax, w, q_labels, k_labels, title)
             for ax in list(axes.flat)[len(panels):]:
@@ -173,7 +172,6 @@ def run(job: AttentionJob) -> AttentionResult:
             fig.suptitle(f"{stack} {kind}-attention, layer {index}  (rows: queries, columns: keys)")
             name = f"{stack}-{kind}-layer{index}" + (f"-head{head}" if head is not None else "") + ".png"
             fig.savefig(tmp / name, dpi=110, bbox_inches="tight")  # a one-panel figure clipped its long title
-            plt.close(fig)
             written.append(out / name)
         if found["architecture"] == "encoder-decoder":
             cross = [m for m in maps if m[1] == "cross"]
@@ -183,13 +181,13 @@ def run(job: AttentionJob) -> AttentionResult:
             # about 0.3 in a token each way, at most 40 in (a long output over a short source was 5,209 x 51,857
             # pixels, more than Pillow opens)
             width, height = (min(40.0, max(4.0, 0.3 * n + 2)) for n in (len(k_labels), len(q_labels)))
-            fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
+            fig = Figure(figsize=(width, height), layout="constrained")
+            ax = fig.subplots()
             image = _heatmap(ax, w, q_labels, k_labels, f"cross-attention, decoder layer {index}, "
                              + (f"head {head}" if head is not None else "mean of heads"))
             ax.set_xlabel("source tokens")
             ax.set_ylabel("output tokens (each row predicts the next)")
             fig.colorbar(image, ax=ax, shrink=0.6, label="attention weight")
             fig.savefig(tmp / "alignment.png", dpi=130, bbox_inches="tight")
-            plt.close(fig)
             written.append(out / "alignment.png")
     return AttentionResult(written)

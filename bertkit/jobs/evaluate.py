@@ -16,6 +16,7 @@ from rich.table import Table
 
 from bertkit.errors import BertkitError
 from bertkit.inference import TaskModel
+from bertkit.paths import resolve_data_path
 from bertkit.run.files import atomic_file, to_json
 from bertkit.run.outputs import EVALUATION, claim
 from bertkit.text.labels import written_otherwise
@@ -55,9 +56,9 @@ def run(job: EvaluateJob, console: Console | None = None) -> EvaluateResult:
     """Evaluate the finetuned run on the labelled file (columns as at finetuning unless overridden); print a report,
     write it as JSON to `job.out` when given."""
     console = console or Console()
-    out = job.out
+    out, data = job.out, resolve_data_path(job.data)  # the report names the file read, as the CLI's always did
     if out is not None:
-        claim(out, EVALUATION, job.overwrite, inputs=(job.data, job.model))
+        claim(out, EVALUATION, job.overwrite, inputs=(data, job.model))
     task_model = TaskModel(job.model, batch_size=job.batch_size, precision=job.precision)
     columns = {"text_column": job.text_column, "label_column": job.label_column, "tag_column": job.tag_column,
                "text_pair_column": task_model.pair_column(job.text_pair_column,
@@ -72,15 +73,15 @@ def run(job: EvaluateJob, console: Console | None = None) -> EvaluateResult:
         console.print(f"[yellow]warning: {said}")
         skipped.append(getattr(said, "rows", 0))  # text.tasks.Skipped: the rows --skip-bad-lines left out
 
-    examples = finetune_task(task.kind).read(dataclasses.replace(task_model.config, task=task), job.data,
+    examples = finetune_task(task.kind).read(dataclasses.replace(task_model.config, task=task), data,
                                              job.skip_bad_lines, warn)
     scores = task_model.evaluate(examples)
     if job.skip_bad_lines and task.kind != "ner":
         scores["skipped_rows"] = sum(skipped)  # in the JSON report: what the scores leave out
-    report(console, task_model.kind, scores, job.data, task_model.labels)
+    report(console, task_model.kind, scores, data, task_model.labels)
     # what the figures were computed in, and on: bf16 (auto on a CPU with native bf16) can flip a near-tie, so one
     # run's scores differed between machines, and between the run and its fp32 export (a review, 2026-11-28)
-    scores.update(model=str(job.model), data=str(job.data), inference_precision=task_model.precision)
+    scores.update(model=str(job.model), data=str(data), inference_precision=task_model.precision)
     if task_model.precision == "bf16":
         console.print("computed in bf16 (--precision auto picks it on this machine); --precision fp32 gives the "
                       "figures fp32 gives anywhere")

@@ -42,6 +42,8 @@ class FillMaskResult:
 def run(job: FillMaskJob) -> FillMaskResult:
     """The model's top-k guesses for every [MASK] in the text."""
     model_dir, top_k = job.model, job.top_k
+    if top_k < 1:  # the command's min=1; from Python it returned no guesses
+        raise BertkitError(f"--top-k {top_k}: must be >= 1")
     config, model = load_run(model_dir)
     if config.model.architecture != "encoder":
         hint = "`bertkit generate` continues a decoder's text" if config.model.architecture == "decoder" else \

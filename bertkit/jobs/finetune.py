@@ -59,7 +59,7 @@ def run(job: FinetuneJob, console: Console | None = None) -> FinetuneResult:
     refuse_nested(job.out)  # before the lock, whose file would be created inside the other run
     with locked(job.out):  # one writer per run directory, for the whole job
         return _run(job.config, job.model, Path(job.out), job.resume, job.progress, console or Console(stderr=True),
-                    job.accept_changed_data, job.skip_bad_lines, job.max_steps)
+                    job.accept_changed_data, job.skip_bad_lines, job.step_cap)
 
 
 def _begin(config: Config, task: FinetuneTask, model_dir: Path | None, out: Path, resume: bool):

@@ -17,10 +17,10 @@ from tokenizers import Tokenizer
 
 from bertkit.config import SEEDS, Config
 from bertkit.errors import BertkitError, a_or_an
-from bertkit.generation import Sampling, generate, row_seed
+from bertkit.generation import DEFAULT_TOP_K, DEFAULT_TOP_P, Sampling, generate, row_seed
 from bertkit.hardware import autocast, resolve_precision
 from bertkit.nn.model import Model
-from bertkit.paths import need_file
+from bertkit.paths import need_file, one_is_one
 from bertkit.run.directory import load_run
 from bertkit.text.corpus import file_format, iter_corpus
 from bertkit.text.packing import tokenize_documents
@@ -90,11 +90,15 @@ class GenerateJob:
     run: Path
     prompts: tuple[str, ...]
     max_new_tokens: int = 50
-    sampling: Sampling = field(default_factory=Sampling)
+    # the CLI's defaults (Sampling() alone samples from every token)
+    sampling: Sampling = field(default_factory=lambda: Sampling(top_k=DEFAULT_TOP_K, top_p=DEFAULT_TOP_P))
     seed: int | None = 0
     cache: bool = True
     batch_size: int = 16
     precision: str = "auto"
+
+    def __post_init__(self) -> None:
+        one_is_one(self, "prompts")  # one given as a str is one item
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from bertkit.config import parse_duration
+from bertkit.config import means_none, parse_duration
 from bertkit.errors import BertkitError, a_or_an
 from bertkit.inference import TaskModel
 from bertkit.jobs import finetune
-from bertkit.paths import data_roots, resolve_data_path
+from bertkit.paths import data_roots, one_is_one, resolve_data_path
 from bertkit.recipes import FINETUNE_READS, load_recipe, with_values
 from bertkit.run.directory import CONFIG_FILE, RESULTS_FILE, WEIGHTS_FILE, load_config
 from bertkit.run.files import content_digest, write_atomic
@@ -59,6 +59,11 @@ class GlueJob:
     overrides: tuple[str, ...] = ()
     progress: bool = True
     steps: int | None = None  # a cell ends at 5 epochs, these steps or its budget, whichever comes first
+
+    def __post_init__(self) -> None:
+        one_is_one(self, "models", "tasks", "overrides")  # one given as a str is one item
+        if isinstance(self.budget, str) and means_none(self.budget):  # as --budget none: no clock
+            object.__setattr__(self, "budget", None)
 
 
 @dataclass(frozen=True)
@@ -258,7 +263,7 @@ def _train_cell(cell: Path, model: Path, task: GlueTask, seed: int, data: tuple,
         values["task.max_length"] = base.max_len
     config = with_values(config, values)
     resume = (cell / CONFIG_FILE).is_file()  # the base model is checked against the one the cell began from
-    finetune.run(FinetuneJob(config, model, cell, resume=resume, progress=job.progress, max_steps=job.steps),
+    finetune.run(FinetuneJob(config, model, cell, resume=resume, progress=job.progress, step_cap=job.steps),
                  console=console)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from bertkit.paths import one_is_one
 from bertkit.config import Config, HeadsConfig, ModelConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.flops import train_flops
@@ -85,6 +86,9 @@ class InfoJob:
 
     target: str
     overrides: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        one_is_one(self, "overrides")  # one given as a str is one item
 
 
 @dataclass(frozen=True)

@@ -46,14 +46,14 @@ def run(job: PlotJob) -> PlotResult:
     if (Path(run_dir) / BASELINE_FILE).is_file():
         baseline = read_json(Path(run_dir) / BASELINE_FILE, "baseline").get("unigram") or {}
 
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, never a window
-    import matplotlib.pyplot as plt
+    # a Figure of its own, not pyplot's: files only, never a window, and the caller's backend (a notebook's inline
+    # one) left as it was (matplotlib.use("Agg") switched it for the whole process)
+    from matplotlib.figure import Figure
 
     metric = curve_metric(run_dir, evals)
     loss_title, metric_title = pretraining_titles(run_dir) if metric == "val_accuracy" else ("loss", metric)
-    fig, (ax_loss, ax_metric) = plt.subplots(1, 2, figsize=(11, 4))
+    fig = Figure(figsize=(11, 4))
+    ax_loss, ax_metric = fig.subplots(1, 2)
     # (panel, train key, validation key, title); a finetuning logs its training accuracy as `accuracy` too
     panels = ((ax_loss, "loss", "val_loss", loss_title),
               (ax_metric, "accuracy" if metric in ("val_accuracy", "accuracy") else None, metric, metric_title))
@@ -78,7 +78,6 @@ def run(job: PlotJob) -> PlotResult:
     claim(target, PLOT, overwrite=True, inputs=(run_dir,), allow_inside=run_dir, replacer="`plot`")
     with atomic_file(target, overwrite=True) as tmp:
         fig.savefig(tmp, dpi=110, format="png")
-    plt.close(fig)
     return PlotResult(target)
 
 

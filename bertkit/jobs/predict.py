@@ -17,7 +17,7 @@ from rich.console import Console
 
 from bertkit.errors import BertkitError
 from bertkit.inference import TaskModel, entities
-from bertkit.paths import need_file, resolve_data_path
+from bertkit.paths import need_file, one_is_one, resolve_data_path
 from bertkit.run.files import atomic_file
 from bertkit.run.outputs import PREDICTIONS, claim
 from bertkit.text.features import split_words
@@ -122,6 +122,9 @@ class PredictJob:
     precision: str = "auto"
     input_format: str = "auto"  # auto: by the file's suffix (stdin: text) | text | jsonl | csv | tsv
     keep_columns: tuple[str, ...] = ()  # input columns copied into each record (rows only: an id, a gold label)
+
+    def __post_init__(self) -> None:
+        one_is_one(self, "keep_columns")  # one given as a str is one item
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from accelerate.utils import set_seed
 from rich.console import Console
 
 from bertkit.config import Config
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, need_config
 from bertkit.nn.model import Model
 from bertkit.paths import cache_root
 from bertkit.recipes import PRETRAIN_READS
@@ -66,6 +66,9 @@ class PretrainJob:
     resume: bool = False
     progress: bool = True
     accept_changed_data: bool = False  # resume on a corpus whose content changed since the run began (recorded)
+
+    def __post_init__(self) -> None:
+        need_config(self.config, "PretrainJob")
 
 
 @dataclass(frozen=True)

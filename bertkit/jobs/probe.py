@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bertkit.errors import BertkitError
-from bertkit.paths import resolve_data_path
+from bertkit.paths import one_is_one, resolve_data_path
 from bertkit.probing import TASKS, LinearProbe, control_labels, kept_items, score, word_features
 from bertkit.run.directory import load_run
 from bertkit.run.files import atomic_dir
@@ -47,6 +47,9 @@ class ProbeJob:
     seed: int = 0
     overwrite: bool = False
     progress: bool = True
+
+    def __post_init__(self) -> None:
+        one_is_one(self, "models", "tasks")  # one given as a str is one item
 
 
 @dataclass(frozen=True)
@@ -176,13 +179,13 @@ def _model_names(models: tuple[Path, ...]) -> list[str]:
 
 def plot(rows: list[dict], path: Path) -> None:
     """A panel per task: score against layer, a line per model; selectivity dashed where measured."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only, never a window
-    import matplotlib.pyplot as plt
+    # a Figure of its own, not pyplot's: files only, never a window, and the caller's backend (a notebook's inline
+    # one) left as it was (matplotlib.use("Agg") switched it for the whole process)
+    from matplotlib.figure import Figure
 
     tasks = list(dict.fromkeys(r["task"] for r in rows))
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5.2 * len(tasks), 4), squeeze=False)
+    fig = Figure(figsize=(5.2 * len(tasks), 4))
+    axes = fig.subplots(1, len(tasks), squeeze=False)
     for ax, task in zip(axes[0], tasks):
         metric = next(r["metric"] for r in rows if r["task"] == task)
         for name in dict.fromkeys(r["model"] for r in rows):
@@ -198,4 +201,3 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)

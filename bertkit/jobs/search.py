@@ -30,7 +30,7 @@ from bertkit.index import (BACKENDS, FORMAT, INDEX_FILE, VERSION, Hit, ShardWrit
 from bertkit.index_codec import (MAX_CLIPPED, REFINE_SUFFIX, REFINES, SUFFIX, calibrate, check_precision,
                                  clipped_share, compress_shard, row_bytes)
 from bertkit.index_files import version_of
-from bertkit.paths import path_list
+from bertkit.paths import one_is_one, path_list
 from bertkit.run.files import atomic_dir, content_digest, disk_errors, fsync_dir
 from bertkit.run.lock import locked
 from bertkit.run.outputs import INDEX, claim, refuse_nested
@@ -345,6 +345,9 @@ class SearchJob:
     precision: str | None = None  # None: the precision the index was built in (index.json), else auto
     rescore: int | None = None  # binary vectors or a refine copy: candidates per result rescored by the float
     # query (None: the index's default, index_codec.default_rescore: 4, or 64 for binary with a refine copy)
+
+    def __post_init__(self) -> None:
+        one_is_one(self, "queries")  # one given as a str is one item
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from bertkit.paths import one_is_one
 from bertkit.errors import BertkitError
 from bertkit.metrics import translation_metrics
 from bertkit.text.tokenizer import lowercases
@@ -67,6 +68,9 @@ class TranslateJob:
     overwrite: bool = False
     precision: str = "auto"
     inputs: tuple[Path, ...] = ()  # the files the sentences came from (never overwritten)
+
+    def __post_init__(self) -> None:
+        one_is_one(self, "sentences", "inputs")  # one given as a str is one item
 
 
 @dataclass(frozen=True)

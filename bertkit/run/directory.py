@@ -42,9 +42,19 @@ BASELINE_FILE = "baseline.json"
 
 
 def default_device(device: str | torch.device | None = None) -> torch.device:
-    """The device a loaded model runs on: the one asked for, else CUDA when there is one, else the CPU."""
-    return torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available()
-                                                                        else "cpu")
+    """The device a loaded model runs on: the one asked for, else CUDA when there is one, else the CPU. A device
+    this machine does not have (or a name torch does not know) is a user error, not torch's traceback."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise BertkitError(f"device {device!r}: not a device torch knows ({str(exc).splitlines()[0]})") from None
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise BertkitError(f"device {device!r}: this machine has no CUDA device torch can use")
+    if chosen.type == "cuda" and chosen.index is not None and chosen.index >= torch.cuda.device_count():
+        raise BertkitError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    return chosen
 
 
 def read_json(path: str | Path, what: str = "file") -> dict:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bertkit.config import Config
+from bertkit.errors import need_config
 from bertkit.run.files import to_json
 
 
@@ -31,7 +32,10 @@ class FinetuneJob:
     progress: bool = True
     accept_changed_data: bool = False  # resume although a task file or the base model changed (recorded)
     skip_bad_lines: bool = False  # skip task-file rows with no label or an empty text (counted) instead of stopping
-    max_steps: int | None = None  # a cap on the steps train.epochs gives (`bertkit glue --steps`): whichever is fewer
+    step_cap: int | None = None  # a cap on the steps train.epochs gives (`bertkit glue --steps`): whichever is fewer
+
+    def __post_init__(self) -> None:
+        need_config(self.config, "FinetuneJob")
 
 
 @dataclass(frozen=True)

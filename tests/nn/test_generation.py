@@ -5,6 +5,7 @@ import itertools
 import pytest
 import torch
 
+from bertkit.errors import BertkitError
 from bertkit.generation import row_seed, Sampling, beam_search, filter_logits, generate, pick
 from bertkit.nn.attention import KVCache
 from bertkit.nn.model import Model
@@ -99,7 +100,7 @@ def test_top_k_and_top_p_keep_the_right_tokens():
     assert kept(filter_logits(logits, top_p=0.71)) == [0, 1, 2]
     assert kept(filter_logits(logits, top_k=2, top_p=0.9)) == [0, 1]
     for temperature in (0, float("nan"), float("inf")):  # nan: a nan softmax; inf: uniform noise
-        with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
+        with pytest.raises(BertkitError, match="temperature must be a finite number > 0"):
             Sampling(temperature=temperature)
     # a tiny temperature made the scaled logits inf and the probabilities NaN (multinomial raised): now all but argmax
     logits = torch.tensor([[1.0, 3.0, 2.0], [0.5, -1.0, 0.0]])
