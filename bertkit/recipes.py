@@ -98,24 +98,39 @@ def load_recipe(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
                 if (why := reads.ignored(name, key)) is not None:
                     raise ConfigError(f"recipe {path}: {name}.{key} does nothing in {reads.command}: {why}")
     merged = apply_overrides(data, overrides, reads)
-    return _with_limits(Config.from_dict(merged, source=str(path)), frozenset(merged.get("train") or ()))
+    given = frozenset(f"{name}.{key}" for name, table in merged.items() if isinstance(table, dict) for key in table)
+    return _with_limits(Config.from_dict(merged, source=str(path)), given)
 
 
 def _with_limits(config: Config, given: frozenset[str]) -> Config:
-    """The config with its run's length settled as the CLI settles it, `given` being the train keys the recipe,
+    """The config with its run's length settled as the CLI settles it, `given` being the dotted keys the recipe,
     its overrides and `with_values` gave: a time budget with no step count and no epochs given ends the run by the
     clock (max_steps BUDGET_STEPS; the default step cap, 1,000, had ended a 30-minute Python run at half its
-    budget), and without a budget that lifted cap is the default again. `given` is kept on the train config (not a
+    budget), and without a budget that lifted cap is the default again. `given` is kept on the config (not a
     field: equality and the stored config ignore it), so that `with_values` can tell a recipe's max_steps from the
-    default; a config built otherwise has none, and its max_steps is left as it is."""
+    default and a job can refuse a key its command never reads (`check_reads`); a config built otherwise has none,
+    and its max_steps is left as it is."""
     train = config.train
-    if "max_steps" not in given:
+    if "train.max_steps" not in given:
         lifted = train.max_time is not None and train.epochs is None
         default = BUDGET_STEPS if lifted else TrainConfig.max_steps
         if train.max_steps != default and train.max_steps in (BUDGET_STEPS, TrainConfig.max_steps):
-            train = dataclasses.replace(train, max_steps=default)
-    object.__setattr__(train, "given", given)
-    return config if train is config.train else dataclasses.replace(config, train=train)
+            config = dataclasses.replace(config, train=dataclasses.replace(train, max_steps=default))
+    object.__setattr__(config, "given", given)
+    return config
+
+
+def check_reads(config: Config, reads: Reads) -> None:
+    """A config's given keys (a recipe's tables and overrides, `with_values`' keys) checked against what
+    `reads.command` reads, as `--set` is checked on the command line: from Python a key the command never reads
+    (`model.n_layers` or `train.objective` for a classifier) trained as if it had not been given, and was stored as
+    if it had counted. A config without a record of its keys (built otherwise) is not checked."""
+    for dotted in sorted(getattr(config, "given", ())):
+        section, name = dotted.split(".", 1)
+        if section not in reads.sections:
+            raise ConfigError(f"{dotted} is not read by {reads.command} (it reads {reads.listed()})")
+        if (why := reads.ignored(section, name)) is not None:
+            raise ConfigError(f"{dotted} does nothing in {reads.command}: {why}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,8 +314,9 @@ def with_values(config: Config, values: dict[str, Any]) -> Config:
             if key in getattr(config.model, "derived", ()) and key not in sections["model"]:
                 sections["model"][key] = None
     updated = {name: dataclasses.replace(getattr(config, name), **changes) for name, changes in sections.items()}
-    given = getattr(config.train, "given", None)
+    given = getattr(config, "given", None)
     result = dataclasses.replace(config, **updated)
     if given is None:  # a config not read by load_recipe: whether its max_steps was given is not known
         return result
-    return _with_limits(result, given | {key for key, value in train.items() if value is not None})
+    return _with_limits(result, given | {f"{section}.{key}" for section, changes in sections.items()
+                                         for key, value in changes.items() if value is not None})

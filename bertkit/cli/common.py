@@ -106,7 +106,7 @@ def with_max_time(config, max_time: str | None):
     from bertkit.config import means_none
     from bertkit.recipes import with_values
 
-    if max_time is not None and means_none(max_time) and getattr(config.train, "given", None) is None:
+    if max_time is not None and means_none(max_time) and getattr(config, "given", None) is None:
         return dataclasses.replace(config, train=dataclasses.replace(config.train, max_time=None))
     return with_values(config, {"train.max_time": max_time})  # `none` too: a step cap the budget lifted comes back
 

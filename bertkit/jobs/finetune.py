@@ -24,7 +24,7 @@ from rich.console import Console
 from bertkit.config import Config
 from bertkit.errors import BertkitError, a_or_an
 from bertkit.nn.model import Model
-from bertkit.recipes import FINETUNE_READS
+from bertkit.recipes import FINETUNE_READS, check_reads
 from bertkit.run.directory import (CONFIG_FILE, LABELS_FILE, RESULTS_FILE, RESUMABLE_TRAIN_KEYS,
                                    is_finished, load_config, load_run, read_labels, write_config,
                                    write_json, write_labels)
@@ -56,6 +56,8 @@ def run(job: FinetuneJob, console: Console | None = None) -> FinetuneResult:
     """Finetune `job.model` on `job.config.task`; returns the kept checkpoint's validation scores and where the run
     is."""
     require_number(job.config, "finetuning")
+    if (reads := FINETUNE_READS.get(job.config.task.kind)) is not None:
+        check_reads(job.config, reads)  # a key this finetuning never reads, given from Python: refused, as --set's
     refuse_nested(job.out)  # before the lock, whose file would be created inside the other run
     with locked(job.out):  # one writer per run directory, for the whole job
         return _run(job.config, job.model, Path(job.out), job.resume, job.progress, console or Console(stderr=True),

@@ -22,7 +22,7 @@ from bertkit.config import Config
 from bertkit.errors import BertkitError, need_config
 from bertkit.nn.model import Model
 from bertkit.paths import cache_root
-from bertkit.recipes import PRETRAIN_READS
+from bertkit.recipes import PRETRAIN_READS, check_reads
 from bertkit.run.directory import (BASELINE_FILE, CONFIG_FILE, RESULTS_FILE, RESUMABLE_TRAIN_KEYS, TOKENIZER_FILE,
                                    WEIGHTS_FILE, load_config, read_json, write_config, write_json,
                                    write_weights)
@@ -104,6 +104,7 @@ def run(job: PretrainJob, console: Console | None = None) -> PretrainResult:
     """Pretrain an encoder with the MLM (or RTD) objective or a decoder with the causal-LM objective
     (`train.objective`); returns the final evaluation and where the run is."""
     console = console or Console(stderr=True)
+    check_reads(job.config, PRETRAIN_READS)  # a key pretraining never reads, given from Python: refused, as --set's
     config = with_learning_rate(job.config, DEFAULT_LEARNING_RATE)
     if config.data.block_size > config.model.max_len:
         raise BertkitError(f"data.block_size: {config.data.block_size} is longer than model.max_len="

@@ -23,7 +23,7 @@ from bertkit.run.directory import (RESULTS_FILE, RESUMABLE_TRAIN_KEYS, is_finish
                                    load_run, write_config, write_json)
 from bertkit.run.resume import check_run_output
 from bertkit.paths import resolve_data_path
-from bertkit.recipes import FINETUNE_READS
+from bertkit.recipes import FINETUNE_READS, check_reads
 from bertkit.run import inputs
 from bertkit.run.checkpoints import latest_checkpoint
 from bertkit.run.files import atomic_dir
@@ -66,6 +66,7 @@ def run(job: Seq2SeqJob, console: Console | None = None) -> FinetuneResult:
     """Train an encoder-decoder on `seq2seq.train_source` / `seq2seq.train_target`; returns the kept checkpoint's
     validation scores and where the run is."""
     require_number(job.config, "seq2seq training")
+    check_reads(job.config, FINETUNE_READS["seq2seq"])  # a key it never reads, given from Python: refused
     refuse_nested(job.out)  # before the lock, whose file would be created inside the other run
     with locked(job.out):  # one writer per run directory, for the whole job
         return _run(job.config, job.model, Path(job.out), job.resume, job.progress, console or Console(stderr=True),

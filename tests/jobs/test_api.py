@@ -6,6 +6,7 @@ dict shape)."""
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -134,6 +135,22 @@ def test_with_values_means_what_the_command_options_mean():
                        {"train.max_time": "40s"}).train.max_steps == 50  # a step count given stays
     demo = load_recipe("demo")  # a recipe's own step count stays too
     assert with_values(demo, {"train.max_time": "2m"}).train.max_steps == demo.train.max_steps != BUDGET_STEPS
+
+
+def test_a_job_refuses_keys_its_command_never_reads(tmp_path):
+    """From Python a key the command never reads trained as if not given and was stored as if it had counted (a
+    classifier's config.json said `objective: clm`); the jobs refuse it as the command refuses it in --set."""
+    from bertkit.errors import ConfigError
+
+    sst2 = load_recipe("finetune-sst2")
+    for key, value, said in (("model.n_layers", 4, "model.n_layers is not read by finetune classify (it reads "
+                                                    "[task], [heads], [train])"),
+                             ("train.objective", "clm", "train.objective does nothing in finetune classify")):
+        with pytest.raises(ConfigError, match=re.escape(said)):
+            finetune.run(finetune.FinetuneJob(with_values(sst2, {key: value}), tmp_path / "base", tmp_path / "out"))
+    with pytest.raises(ConfigError, match="train.patience does nothing in pretrain"):
+        pretrain.run(pretrain.PretrainJob(with_values(load_recipe("tiny"), {"patience": 1}), tmp_path / "p"))
+    assert not list(tmp_path.iterdir())  # refused before anything was written
 
 
 def test_jobs_read_one_str_as_one_item(tmp_path):
