@@ -23,6 +23,13 @@ def data_roots() -> list[Path]:
     return roots + [Path("data"), Path("..") / "shared" / "data", beside_checkout]
 
 
+def missing_root() -> str:
+    """For a "not found" message: a note that $BERTKIT_DATA names no folder (a typo there fell back to the other
+    roots without a word), else nothing."""
+    root = os.environ.get("BERTKIT_DATA")
+    return f"; note: BERTKIT_DATA={root} is not a folder" if root and not Path(root).is_dir() else ""
+
+
 def where_looked(path: str | Path) -> str:
     """For a "no such file" message about a relative path: the working directory it is relative to, and a copy a
     data root or the bertkit checkout has (the README's `data/samples/...` run from another folder); nothing for an

@@ -98,7 +98,17 @@ def load_recipe(name_or_path: str | Path, overrides: list[str] | tuple[str, ...]
                 if (why := reads.ignored(name, key)) is not None:
                     raise ConfigError(f"recipe {path}: {name}.{key} does nothing in {reads.command}: {why}")
     merged = apply_overrides(data, overrides, reads)
-    given = frozenset(f"{name}.{key}" for name, table in merged.items() if isinstance(table, dict) for key in table)
+    said = set_keys(overrides)
+    if ("train", "max_steps") in said and merged["train"].get("max_steps") is not None \
+            and merged["train"].get("epochs") is not None:
+        # a step count given replaces the recipe's epochs, as --max-steps does (they won without a word: `glue --set
+        # train.max_steps=5` trained 5 epochs); beside epochs given too it would win, or lose: refused
+        if ("train", "epochs") in said:
+            raise ConfigError("--set train.max_steps and --set train.epochs both set the run's length; give one "
+                              "(epochs set the steps, a step count replaces the recipe's epochs)")
+        merged["train"]["epochs"] = None
+    given = frozenset(f"{name}.{key}" for name, table in merged.items() if isinstance(table, dict)
+                      for key, value in table.items() if value is not None)
     return _with_limits(Config.from_dict(merged, source=str(path)), given)
 
 

@@ -168,6 +168,54 @@ def test_glue_end_to_end_resumes_cell_by_cell_and_extends_seeds(tmp_path, base):
     assert set(json.loads((out / "glue.json").read_text())["models"]) == {"base", "base@random"}
 
 
+@needs_glue
+def test_what_a_folder_would_mix_or_a_cell_would_ignore_is_refused(tmp_path, base, monkeypatch):
+    """A review (2026-11-29): a rerun from another working directory scored its new seed on another WNLI dev file
+    and recomputed every baseline from it; `--set` keys every cell sets itself were recorded as applied and
+    ignored (`train.seed=7`, `task.init=random`), `--set train.max_steps=5` trained 5 epochs, a metric STS-B cannot
+    pick by failed at the first STS-B cell, `-o FILE` was a traceback, one run given twice trained twice."""
+    short = ["--seeds", "1", "--budget", "none", "--no-progress", "--set", "train.eval_every=2",
+             "--set", "train.save_every=2", "--set", "task.max_train_examples=48"]
+    out = tmp_path / "glue"
+    glue = ["glue", "-m", str(base), "--tasks", "wnli", "-o", str(out)]
+    for extra, said in ((["--set", "train.seed=7"], "every cell sets train.seed itself (--seeds"),
+                        (["--set", "task.init=random"], "every cell sets task.init itself (--init)"),
+                        (["--set", "train.max_time=10s"], "every cell sets train.max_time itself (--budget)"),
+                        (["--tasks", "wnli,stsb", "--set", "train.metric=accuracy"],
+                         "STS-B cells cannot pick by it (a regress task: val_loss|spearman|pearson)"),
+                        (["-m", str(base)], "given twice")):
+        assert said in cli_error(*glue, *short, *extra)
+    assert not out.exists()  # each refused before anything was written
+    (tmp_path / "file").write_text("x")
+    assert "a file, not a folder" in cli_error("glue", "-m", str(base), "--tasks", "wnli", "-o",
+                                                str(tmp_path / "file"), *short, "--steps", "2")
+
+    # a step count given in --set replaces the recipe's epochs, as --max-steps does
+    first = cli_ok(*glue, *short, "--set", "train.max_steps=2")  # 48 examples: 3 steps an epoch, 15 in 5
+    assert "glue: cell 1 of 1: base · WNLI · seed 0" in " ".join(first.output.split())
+    cell = out / "cells/base/wnli/seed-0"
+    assert json.loads((cell / "config.json").read_text())["train"]["max_steps"] == 2  # not 5 epochs
+    assert json.loads((cell / "glue-dev.json").read_text())["inference_precision"] in ("fp32", "bf16")
+    source = json.loads((out / "data/wnli/source.json").read_text())
+    assert source["dev"] == str(resolve_data_path("glue/WNLI/dev.tsv").resolve())
+
+    # the same command from a folder whose glue/WNLI/dev.tsv differs (labels flipped): refused, the folder unchanged
+    elsewhere = tmp_path / "elsewhere" / "glue" / "WNLI"
+    elsewhere.mkdir(parents=True)
+    shutil.copy(resolve_data_path("glue/WNLI/train.tsv"), elsewhere / "train.tsv")
+    lines = resolve_data_path("glue/WNLI/dev.tsv").read_text().splitlines()
+    flipped = [lines[0]] + [line[:-1] + ("0" if line.endswith("1") else "1") for line in lines[1:]]
+    (elsewhere / "dev.tsv").write_text("\n".join(flipped) + "\n")
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    message = cli_error(*glue, *short, "--set", "train.max_steps=2", "--seeds", "2")
+    assert "its WNLI cells used" in message and "whose content differs" in message
+    assert not (out / "cells/base/wnli/seed-1").exists()
+    # the report's baseline is the recorded files', whatever the working directory holds
+    monkeypatch.chdir(tmp_path)
+    report = json.loads((out / "glue.json").read_text())
+    assert report["baselines"]["wnli"]["accuracy"] == pytest.approx(100 * source["baseline"]["accuracy"])
+
+
 def test_steps_cap_each_cell_whatever_the_clock(tmp_path, base):
     # 48 examples are 3 steps an epoch: 5 epochs would be 15 steps; --steps 2 ends every cell at 2, budget or not
     out = tmp_path / "glue"

@@ -63,6 +63,12 @@ def run(job: EvaluateJob, console: Console | None = None) -> EvaluateResult:
     columns = {"text_column": job.text_column, "label_column": job.label_column, "tag_column": job.tag_column,
                "text_pair_column": task_model.pair_column(job.text_pair_column,
                                                           lambda said: console.print(f"[yellow]warning: {said}"))}
+    # a column the run's task does not read was ignored without a word (`--tag-column 2` on a classifier)
+    unread = ("text_column", "label_column") if task_model.kind == "ner" else ("tag_column",)
+    for name in (n for n in unread if columns[n] is not None):
+        raise BertkitError(f"--{name.replace('_', '-')}: {job.model} is "
+                           f"{'a tagger (CoNLL files: --tag-column)' if task_model.kind == 'ner' else 'not a tagger'}"
+                           "; it reads no such column")
     task = dataclasses.replace(task_model.config.task, **{k: v for k, v in columns.items() if v is not None})
     if job.skip_bad_lines and task.kind == "ner":
         console.print("[yellow]warning: --skip-bad-lines does nothing for a CoNLL file (a sentence has no label "

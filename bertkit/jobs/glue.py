@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
 import statistics
 from dataclasses import asdict, dataclass, field
@@ -29,18 +30,25 @@ from bertkit.config import means_none, parse_duration
 from bertkit.errors import BertkitError, a_or_an
 from bertkit.inference import TaskModel
 from bertkit.jobs import finetune
-from bertkit.paths import data_roots, one_is_one, resolve_data_path
-from bertkit.recipes import FINETUNE_READS, load_recipe, with_values
+from bertkit.paths import data_roots, missing_root, one_is_one, resolve_data_path
+from bertkit.recipes import FINETUNE_READS, load_recipe, set_keys, with_values
 from bertkit.run.directory import CONFIG_FILE, RESULTS_FILE, WEIGHTS_FILE, load_config
 from bertkit.run.files import content_digest, write_atomic
 from bertkit.run.lock import locked
 from bertkit.run.outputs import refuse_nested
 from bertkit.text.glue import GLUE_LEFT_OUT, TASKS, GlueTask, Row, glue_task, majority_baseline, task_metrics
+from bertkit.tasks.classify import ClassifyObjective
+from bertkit.tasks.regress import RegressObjective
 from bertkit.train.defaults import finetune_learning_rate
 from bertkit.train.results import FinetuneJob
 
 REPORT_JSON, REPORT_MD, DEV_SCORES = "glue.json", "glue.md", "glue-dev.json"
-PROTOCOL_FILE, MODELS_FILE = "protocol.json", "models.json"
+PROTOCOL_FILE, MODELS_FILE, SOURCE_FILE = "protocol.json", "models.json", "source.json"
+# keys every cell sets itself: a --set of them was recorded in the protocol as applied, and overridden (or, for
+# max_time under --budget none, applied while the protocol said no budget); the option that says it instead
+CELL_KEYS = {("task", "kind"): "the task's", ("task", "train_file"): "the task's", ("task", "init"): "--init",
+             ("task", "text_pair_column"): "the task's", ("train", "seed"): "--seeds (cells are seeds 0, 1, …)",
+             ("train", "max_time"): "--budget"}
 GLUE_RATE_SHARE = 0.8  # Cramming's 4e-5 against the 5e-5 bertkit's automatic rate takes at BERT-base width
 
 
@@ -93,30 +101,60 @@ def run(job: GlueJob, console: Console | None = None) -> GlueResult:
         raise BertkitError("--model: give at least one encoder run directory")
     if job.budget is not None:  # before anything is written (a bad budget failed only in the first cell)
         parse_duration(job.budget, "--budget")
+    _check_sets(job.overrides, tasks)
     models = _labelled_models(job.models, job.init)
     files = {task.name: (_data_file(task.train), _data_file(task.dev)) for task in tasks}
+    if missing_root():  # a typo in BERTKIT_DATA fell back to another copy without a word
+        console.print(f"[yellow]warning: BERTKIT_DATA={os.environ['BERTKIT_DATA']} is not a folder: the tasks' "
+                      f"files come from {files[tasks[0].name][1].parents[1]}")
     protocol = _protocol(job)
     out = Path(job.out)
     refuse_nested(out)
     with locked(out):
         changed = _check_protocol(out, protocol)
         _check_models(out, models)
+        _check_sources(out, tasks, files)
         data = {task.name: _prepare(out, task, *files[task.name]) for task in tasks}
         if changed:  # only once every check has passed: a refused command leaves the folder as it was
             _replace_protocol(out, protocol, changed, console)
-        for label, model in models.items():
-            for task in tasks:
-                for seed in range(job.seeds):
-                    cell = out / "cells" / label / task.name / f"seed-{seed}"
-                    if not (cell / DEV_SCORES).is_file():
-                        console.print(f"glue: {label} · {task.title} · seed {seed}", highlight=False)
-                        _train_cell(cell, model, task, seed, data[task.name], job, console)
-                        _score_cell(cell, task, data[task.name][1])
+        _train_cells(out, models, tasks, data, job, console)
         result = _report(out, protocol)
         _write_report(out, result, protocol)
     _print(result, console)
     _note_earlier_cells(result, [task.name for task in tasks], models, job.seeds, console)
     return result
+
+
+def _train_cells(out: Path, models: dict[str, Path], tasks: list[GlueTask], data: dict, job: GlueJob,
+                 console: Console) -> None:
+    """Train and score every cell without dev scores, each announced with its place among the cells to train."""
+    cells = [(label, model, task, seed) for label, model in models.items() for task in tasks
+             for seed in range(job.seeds)]
+    todo = [c for c in cells if not (out / "cells" / c[0] / c[2].name / f"seed-{c[3]}" / DEV_SCORES).is_file()]
+    if len(todo) < len(cells):
+        console.print(f"glue: {len(cells) - len(todo):,} of {len(cells):,} cells already scored in {out}",
+                      highlight=False)
+    for number, (label, model, task, seed) in enumerate(todo, start=1):
+        cell = out / "cells" / label / task.name / f"seed-{seed}"
+        console.print(f"glue: cell {number} of {len(todo)}: {label} · {task.title} · seed {seed}", highlight=False)
+        _train_cell(cell, model, task, seed, data[task.name], job, console)
+        _score_cell(cell, task, data[task.name][1])
+
+
+def _check_sets(overrides: tuple[str, ...], tasks: list[GlueTask]) -> None:
+    """--set items glue would override, or that no task of the run can take, refused before any cell trains."""
+    config = load_recipe("glue", list(overrides), FINETUNE_READS["classify"])  # checks the keys and values first
+    for (section, name), (key, _) in set_keys(overrides).items():
+        if (option := CELL_KEYS.get((section, name))) is not None:
+            raise BertkitError(f"--set {key}: every cell sets {section}.{name} itself ({option}); "
+                               + ("give it with that option" if option.startswith("--") else "it cannot be set"))
+    metric = config.train.metric
+    for task in tasks:  # the regressor's metrics are not the classifier's: it failed at the first STS-B cell
+        allowed = (RegressObjective if task.kind == "regress" else ClassifyObjective).metric_names
+        if metric is not None and metric not in allowed:
+            raise BertkitError(f"--set train.metric={metric}: {task.title} cells cannot pick by it (a {task.kind} "
+                               f"task: {'|'.join(allowed)}); val_loss is the one every task has, or leave it unset "
+                               "for each task's own")
 
 
 def _note_earlier_cells(result: GlueResult, tasks: list[str], models: dict[str, Path], seeds: int,
@@ -145,6 +183,8 @@ def _labelled_models(paths: tuple[Path, ...], init: str) -> dict[str, Path]:
             raise BertkitError(f"--model {exc}") from None
         if architecture != "encoder":
             raise BertkitError(f"--model {path}: glue scores encoders; this is {a_or_an(architecture)} run")
+        if any(path.resolve() == Path(other).resolve() for other in labelled.values()):
+            raise BertkitError(f"--model {path}: given twice (each run is one column)")
         label = path.resolve().name + ("@random" if init == "random" else "")
         base, n = label, 2
         while label in labelled:
@@ -157,9 +197,10 @@ def _data_file(name: str) -> Path:
     """A task file from the data root, or one line saying which file and where it was looked for."""
     path = resolve_data_path(name)
     if not path.is_file():
-        raise BertkitError(f"glue: {name} not found (looked in: {', '.join(str(r) for r in data_roots())}; set "
-                           "BERTKIT_DATA to the folder that has glue/, sst2/ and stsb/)")
-    return path
+        raise BertkitError(f"glue: {name} not found (looked in: the working directory, "
+                           f"{', '.join(str(r) for r in data_roots())}; set BERTKIT_DATA to the folder that has "
+                           "glue/, sst2/ and stsb/)" + missing_root())
+    return path.resolve()
 
 
 def _protocol(job: GlueJob) -> dict:
@@ -190,14 +231,39 @@ def _check_protocol(out: Path, protocol: dict) -> list[str]:
             return []
         changed = sorted(k for k in protocol if protocol[k] != stored.get(k))
         if any((out / "cells").glob(f"*/*/seed-*/{DEV_SCORES}")):
-            raise BertkitError(f"{out}: its cells were trained under another protocol ({', '.join(changed)} "
-                               f"differ: budget {stored.get('budget')}, --set {stored.get('set')}); use another -o")
+            said = "; ".join(f"{key}: {_said(stored.get(key))} then, {_said(protocol.get(key))} now" for key in changed)
+            raise BertkitError(f"{out}: its cells were trained under another protocol ({said}); use another -o")
         return changed or ["protocol"]
+    if out.exists() and not out.is_dir():
+        raise BertkitError(f"-o {out}: a file, not a folder; give the folder the glue report and cells go in")
     if out.exists() and any(out.iterdir()):
         raise BertkitError(f"{out}: exists and is not a glue folder (no {PROTOCOL_FILE}); choose another -o")
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(stored_file, json.dumps(protocol, indent=1))
     return []
+
+
+def _said(value) -> str:
+    """A protocol value as a message shows it: a key absent as "none", long values cut."""
+    text = "none" if value in (None, [], {}) else " ".join(value) if isinstance(value, list) else \
+        json.dumps(value) if isinstance(value, dict) else str(value)
+    return text if len(text) <= 80 else text[:77] + "…"
+
+
+def _check_sources(out: Path, tasks: list[GlueTask], files: dict[str, tuple[Path, Path]]) -> None:
+    """A task's cells are scored on the files its first cell was: DIR/data/TASK/source.json keeps their paths and
+    digests, and a run that finds other content (another working directory or BERTKIT_DATA) is refused rather than
+    mixing dev sets in one median and recomputing every cell's baseline from the new files."""
+    for task in tasks:
+        record = out / "data" / task.name / SOURCE_FILE
+        if not record.is_file():
+            continue
+        stored = json.loads(record.read_text(encoding="utf-8"))
+        for role, path in zip(("train", "dev"), files[task.name]):
+            if stored.get(f"{role}_digest") not in (None, content_digest(path)):
+                raise BertkitError(f"{out}: its {task.title} cells used {stored[role]}; this run finds {path}, "
+                                   "whose content differs (another working directory or BERTKIT_DATA?): point it "
+                                   "at the files the folder used, or use another -o")
 
 
 def _replace_protocol(out: Path, protocol: dict, changed: list[str], console: Console) -> None:
@@ -223,8 +289,11 @@ def _check_models(out: Path, models: dict[str, Path]) -> None:
     for label, path in models.items():
         digest = content_digest(path / WEIGHTS_FILE)
         if label in known and known[label]["weights"] != digest:
-            raise BertkitError(f"--model {path}: {out} already holds column {label!r} from another model "
-                               f"({known[label]['path']}); give it another folder name, or use another -o")
+            where = str(Path(path).resolve())
+            why = f"from another model ({known[label]['path']})" if known[label]["path"] != where else \
+                "scored from this folder's earlier weights (they changed since)"
+            raise BertkitError(f"--model {path}: {out} already holds column {label!r} {why}; give it another folder "
+                               "name, or use another -o")
         known[label] = {"path": str(Path(path).resolve()), "weights": digest}
     write_atomic(record, json.dumps(known, indent=1))
 
@@ -235,11 +304,18 @@ def _prepare(out: Path, task: GlueTask, train: Path, dev: Path) -> tuple[Path, l
     train_rows, dev_rows = task.read(train), task.read(dev)
     folder = out / "data" / task.name
     target = folder / "train.jsonl"
+    baseline = majority_baseline(task, train_rows, dev_rows)
     if not target.is_file():
         folder.mkdir(parents=True, exist_ok=True)
         write_atomic(target, "".join(json.dumps({"text": t, "pair": p, "label": y}) + "\n"
                                      for t, p, y in train_rows))
-    return target, dev_rows, majority_baseline(task, train_rows, dev_rows)
+    if not (folder / SOURCE_FILE).is_file():  # the files this task's cells are scored on (a folder from before keeps
+        # the files it finds now, as it always did)
+        write_atomic(folder / SOURCE_FILE, json.dumps({"train": str(train), "dev": str(dev),
+                                                       "train_digest": content_digest(train),
+                                                       "dev_digest": content_digest(dev), "baseline": baseline},
+                                                      indent=1))
+    return target, dev_rows, baseline
 
 
 def _train_cell(cell: Path, model: Path, task: GlueTask, seed: int, data: tuple, job: GlueJob,
@@ -274,7 +350,9 @@ def _score_cell(cell: Path, task: GlueTask, dev: list[Row]) -> None:
     predicted, _ = model.classify([t for t, _, _ in dev], [p for _, p, _ in dev] if task.pair else None, digits=None)
     answer = "score" if task.kind == "regress" else "label"
     scores = task_metrics(task, [y for _, _, y in dev], [str(row[answer]) for row in predicted])
-    write_atomic(cell / DEV_SCORES, json.dumps({"task": task.name, "examples": len(dev), **scores}, indent=1))
+    # what the scores were computed in (auto: bf16 where the device computes it natively, which can tip a near-tie)
+    write_atomic(cell / DEV_SCORES, json.dumps({"task": task.name, "examples": len(dev), **scores,
+                                                "inference_precision": model.precision}, indent=1))
 
 
 def _report(out: Path, protocol: dict) -> GlueResult:
@@ -301,10 +379,11 @@ def _report(out: Path, protocol: dict) -> GlueResult:
         if set(per_task) == set(tasks):
             averages[label] = statistics.mean(per_task[n][TASKS[n].metric]["median"] for n in tasks)
     baselines = {}
-    for name in tasks:
-        task = TASKS[name]
-        rows, dev = task.read(_data_file(task.train)), task.read(_data_file(task.dev))
-        baselines[name] = {m: 100 * v for m, v in majority_baseline(task, rows, dev).items()}
+    for name in tasks:  # on the files the task's cells were scored on (recorded), else those found now
+        task, record = TASKS[name], out / "data" / name / SOURCE_FILE
+        stored = json.loads(record.read_text(encoding="utf-8")).get("baseline") if record.is_file() else None
+        baseline = stored or majority_baseline(task, task.read(_data_file(task.train)), task.read(_data_file(task.dev)))
+        baselines[name] = {m: 100 * v for m, v in baseline.items()}
     name = f"GLUE-{len(tasks)} ({', '.join(TASKS[t].title for t in tasks)}; {GLUE_LEFT_OUT})"
     return GlueResult(out, tasks, models, baselines, averages, name)
 

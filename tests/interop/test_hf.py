@@ -211,7 +211,7 @@ def test_a_classifier_or_regressor_exports_as_bert_for_sequence_classification(t
 
     from bertkit.inference import TaskModel
 
-    run = _task_run(tmp_path, sample_tokenizer, "classifier", labels, kind)
+    run = _task_run(tmp_path, sample_tokenizer, "classifier", labels, kind, text_pair_column="pair")  # reads pairs
     export_hf(run, tmp_path / "hf")
     hf, loading = AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "hf"), output_loading_info=True)
     hf, tokenizer = hf.eval(), AutoTokenizer.from_pretrained(str(tmp_path / "hf"))

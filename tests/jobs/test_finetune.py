@@ -16,7 +16,7 @@ from bertkit.cli.common import budget_steps, with_max_time
 from bertkit.config import BUDGET_STEPS
 from bertkit.hardware import resolve_precision
 from bertkit.jobs.plot import curve_metric, pretraining_titles
-from bertkit.recipes import load_recipe
+from bertkit.recipes import load_recipe, with_values
 from bertkit.run.directory import keep_run_limits, load_config
 from bertkit.run.metrics import read_metrics
 from bertkit.tasks.classify import ClassifyObjective
@@ -161,6 +161,7 @@ def test_classify_learns_predicts_and_evaluates(tmp_path, base):
     holed = tmp_path / "holed.csv"
     holed.write_text(_reviews(tmp_path / "h.csv", 6, seed=3).read_text() + "the film was fine,\n")
     assert "--skip-bad-lines" in _error("evaluate", "--model", out, "--data", holed)
+    assert "--tag-column: " in _error("evaluate", "--model", out, "--data", holed, "--tag-column", "2")
     skipped = _ok("evaluate", "--model", out, "--data", holed, "--skip-bad-lines", "--out", tmp_path / "holed.json")
     assert "skipped 1" in " ".join(skipped.output.split())
     holed_report = json.loads((tmp_path / "holed.json").read_text())
@@ -214,6 +215,8 @@ def test_ner_learns_and_predicts_character_spans(tmp_path, base):
     test = _conll(tmp_path / "test.conll", 10, seed=3)
     report = _ok("evaluate", "--model", out, "--data", test)
     assert "per entity type" in report.output and "PER" in report.output
+    assert "is a tagger (CoNLL files: --tag-column); it reads no such column" in _error(
+        "evaluate", "--model", out, "--data", test, "--label-column", "2")  # it was ignored without a word
     _ok("plot", out, "-o", tmp_path / "ner.png")
     assert curve_metric(out, [r for r in read_metrics(out) if r["kind"] == "eval"]) == "f1"
 
@@ -346,8 +349,11 @@ def test_a_time_budget_with_no_length_given_is_the_runs_limit(tmp_path):
     budget = with_max_time(mini, "30m")
     assert budget_steps(budget, "mini", None, []).train.max_steps == BUDGET_STEPS
     assert budget_steps(mini, "mini", None, []).train.max_steps == 1000  # no budget: the default cap
-    assert budget_steps(budget, "mini", 50, []).train.max_steps == 1000  # --max-steps given: with_values sets it
-    assert budget_steps(budget, "mini", None, ["max_steps=70"]).train.max_steps == 1000  # --set max_steps
+    # --max-steps given (with_values sets it), --set max_steps (load_recipe): the step count stays
+    assert budget_steps(with_max_time(with_values(mini, {"train.max_steps": 50}), "30m"), "mini", 50,
+                        []).train.max_steps == 50
+    assert budget_steps(with_max_time(load_recipe("mini", ["max_steps=70"]), "30m"), "mini", None,
+                        ["max_steps=70"]).train.max_steps == 70
     assert budget_steps(with_max_time(load_recipe("demo"), "1m"), "demo", None, []).train.max_steps == 100_000
     capped = tmp_path / "capped.toml"  # a recipe's own cap stays, even at the default's value
     capped.write_text((ROOT / "recipes" / "tiny.toml").read_text() + "\n[train]\nmax_steps = 1000\n")
