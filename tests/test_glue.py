@@ -146,7 +146,7 @@ def test_glue_end_to_end_resumes_cell_by_cell_and_extends_seeds(tmp_path, base):
     # another protocol in the same folder is refused, naming what differs
     message = cli_error("glue", "-m", str(base), "--tasks", "rte", "-o", str(out), *FAST[2:],
                         "--set", "train.batch_size=8")
-    assert "another protocol" in message
+    assert "another protocol" in message and "train.batch_size: 16 then, 8 now" in message  # the entry that differs
 
     # another model under a column label the folder already has is refused, not reported as the first
     other = tmp_path / "other" / "base"
@@ -190,6 +190,12 @@ def test_what_a_folder_would_mix_or_a_cell_would_ignore_is_refused(tmp_path, bas
     assert "a file, not a folder" in cli_error("glue", "-m", str(base), "--tasks", "wnli", "-o",
                                                 str(tmp_path / "file"), *short, "--steps", "2")
 
+    # without epochs, a cell's budget does not lift the step count the protocol records (the recipe's 1,000)
+    cli_ok("glue", "-m", str(base), "--tasks", "wnli", "-o", str(tmp_path / "clock"), *short[:2], "--budget", "2s",
+           *short[4:], "--set", "train.epochs=none")
+    clock = json.loads((tmp_path / "clock/cells/base/wnli/seed-0/config.json").read_text())["train"]
+    assert clock["max_steps"] == 1000 == json.loads((tmp_path / "clock/protocol.json").read_text())["train"][
+        "max_steps"] and clock["max_time"] == "2s"
     # a step count given in --set replaces the recipe's epochs, as --max-steps does
     first = cli_ok(*glue, *short, "--set", "train.max_steps=2")  # 48 examples: 3 steps an epoch, 15 in 5
     assert "glue: cell 1 of 1: base · WNLI · seed 0" in " ".join(first.output.split())

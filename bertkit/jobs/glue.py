@@ -15,6 +15,7 @@ it for full GLUE.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -231,7 +232,7 @@ def _check_protocol(out: Path, protocol: dict) -> list[str]:
             return []
         changed = sorted(k for k in protocol if protocol[k] != stored.get(k))
         if any((out / "cells").glob(f"*/*/seed-*/{DEV_SCORES}")):
-            said = "; ".join(f"{key}: {_said(stored.get(key))} then, {_said(protocol.get(key))} now" for key in changed)
+            said = "; ".join(_differs(key, stored.get(key), protocol.get(key)) for key in changed)
             raise BertkitError(f"{out}: its cells were trained under another protocol ({said}); use another -o")
         return changed or ["protocol"]
     if out.exists() and not out.is_dir():
@@ -241,6 +242,14 @@ def _check_protocol(out: Path, protocol: dict) -> list[str]:
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(stored_file, json.dumps(protocol, indent=1))
     return []
+
+
+def _differs(key: str, then, now) -> str:
+    """One protocol key's change for a message: a table's (train, task) by the entries that differ."""
+    if isinstance(then, dict) and isinstance(now, dict):
+        return "; ".join(f"{key}.{name}: {_said(then.get(name))} then, {_said(now.get(name))} now"
+                         for name in sorted(set(then) | set(now)) if then.get(name) != now.get(name))
+    return f"{key}: {_said(then)} then, {_said(now)} now"
 
 
 def _said(value) -> str:
@@ -337,7 +346,9 @@ def _train_cell(cell: Path, model: Path, task: GlueTask, seed: int, data: tuple,
         values["train.learning_rate"] = float(f"{rate:.2g}")
     if config.task.max_length and config.task.max_length > base.max_len:  # a model with shorter positions
         values["task.max_length"] = base.max_len
-    config = with_values(config, values)
+    steps = config.train.max_steps  # the protocol's (the recipe after --set), which the budget must not lift:
+    config = with_values(config, values)  # a cell ends at its epochs, --steps or its budget, as protocol.json says
+    config = dataclasses.replace(config, train=dataclasses.replace(config.train, max_steps=steps))
     resume = (cell / CONFIG_FILE).is_file()  # the base model is checked against the one the cell began from
     finetune.run(FinetuneJob(config, model, cell, resume=resume, progress=job.progress, step_cap=job.steps),
                  console=console)
