@@ -186,7 +186,7 @@ class TaskModel:
     def __init__(self, run: str | Path, batch_size: int = 64, device: str | torch.device | None = None,
                  precision: str = "auto", threads: int | None = None):
         run = Path(run)
-        need_batch_size(batch_size)
+        batch_size = need_batch_size(batch_size)  # before the run loads
         self.run = run
         self.onnx = None  # an ONNX export folder's OnnxModel (`bertkit export --format onnx`), else the torch model
         if is_onnx_export(run):

@@ -103,11 +103,8 @@ def _shown(value) -> str:
 def with_max_time(config, max_time: str | None):
     """The config with `--max-time` applied: a duration replaces the recipe's budget, `none` drops it (no clock,
     even where the recipe sets one: the run ends at its max_steps or epochs), not given keeps it."""
-    from bertkit.config import means_none
     from bertkit.recipes import with_values
 
-    if max_time is not None and means_none(max_time) and getattr(config, "given", None) is None:
-        return dataclasses.replace(config, train=dataclasses.replace(config.train, max_time=None))
     return with_values(config, {"train.max_time": max_time})  # `none` too: a step cap the budget lifted comes back
 
 

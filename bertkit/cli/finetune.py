@@ -85,9 +85,8 @@ def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: boo
 
         raise BertkitError(f"{steps} and {epochs_said} both set the run's length; give one (epochs set the "
                            "steps, a step count replaces the recipe's epochs)")
+    # a step count replaces the recipe's epochs there: --max-steps in with_values, --set max_steps in load_recipe
     config = with_max_time(with_values(recipe_config, values), max_time)
-    if steps is not None:
-        config = _clear_epochs(config)
     config = budget_steps(config, recipe, max_steps, set_)
     if resume:  # the run's own limits unless this command changes them
         from bertkit.run.directory import keep_run_limits
@@ -108,12 +107,6 @@ def _said(name: str, flag: str, values: dict, set_: list[str] | None) -> str | N
         return flag
     given = set_keys(set_ or []).get(("train", name))
     return None if given is None or means_none(given[1]) else f"--set {given[0]}={given[1]}"
-
-
-def _clear_epochs(config):
-    import dataclasses
-
-    return dataclasses.replace(config, train=dataclasses.replace(config.train, epochs=None))
 
 
 @finetune_app.command("classify")
@@ -307,8 +300,7 @@ def evaluate(model: Annotated[Path, typer.Option(
                                           "more fields than the header, instead of stopping.")] = False) -> None:
     """Metrics on a labelled file: accuracy / macro-F1 / MCC + confusion matrix, or entity P/R/F1 per type."""
     from bertkit.jobs import evaluate as job
-    from bertkit.paths import resolve_data_path
 
-    job.run(job.EvaluateJob(model, resolve_data_path(data), text_column, label_column, tag_column, out, overwrite,
+    job.run(job.EvaluateJob(model, data, text_column, label_column, tag_column, out, overwrite,
                             precision=precision, skip_bad_lines=skip_bad_lines, text_pair_column=text_pair_column,
                             batch_size=batch_size))
