@@ -217,8 +217,8 @@ if [ "$SMOKE" = 1 ]; then
     LOOP=(--device cpu --recipe tiny --batch-size 8 --steps 20 --log-every 5 --bare-steps 6 --vocab-size 1000)
     EMBED=(--device cpu --sentences 200 --repeats 1 --model built --built-shape 2x64)
     DEMO_TIME=2s
-    # the lever rows without transformers' model: the bare rows above parse its figures already, and its import and
-    # steps were ~2 s of each lever's process (the rows read "transformers not run (--no-peer)")
+    # the goal and lever rows without transformers' model: the bare rows parse its figures already, and its import
+    # and steps were 8-13 s of each such process on an AVX2 host (the rows read "transformers not run (--no-peer)")
     PEER=(--no-peer)
     B256=(--device cpu --cases 2x64 --batch-size 8 --seq-len 32 --steps 3 --precisions bf16)
     MINI=(--device cpu --cases 2x64 --batch-size 4 --seq-len 32 --steps 3 --precisions bf16)
@@ -260,8 +260,8 @@ else
 fi
 step bare-eager 75 "$PY" benchmarks/pretrain_throughput.py "${SHAPE[@]}"
 step bare-compiled 130 "$PY" benchmarks/pretrain_throughput.py "${SHAPE[@]}" "${COMPILE[@]}"
-step goal 100 "$PY" benchmarks/pretrain_throughput.py "${B512[@]}" "${COMPILE[@]}" --select positions --dropout 0 \
-    --vocab 30522
+step goal 100 "$PY" benchmarks/pretrain_throughput.py "${B512[@]}" "${COMPILE[@]}" "${PEER[@]}" --select positions \
+    --dropout 0 --vocab 30522
 if [ -n "$(why_not)" ]; then
     for name in pretrain loop embed demo; do skip "$name" "$(why_not)"; done
 else

@@ -35,6 +35,23 @@ def test_the_machine_file_keeps_the_best_measurement(monkeypatch):
     assert json.loads(file.read_text())[key]["flops"] == 9e12
 
 
+def test_an_emulated_precision_is_measured_once_per_machine(monkeypatch):
+    """AVX2's emulated bf16 takes seconds for one 1024² product: a rate that slow, stored before, is reused (every
+    bf16 run and benchmark process on such a CPU paid the seconds again); a fast one is re-measured to keep the best,
+    and fp32 always is (a probe slowed by other work is never frozen)."""
+    device = torch.device("cpu")
+    file = cache_root() / "peak_flops.json"
+    calls = []
+    monkeypatch.setattr(hardware, "gemm_flops", lambda *a, **k: calls.append(a[1]) or 2e12)
+    for precision, stored, measured in (("bf16", 8e8, False), ("bf16", 3e11, True), ("fp32", 8e8, True)):
+        key = f"{hardware.describe_device(device)} {precision}"
+        file.write_text(json.dumps({key: {"flops": stored, "source": "measured: before"}}))
+        monkeypatch.setattr(hardware, "_MEMO", {})
+        calls.clear()
+        peak = hardware.peak_flops(device, precision)
+        assert bool(calls) == measured and peak.flops == (2e12 if measured else stored)
+
+
 def test_known_gpus_use_their_datasheet(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
     # bertkit's own reader of the TF32 switch is patched, never torch's backend object: its attributes are
