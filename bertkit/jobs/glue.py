@@ -15,6 +15,7 @@ it for full GLUE.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -228,9 +229,9 @@ def _check_protocol(out: Path, protocol: dict) -> list[str]:
     stored_file = out / PROTOCOL_FILE
     if stored_file.is_file():
         stored = json.loads(stored_file.read_text(encoding="utf-8"))
-        if stored == protocol:
+        changed = sorted(k for k in protocol if not _same(k, stored.get(k), protocol[k]))
+        if not changed and set(stored) <= set(protocol):
             return []
-        changed = sorted(k for k in protocol if protocol[k] != stored.get(k))
         if any((out / "cells").glob(f"*/*/seed-*/{DEV_SCORES}")):
             said = "; ".join(_differs(key, stored.get(key), protocol.get(key)) for key in changed)
             raise BertkitError(f"{out}: its cells were trained under another protocol ({said}); use another -o")
@@ -242,6 +243,14 @@ def _check_protocol(out: Path, protocol: dict) -> list[str]:
     out.mkdir(parents=True, exist_ok=True)
     write_atomic(stored_file, json.dumps(protocol, indent=1))
     return []
+
+
+def _same(key: str, then, now) -> bool:
+    """Whether a protocol key is unchanged: a budget by its length (5m is 300s), anything else as written."""
+    if key == "budget" and isinstance(then, str) and isinstance(now, str):
+        with contextlib.suppress(BertkitError):
+            return parse_duration(then, "budget") == parse_duration(now, "budget")
+    return then == now
 
 
 def _differs(key: str, then, now) -> str:
