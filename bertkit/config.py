@@ -36,7 +36,7 @@ SentenceLoss = Literal["cosine", "mnrl", "softmax"]
 ContrastiveViews = Literal["maskings", "halves"]  # two maskings of a block | its two halves (tasks/contrast.py)
 HEADS = ("mlm", "lm", "pooler", "classifier", "tagger", "pair_classifier", "rtd", "generator")
 SEEDS = 2**32  # seeds are in [0, SEEDS): numpy's generators refuse anything else (issue 38)
-# train.max_steps of a run whose time budget is its only limit (cli/common.budget_steps; ablate sets more): no cap
+# train.max_steps of a run whose time budget is its only limit (recipes._with_limits; ablate sets more): no cap
 # (TrainConfig's default of 1,000 steps ended a `pretrain --recipe mini --max-time 30m` after ~17 of its minutes)
 BUDGET_STEPS = 1_000_000
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import signal
 from pathlib import Path
@@ -106,22 +105,6 @@ def with_max_time(config, max_time: str | None):
     from bertkit.recipes import with_values
 
     return with_values(config, {"train.max_time": max_time})  # `none` too: a step cap the budget lifted comes back
-
-
-def budget_steps(config, recipe: str, max_steps: int | None, sets: list[str] | None):
-    """The config with a time budget as its run's limit where nothing gives a length (no --max-steps, --set
-    max_steps, recipe max_steps or epochs): max_steps BUDGET_STEPS, so the budget, not the default step cap, ends
-    the run. A resume keeps the run's own (run.directory.keep_run_limits, applied after)."""
-    from bertkit.config import BUDGET_STEPS
-    from bertkit.recipes import recipe_tables, set_keys
-
-    train = config.train
-    if train.max_time is None or train.epochs is not None or max_steps is not None:
-        return config
-    recipe_train = recipe_tables(recipe).get("train")
-    if ("train", "max_steps") in set_keys(sets or []) or "max_steps" in (recipe_train or {}):
-        return config
-    return dataclasses.replace(config, train=dataclasses.replace(train, max_steps=BUDGET_STEPS))
 
 
 def user_errors(fn):

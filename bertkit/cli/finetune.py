@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from bertkit.cli.common import (PrecisionOption, ProgressOption, SetOption, app, budget_steps, given_once,
+from bertkit.cli.common import (PrecisionOption, ProgressOption, SetOption, app, given_once,
                                  user_errors, with_max_time)
 
 finetune_app = typer.Typer(help="Finetune a pretrained or imported encoder: text classification, NER, or sentence "
@@ -86,8 +86,7 @@ def _finetune(kind: str, recipe: str, model: Path | None, out: Path, resume: boo
         raise BertkitError(f"{steps} and {epochs_said} both set the run's length; give one (epochs set the "
                            "steps, a step count replaces the recipe's epochs)")
     # a step count replaces the recipe's epochs there: --max-steps in with_values, --set max_steps in load_recipe
-    config = with_max_time(with_values(recipe_config, values), max_time)
-    config = budget_steps(config, recipe, max_steps, set_)
+    config = with_max_time(with_values(recipe_config, values), max_time)  # a budget alone ends the run, too
     if resume:  # the run's own limits unless this command changes them
         from bertkit.run.directory import keep_run_limits
 

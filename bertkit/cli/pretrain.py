@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from bertkit.cli.common import (SetOption, TextFieldOption, app, budget_steps, given_once, user_errors,
+from bertkit.cli.common import (SetOption, TextFieldOption, app, given_once, user_errors,
                                 with_max_time)
 
 tokenizer_app = typer.Typer(help="Train BPE tokenizers.", no_args_is_help=True)
@@ -97,7 +97,7 @@ def pretrain(recipe: Annotated[str | None, typer.Option(
 
         Console(stderr=True).print(f"[yellow]warning: --set {', '.join(training)} does nothing with --tokenizer "
                                    f"{tokenizer}: a trained tokenizer keeps its own settings")
-    config = budget_steps(with_max_time(with_values(config, values), max_time), recipe, max_steps, set_)
+    config = with_max_time(with_values(config, values), max_time)  # a budget alone ends the run: with_values
     if resume:  # the run's own limits unless this command changes them
         from bertkit.run.directory import keep_run_limits
 

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from bertkit.cli import app
-from bertkit.cli.common import budget_steps, with_max_time
+from bertkit.cli.common import with_max_time
 from bertkit.config import BUDGET_STEPS
 from bertkit.hardware import resolve_precision
 from bertkit.jobs.plot import curve_metric, pretraining_titles
@@ -345,21 +345,20 @@ def test_a_run_whose_metric_was_never_finite_keeps_and_names_its_last_step(tmp_p
 def test_a_time_budget_with_no_length_given_is_the_runs_limit(tmp_path):
     """`pretrain --recipe mini --max-time 30m` ended at TrainConfig's default cap of 1,000 steps, ~17 minutes into
     its 30 (a review, 2026-11-28): a budget with no step count or epochs given anywhere runs to the budget."""
+    # the rule lives in with_values (with_max_time is --max-time through it), from the keys load_recipe recorded
     mini = load_recipe("mini")
-    budget = with_max_time(mini, "30m")
-    assert budget_steps(budget, "mini", None, []).train.max_steps == BUDGET_STEPS
-    assert budget_steps(mini, "mini", None, []).train.max_steps == 1000  # no budget: the default cap
+    assert with_max_time(mini, "30m").train.max_steps == BUDGET_STEPS
+    assert mini.train.max_steps == 1000  # no budget: the default cap
+    assert with_max_time(with_max_time(mini, "30m"), "none").train.max_steps == 1000  # the lifted cap comes back
     # --max-steps given (with_values sets it), --set max_steps (load_recipe): the step count stays
-    assert budget_steps(with_max_time(with_values(mini, {"train.max_steps": 50}), "30m"), "mini", 50,
-                        []).train.max_steps == 50
-    assert budget_steps(with_max_time(load_recipe("mini", ["max_steps=70"]), "30m"), "mini", None,
-                        ["max_steps=70"]).train.max_steps == 70
-    assert budget_steps(with_max_time(load_recipe("demo"), "1m"), "demo", None, []).train.max_steps == 100_000
+    assert with_max_time(with_values(mini, {"train.max_steps": 50}), "30m").train.max_steps == 50
+    assert with_max_time(load_recipe("mini", ["max_steps=70"]), "30m").train.max_steps == 70
+    assert with_max_time(load_recipe("demo"), "1m").train.max_steps == 100_000
     capped = tmp_path / "capped.toml"  # a recipe's own cap stays, even at the default's value
     capped.write_text((ROOT / "recipes" / "tiny.toml").read_text() + "\n[train]\nmax_steps = 1000\n")
-    assert budget_steps(with_max_time(load_recipe(capped), "1m"), capped, None, []).train.max_steps == 1000
-    epochs = with_max_time(load_recipe("finetune-classify"), "5m")  # epochs give the length
-    assert budget_steps(epochs, "finetune-classify", None, []) == epochs
+    assert with_max_time(load_recipe(capped), "1m").train.max_steps == 1000
+    epochs = load_recipe("finetune-classify")  # epochs give the length
+    assert with_max_time(epochs, "5m").train == dataclasses.replace(epochs.train, max_time="5m")
     # through the CLI: the stored config, and the run trains past where a cap of 3 steps would stop it
     corpus = repeated_corpus(tmp_path / "c.txt", 6)
     pretrain = ["pretrain", "--recipe", "tiny", "--set", "vocab_size=400", "--set", "block_size=32", "--set",
