@@ -413,8 +413,8 @@ class SentenceLossConfig:
     max_score: float = 5.0  # cosine: gold scores are divided by this (STS-B's 0..5 -> 0..1)
     scale: float = 20.0  # mnrl: cosine similarities are multiplied by this before the softmax
     # mnrl with several processes: every process's positives and negatives are candidates for every anchor (an
-    # all_gather whose gradients return to the process that embedded them), so N processes train as one holding the
-    # whole global batch; false: each process's micro-batch only (fewer negatives the more processes)
+    # all_gather whose gradients return to the process that embedded them), so N processes of B rows train as one of
+    # N x B (each micro-step's: accumulation adds rows, not candidates); false: each process's micro-batch only
     cross_process_negatives: bool = True
 
     def __post_init__(self) -> None:

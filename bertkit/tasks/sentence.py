@@ -189,10 +189,18 @@ class SentenceTask(FinetuneTask):
         task = config.sentence_loss
         criterion = LOSSES[task.loss](task.scale, labels)
         negatives = criterion.negatives and all(e.negative for e in train)
-        if criterion.negatives and task.negative_column and not negatives:
-            missing = sum(not e.negative for e in train)
-            raise BertkitError(f"sentence_loss.negative_column: {missing:,} training rows have no hard negative in "
-                               f"'{task.negative_column}' (give one per row, or leave the column out)")
+        for name, rows in (("training", train), ("validation", validation)):
+            # (validation had dropped every hard negative for one row without: its ranking silently got easier)
+            if criterion.negatives and task.negative_column and (missing := sum(not e.negative for e in rows)):
+                raise BertkitError(f"sentence_loss.negative_column: {missing:,} {name} rows have no hard negative "
+                                   f"in '{task.negative_column}' (give one per row, or leave the column out)")
+        pool = config.train.batch_size * (world if self.pools_processes(config) else 1) \
+            if isinstance(config.train.batch_size, int) else None
+        if criterion.in_batch and not negatives and pool is not None and pool < 2:
+            # one row a micro-batch: its positive is its only candidate, loss and gradient 0 at every step
+            raise BertkitError(f"train.batch_size: the {task.loss} loss ranks each anchor's positive among the other "
+                               "rows of its micro-batch, and 1 row has none to learn from: give 2 or more "
+                               "(accumulation_steps adds rows to a step, not candidates), or hard negatives")
 
         def sides(examples: list, with_negatives: bool):
             texts = [[e.text for e in examples], [e.pair for e in examples]]
@@ -217,7 +225,11 @@ class SentenceTask(FinetuneTask):
         return training(stack_flops(config.model, sides * rows, t) + loss), sides * rows * t
 
     def summary(self, config: Config, labels: list[str]) -> str:
-        return (f"loss {config.sentence_loss.loss}" + (f", {len(labels)} labels" if labels else "")
+        train, loss = config.train, config.sentence_loss.loss
+        # a step's rows are batch_size x accumulation_steps, an anchor's candidates its micro-batch's alone
+        pool = (f" (in-batch negatives: each micro-batch's {train.batch_size} rows)"
+                if LOSSES[loss].in_batch and train.accumulation_steps > 1 else "")
+        return (f"loss {loss}{pool}" + (f", {len(labels)} labels" if labels else "")
                 + f", {config.sentence.pooling} pooling")
 
     def final_validation(self, out: Path, model: Model, objective, validation: list, device: torch.device,

@@ -59,13 +59,15 @@ def is_index(column: str | None) -> bool:
     return column is not None and str(column).isdigit()
 
 
-def _rows(path: Path, header: bool = True, overfull: list[int] | None = None,
-          hint: str = "") -> tuple[list[str], list[dict], list[int]]:
+def _rows(path: Path, header: bool = True, overfull: list[int] | None = None, hint: str = "",
+          check: Callable[[list[str]], None] | None = None) -> tuple[list[str], list[dict], list[int]]:
     """Header, rows and each row's 1-based line in the file (where it starts) of a CSV / TSV / JSONL file. Without a
     header (`header=False`), a row's columns are named by their 0-based position: "0", "1", …
 
     A row with more (non-empty) fields than the header is an error naming its line (`hint` ends its message), or,
-    given an `overfull` list, left out with its line appended there (a reader's --skip-bad-lines counts it)."""
+    given an `overfull` list, left out with its line appended there (a reader's --skip-bad-lines counts it). `check`
+    sees a CSV / TSV header first: a column it lacks is the error (a headerless file's first row taken for a
+    header made its later rows "overfull")."""
     need_file(path)
     suffix = path.suffix.lower()
     try:
@@ -105,6 +107,8 @@ def _rows(path: Path, header: bool = True, overfull: list[int] | None = None,
         raise csv_error(path, reader.line_num, exc, suffix) from None
     if header:
         names, kept, kept_lines = (table[0] if table else []), [], []
+        if check is not None:
+            check(names)
         for row, line in zip(table[1:], lines[1:]):
             # zip would drop the extra fields without a word: the text cut at an unquoted comma and the next piece
             # taken as the label (empty trailing fields, a spreadsheet's habit, are harmless)
@@ -147,14 +151,31 @@ def _columns(path: Path, roles: dict[str, str | None], overfull: list[int] | Non
     if any(positions) and not all(positions):
         raise BertkitError(f"{path}: give every column as a name (a file with a header row) or every one as a "
                            f"0-based position (no header), not a mix: {', '.join(map(str, given.values()))}")
-    header, rows, lines = _rows(path, not all(positions) or not positions, overfull, hint)
-    for role, column in given.items():
-        if str(column) not in header:
+
+    def check(header: list[str]) -> None:
+        for role, column in given.items():
+            if str(column) in header:
+                continue
             if not all(positions) and (other := _other_separator(header)) is not None:
                 raise BertkitError(f"{path}: no {role} column '{column}': {other}")
-            found = f"{len(header)} columns per row" if all(positions) else f"columns found: {', '.join(header) or 'none'}"
-            raise BertkitError(f"{path}: no {role} column '{column}' ({found})")
+            found = (f"{len(header)} columns per row" if all(positions) else
+                     f"columns found: {', '.join(header) or 'none'}")
+            # the STS benchmark's files have no header: their first row's score read as a column's name
+            data = not all(positions) and any(_is_number(name) for name in header)
+            raise BertkitError(f"{path}: no {role} column '{column}' ({found})" + (
+                "; its first row looks like data, not a header: for a file without one, give every column as a "
+                "0-based position (e.g. --text-column 5)" if data else ""))
+
+    header, rows, lines = _rows(path, not all(positions) or not positions, overfull, hint, check)
+    check(header)
     return header, rows, lines
+
+
+def _is_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
 
 
 # -------------------------------------------------------------------------------------------- bad rows
@@ -449,10 +470,13 @@ def read_pairs(path: str | Path, text_column: str, pair_column: str, target: str
             negative = None if negative_column is None else _text(row.get(str(negative_column)))
             examples.append(SentencePair(texts[0], texts[1], negative or None, score, label))
     labels.check()
+    # (a headerless file's rows have only positions: its label column is unread where the recipe gave one, as
+    # finetune-stsb's 4; the STS benchmark's 0.0 pairs trained as positives without a word, a review found)
     unread = [c for c in ("score", str(target_column), "label") if c in rows[0]] if target is None and rows else []
-    if unread and warn is not None and not is_index(text_column):
+    if unread and warn is not None:
         # MNRL trains every pair as a positive: a scored file's 0.0 pairs were learned as similar, without a word
-        warn(f"{path}: its '{unread[0]}' column is not read by the mnrl loss, which trains every pair as a "
+        column = f"column {unread[0]}" if is_index(unread[0]) else f"'{unread[0]}' column"
+        warn(f"{path}: its {column} is not read by the mnrl loss, which trains every pair as a "
              "positive (keep only the similar pairs, e.g. a score of 4 or more of 5, or train with the cosine loss)")
     return _finish(path, examples, bad, skip_bad_lines, warn, "sentence pairs")
 

@@ -171,6 +171,17 @@ def test_scores_far_below_max_score_are_warned(tmp_path):
     assert said == [f"{scaled}: its 'score' column is not read by the mnrl loss, which trains every pair as a "
                     "positive (keep only the similar pairs, e.g. a score of 4 or more of 5, or train with the cosine "
                     "loss)"]
+    # a headerless file's score column given by position (finetune-stsb's 4): warned too (it was not)
+    said.clear()
+    sts = tmp_path / "sts.tsv"
+    sts.write_text("main-news\tx\t2012\t0001\t0.0\tRain.\tA cat.\n")
+    positions = TaskConfig(kind="sentence", text_column="5", text_pair_column="6", label_column="4")
+    finetune_task("sentence").read(Config(task=positions, sentence_loss=mnrl.sentence_loss), sts, None, said.append)
+    assert said and said[0].startswith(f"{sts}: its column 4 is not read by the mnrl loss")
+    said.clear()
+    default = TaskConfig(kind="sentence", text_column="5", text_pair_column="6")  # label_column "label": no column
+    finetune_task("sentence").read(Config(task=default, sentence_loss=mnrl.sentence_loss), sts, None, said.append)
+    assert said == []
 
 
 @pytest.mark.data
@@ -230,6 +241,30 @@ def test_bad_inputs_are_one_line_and_damage_nothing(tmp_path, base):
     # a hard-negative column for a loss that reads none was ignored without a word
     assert "sentence_loss.negative_column: the cosine loss reads no hard negatives (mnrl does)" in cli_error(
         *common, "--train", train, "--loss", "cosine", "--negative-column", "sentence2", "--out", tmp_path / "b")
+    # mnrl with one row a micro-batch has no candidate but its positive: loss and gradient 0 at every step, and a
+    # "best checkpoint" of the base's weights (a review); accumulation adds rows to a step, not candidates
+    positives = _pairs(tmp_path / "positives.jsonl", 40, kind="mnrl")
+    mnrl = [*common, "--train", positives, "--loss", "mnrl", "--out", tmp_path / "b"]
+    assert ("train.batch_size: the mnrl loss ranks each anchor's positive among the other rows of its micro-batch, "
+            "and 1 row has none") in cli_error(*mnrl, "--set", "batch_size=1", "--set", "accumulation_steps=8")
+    # a step of 2 micro-batches says where the negatives come from
+    said = " ".join(cli_ok(*mnrl[:-1], tmp_path / "acc", "--set", "batch_size=4", "--set",
+                           "accumulation_steps=2").output.split())
+    assert "loss mnrl (in-batch negatives: each micro-batch's 4 rows)" in said
+    # validation with one row lacking its hard negative ranked every row without them: an easier, other metric
+    gap = tmp_path / "gap.jsonl"
+    rows = [json.loads(line) for line in positives.read_text().splitlines()]
+    gap.write_text("".join(json.dumps({**row, "negative": row["negative"] if i else ""}) + "\n"
+                           for i, row in enumerate(rows)))
+    assert ("sentence_loss.negative_column: 1 validation rows have no hard negative in 'negative'"
+            in cli_error(*mnrl, "--negative-column", "negative", "--validation", gap))
+    assert not (tmp_path / "b").exists()
+    # a headerless file read by column names: its first row was the header, and a later row "overfull" was the error
+    stsb = tmp_path / "sts-train.csv"
+    stsb.write_text("main-news\tx\t2012\t0001\t3.5\tA man walks.\tA man walks.\n"
+                    "main-news\tx\t2012\t0002\t0.0\tRain.\tA cat.\textra\tfields\n")
+    line = cli_error(*common, "--train", stsb, "--out", tmp_path / "b")
+    assert "no first sentence column 'sentence1'" in line and "its first row looks like data, not a header" in line
     # a resumed run must pool as it began
     args = [*common, "--train", train, "--out", tmp_path / "r", "--set", "save_every=1", "--pooling", "cls"]
     cli_ok(*args)
