@@ -164,7 +164,7 @@ def _columns(path: Path, roles: dict[str, str | None], overfull: list[int] | Non
             data = not all(positions) and any(_is_number(name) for name in header)
             raise BertkitError(f"{path}: no {role} column '{column}' ({found})" + (
                 "; its first row looks like data, not a header: for a file without one, give every column as a "
-                "0-based position (e.g. --text-column 5)" if data else ""))
+                "0-based position" if data else ""))
 
     header, rows, lines = _rows(path, not all(positions) or not positions, overfull, hint, check)
     check(header)
