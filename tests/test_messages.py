@@ -25,6 +25,7 @@ OTHER_TOOLS = {
     "--extra-index-url",  # pip install … --extra-index-url (the README's CPU wheel of torch)
     "--collect-only",  # python -m pytest --collect-only -q (docs/reliability.md: how many tests there are)
     "--dist",  # pytest-xdist's -n 2 --dist worksteal (docs/reliability.md: the suite's two processes)
+    "--cpu",  # accelerate launch --cpu (a one-process CPU launch, refused: train/accelerator.py, scaling-out.md)
 }
 # The README's reproduce lines run benchmarks/*.py, whose argparse options count there (and only there: on a line
 # that names benchmarks/, or within the two lines after one, where a long command wraps).

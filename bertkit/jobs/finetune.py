@@ -261,7 +261,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
         return FinetuneResult.from_results(out, done, already_done=True)
     if main:
         console.print(f"{task.kind}: {len(train_examples):,} training / {len(validation):,} validation examples, "
-                      f"{task.summary(config, labels)}; "
+                      f"{task.summary(config, labels, accelerator.num_processes)}; "
                       f"{plan_text(train_cfg, objective.steps_per_epoch, objective.global_batch)}; "
                       f"learning rate {train_cfg.learning_rate:g}; "
                       f"{'random init' if task_config.init == 'random' else f'backbone from {model_dir}'}; "

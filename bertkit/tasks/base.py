@@ -98,8 +98,8 @@ class FinetuneTask:
         gives per token. The same count as the task's objective makes of such a batch (its `flops`)."""
         raise NotImplementedError
 
-    def summary(self, config: Config, labels: list[str]) -> str:
-        """What the opening line says of the task's set-up."""
+    def summary(self, config: Config, labels: list[str], world: int = 1) -> str:
+        """What the opening line says of the task's set-up (`world`: the run's processes)."""
         return f"{len(labels)} labels"
 
     def final_validation(self, out: Path, model: Model, objective, validation: list, device: torch.device,

@@ -126,7 +126,7 @@ class RegressTask(ClassifyTask):
         return RegressObjective(encoded, scores_of(train), encode_texts(encoder, validation, pairs),
                                 scores_of(validation, "validation"), pad_id, config.train, world), encoded
 
-    def summary(self, config: Config, labels: list[str]) -> str:
+    def summary(self, config: Config, labels: list[str], world: int = 1) -> str:
         return "one score per example (regression, mean squared error)"
 
 

@@ -224,11 +224,14 @@ class SentenceTask(FinetuneTask):
         loss = criterion.flops(config.model.d_model, config.heads.num_labels, rows, sides)
         return training(stack_flops(config.model, sides * rows, t) + loss), sides * rows * t
 
-    def summary(self, config: Config, labels: list[str]) -> str:
+    def summary(self, config: Config, labels: list[str], world: int = 1) -> str:
         train, loss = config.train, config.sentence_loss.loss
-        # a step's rows are batch_size x accumulation_steps, an anchor's candidates its micro-batch's alone
-        pool = (f" (in-batch negatives: each micro-batch's {train.batch_size} rows)"
-                if LOSSES[loss].in_batch and train.accumulation_steps > 1 else "")
+        # a step's rows are batch_size x processes x accumulation_steps, an anchor's candidates one micro-step's:
+        # its micro-batch, or every process's (cross_process_negatives)
+        pooled = world if self.pools_processes(config) else 1
+        pool = "" if not LOSSES[loss].in_batch or train.accumulation_steps * world == 1 else (
+            f" (in-batch negatives: each micro-step's {train.batch_size * pooled} rows over {world} processes)"
+            if pooled > 1 else f" (in-batch negatives: each micro-batch's {train.batch_size} rows)")
         return (f"loss {loss}{pool}" + (f", {len(labels)} labels" if labels else "")
                 + f", {config.sentence.pooling} pooling")
 

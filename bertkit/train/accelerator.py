@@ -26,6 +26,16 @@ def _accelerate_asks() -> bool:
     return os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
 
 
+def _one_of_many() -> bool:
+    """Whether `accelerate launch` may have asked for several processes and started one: its simple launcher (the
+    CPU's) sets MASTER_ADDR for --num_processes > 1 but starts a single Python without MPI, which then trained alone,
+    on half the global batch planned, without a word (a review). torchrun sets WORLD_SIZE; MPI its own sizes."""
+    env = os.environ
+    launcher = "ACCELERATE_USE_CPU" in env and "MASTER_ADDR" in env  # accelerate's simple launcher, N > 1
+    return launcher and not any(key in env for key in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                                                       "MV2_COMM_WORLD_SIZE"))
+
+
 def resolve_sharding(setting: str) -> str:
     """`train.sharding`, or "fsdp" where the launch's `accelerate config` asks for FSDP (`accelerate launch` sets
     ACCELERATE_USE_FSDP)."""
@@ -95,6 +105,14 @@ def make_accelerator(precision: str, sharding: str = "none") -> Accelerator:
     # cpu=True where there is no GPU: Accelerate then runs a torchrun/accelerate launch as a gloo process group
     # (without it, each CPU process would silently train alone).
     accelerator = Accelerator(cpu=not gpu, mixed_precision=mixed, fsdp_plugin=plugin)
+    if accelerator.num_processes == 1 and _one_of_many():
+        from rich.console import Console
+
+        # a warning, not a refusal: a job script's own MASTER_ADDR looks the same to a one-process launch
+        Console(stderr=True).print(
+            "[yellow]warning: MASTER_ADDR is set, yet this is one process: accelerate launch's CPU launcher (--cpu, "
+            "or a machine without GPUs) starts one for --num_processes N unless under MPI (--mpirun_hostfile); for "
+            "N CPU processes use torchrun --nproc_per_node N -m bertkit … (or accelerate launch --multi_gpu)")
     if asked is None:  # Accelerate sets it when given a plugin: a later job in this process must not read it
         os.environ.pop("ACCELERATE_USE_FSDP", None)
     if plugin is not None and not accelerator.is_fsdp2:

@@ -90,7 +90,10 @@ def test_two_processes_rank_against_every_process_negatives_like_one(tmp_path, b
             "--set", "validation_split=0.2", "--set", "schedule=constant", "--set", "warmup_ratio=0",
             "--set", "save_every=3"]
     cli_ok(*args, "--set", "batch_size=8", "--out", tmp_path / "one")
-    torchrun_process(*args, "--set", "batch_size=4", "--out", tmp_path / "two")
+    two = torchrun_process(*args, "--set", "batch_size=4", "--out", tmp_path / "two")
+    # the opening line gives the pool an anchor ranks against: both processes' rows, not its own batch_size
+    assert "loss mnrl (in-batch negatives: each micro-step's 8 rows over 2 processes)" in " ".join(
+        (two.stdout + two.stderr).split())
 
     def losses(run):
         return [r["loss"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "loss" in r]

@@ -173,6 +173,36 @@ def test_an_accelerate_launch_asking_for_fsdp_is_followed(monkeypatch):
     assert "whose fsdp_version 1 bertkit does not use: it shards with FSDP2" in sharding_text(4)
 
 
+def test_an_accelerate_cpu_launch_of_several_processes_that_starts_one_is_said(tmp_path):
+    """`accelerate launch --cpu --num_processes 2` (or --num_processes 2 on a machine without GPUs) starts ONE
+    Python (Accelerate's simple launcher; N processes only under MPI): it trained alone, on half the global batch
+    planned, and only "global batch 4" said so (a review). Warned, naming the launches that start N (a warning:
+    a job script's own MASTER_ADDR looks the same to a one-process launch, which must still run)."""
+    def launch(processes: str, out: str, env: dict) -> str:
+        result = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes",
+                                 processes, "--main_process_port", str(free_port()), AS_ON_CI, "pretrain",
+                                 "--recipe", "tiny", "--corpus", "data/samples/corpus.txt", "--max-steps", "1",
+                                 "--set", "batch_size=4", "--set", "vocab_size=300",
+                                 "--set", "block_size=32", "--no-progress", "--out", str(tmp_path / out)],
+                                capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env})
+        assert result.returncode == 0, result.stderr[-3000:]
+        return " ".join((result.stdout + result.stderr).split())
+
+    said = launch("2", "two", {"OMP_NUM_THREADS": "1"})
+    assert "warning: MASTER_ADDR is set, yet this is one process" in said and "global batch 4" in said
+    assert "torchrun --nproc_per_node N -m bertkit" in said
+    # the same signs under torchrun (WORLD_SIZE) or MPI, or without MASTER_ADDR (--num_processes 1): nothing to say
+    from bertkit.train import accelerator
+
+    for env in ({"WORLD_SIZE": "2"}, {"OMPI_COMM_WORLD_SIZE": "2"}, {"MASTER_ADDR": None}):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("ACCELERATE_USE_CPU", "True")
+            patch.setenv("MASTER_ADDR", "127.0.0.1")
+            for key, value in env.items():
+                patch.delenv(key) if value is None else patch.setenv(key, value)
+            assert not accelerator._one_of_many()
+
+
 def test_an_accelerate_config_with_deepspeed_is_one_line(monkeypatch):
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     with pytest.raises(BertkitError, match=r"DeepSpeed is not supported .* shard with train.sharding = \"fsdp\""):
