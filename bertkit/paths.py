@@ -15,6 +15,10 @@ def cache_root() -> Path:
     return root
 
 
+# the datasets data/README.md registers: a relative path under one of them names a data root's copy
+DATASETS = ("imdb", "sst2", "conll2003", "stsb", "multi30k", "wikitext2", "glue", "tiny_shakespeare")
+
+
 def data_roots() -> list[Path]:
     """Candidate data roots in search order: $BERTKIT_DATA, ./data, ../shared/data, and the shared/data beside
     this checkout (so tests find it from any working directory)."""
@@ -40,6 +44,10 @@ def where_looked(path: str | Path) -> str:
     copies = [root / path for root in data_roots()] + [Path(__file__).resolve().parents[1] / path]
     found = next((copy.resolve() for copy in copies if copy.exists()), None)
     there = f"; {found} has it" if found else ""
+    if found is None and path.parts[0] in DATASETS:  # a fresh clone has none: say where the data root is looked for
+        roots = ", ".join(str(root) for root in data_roots())
+        there = (f"; no data root has it either ({roots}): the datasets are not in the repository, data/README.md "
+                 "gives each one's source and layout; set BERTKIT_DATA to the folder holding them" + missing_root())
     return f" (relative to {Path.cwd()}{there})"
 
 

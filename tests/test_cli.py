@@ -205,7 +205,7 @@ def test_recipes_lists_them():
     (["info", "tiny", "--set", "positions=rotery"], "allowed: learned|sinusoidal|relative|rotary|none"),
     (["info", "nope"], "error: recipe: 'nope' is neither a file nor a bundled recipe"),
     (["import-hf", "/nonexistent", "out"], "error: /nonexistent: not a directory"),
-    (["export", "/nonexistent", "-o", "out"], "not a bertkit run directory"),
+    (["export", "/nonexistent", "-o", "out"], "/nonexistent: no such directory (a run directory, written by"),
 ])
 def test_user_errors_are_one_line_and_exit_2(args, message):
     result = _cli(*args)

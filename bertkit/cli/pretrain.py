@@ -34,7 +34,8 @@ def tokenizer_train(corpus: Annotated[list[str], typer.Argument(help="Corpus fil
                     overwrite: Annotated[bool, typer.Option(help="Replace OUT if it is a tokenizer folder bertkit "
                                                                  "wrote (never a run or anything else).")]
                     = False) -> None:
-    """Train a BPE tokenizer ([PAD] [UNK] [CLS] [SEP] [MASK], BERT templates) and save it as tokenizer.json."""
+    """Train a BPE tokenizer ([PAD] [UNK] [CLS] [SEP] [MASK], BERT templates) and save it as tokenizer.json (with
+    the tokenizer_config.json transformers' AutoTokenizer reads beside it)."""
     from bertkit.config import TokenizerConfig
     from bertkit.jobs import tokenizer as job
 

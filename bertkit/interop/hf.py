@@ -23,7 +23,7 @@ from bertkit.errors import BertkitError
 from bertkit.interop.hf_tasks import TASK_HEADS, imported_head, task_head
 from bertkit.nn.model import Model
 from bertkit.run.directory import TOKENIZER_FILE, load_run
-from bertkit.run.files import atomic_dir
+from bertkit.run.files import atomic_dir, ordinary_mode
 from bertkit.run.outputs import HF_EXPORT, claim
 from bertkit.text.tokenizer import write_hf_tokenizer_config
 
@@ -308,6 +308,7 @@ def write_hf_folder(folder: Path, run: Path, config: Config, model: Model, with_
     (folder / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n", encoding="utf-8")
     # "bertkit" in the metadata marks the folder as an export, so that `--overwrite` replaces only an export
     save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt", "bertkit": bertkit.__version__})
+    ordinary_mode(folder / "model.safetensors")  # safetensors writes 0600
     if (run / TOKENIZER_FILE).is_file():
         shutil.copyfile(run / TOKENIZER_FILE, folder / TOKENIZER_FILE)
         # the tokens per input the run reads: transformers' `truncation=True` then cuts where bertkit cuts

@@ -30,6 +30,7 @@ from bertkit.config import BUDGET_STEPS, Config
 from bertkit.errors import BertkitError
 from bertkit.hardware import resolve_precision
 from bertkit.nn.model import Model
+from bertkit.paths import where_looked
 from bertkit.run.files import atomic_dir, atomic_file, copy_atomic, to_json, write_atomic
 from bertkit.text.labels import canonical_label
 
@@ -159,6 +160,9 @@ def load_config(run: str | Path) -> Config:
             raise BertkitError(f"{run}: an ONNX export (bertkit export --format onnx), not a run directory: the "
                                "inference commands (predict, evaluate, embed, similarity, evaluate-sts, index, "
                                "search) take it; this one takes the run it was exported from")
+        if not Path(run).exists():  # a typo'd path was "not a run directory", as if something were there
+            raise BertkitError(f"{run}: no such directory (a run directory, written by pretrain, finetune or "
+                               f"import-hf){where_looked(run)}")
         raise BertkitError(f"{run}: not a bertkit run directory (no {CONFIG_FILE})")
     data = read_json(path, "config")
     if "bertkit_version" not in data:

@@ -145,9 +145,7 @@ def atomic_dir(out: str | Path, overwrite: bool = False, exists_hint: str = "cho
         raise BertkitError(f"{out}: already exists and is not empty ({exists_hint})")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; a run directory is an ordinary directory
+    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; a run directory is an ordinary directory
     try:
         with disk_errors(out):
             yield tmp
@@ -176,6 +174,18 @@ def _non_empty(path: Path) -> bool:
     return path.is_dir() and any(path.iterdir())
 
 
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def ordinary_mode(path: str | Path) -> None:
+    """Give a file the mode an ordinary one gets (0666 less the umask): safetensors writes its files 0600, so a
+    run's weights were the one file colleagues on a shared machine could not read (a review)."""
+    os.chmod(path, 0o666 & ~_umask())
+
+
 @contextlib.contextmanager
 def atomic_file(out: str | Path, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary path beside `out`; when the block succeeds it is fsynced and becomes `out` in one rename.
@@ -192,6 +202,7 @@ def atomic_file(out: str | Path, overwrite: bool = False) -> Iterator[Path]:
             yield tmp
             if tmp.exists():
                 fsync_file(tmp)
+                ordinary_mode(tmp)
             fault_point(f"commit:{out.name}")
             replace(tmp, out)
     finally:

@@ -75,7 +75,7 @@ def test_weights_that_do_not_fit_the_config_are_a_user_error(tmp_path):
     (tmp_path / "run" / "model.safetensors").write_bytes(b"garbage")
     with pytest.raises(BertkitError):
         load_run(tmp_path / "run")
-    with pytest.raises(BertkitError, match="not a bertkit run directory"):
+    with pytest.raises(BertkitError, match="missing: no such directory"):
         load_run(tmp_path / "missing")
 
 
@@ -104,6 +104,13 @@ def test_run_directories_follow_the_umask(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE((tmp_path / "run").stat().st_mode) == 0o777 & ~umask
+    # and its files, the weights too: safetensors writes 0600, so they were the one file others could not read
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "run").rglob("*") if p.is_file()}
+    assert modes["model.safetensors"] == 0o666 & ~umask and set(modes.values()) == {0o666 & ~umask}, modes
+    from bertkit.interop.hf import export_hf
+
+    export_hf(tmp_path / "run", tmp_path / "hf")
+    assert stat.S_IMODE((tmp_path / "hf" / "model.safetensors").stat().st_mode) == 0o666 & ~umask
 
 
 def test_a_run_stored_before_auto_precision_resumes_where_auto_means_the_same(tmp_path, monkeypatch):

@@ -116,6 +116,12 @@ def test_missing_empty_and_unreadable_inputs(tmp_path, monkeypatch):
         load_corpus(["data/samples/corpus.txt"])
     with pytest.raises(BertkitError, match=r"^nope.tsv: no such file \(relative to [^;]*\)$"):
         read_labelled("nope.tsv")
+    # a registered dataset's path that no data root has (a fresh clone): where the data comes from (it said only
+    # "relative to" the working directory)
+    with pytest.raises(BertkitError, match=r"^sst2/trian.tsv: no such file \(relative to .*; no data root has it "
+                                           r"either \(.*\): the datasets are not in the repository, data/README.md "
+                                           r"gives each one's source and layout; set BERTKIT_DATA"):
+        read_labelled("sst2/trian.tsv")
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "x.bin").write_bytes(b"1")
     with pytest.raises(BertkitError, match="directory has no readable text files"):
