@@ -199,7 +199,7 @@ def run(job: DemoJob, console: Console | None = None) -> DemoResult:
             console.print(f"   {hit.score:.3f}  {hit.text}", markup=False, highlight=False)
     console.print(f"\nThe runs are in {out}. Next: `bertkit plot {pretrained}`, `bertkit evaluate --model "
                   f"{classifier} --data sst2/dev.tsv`, `bertkit search {out / 'index'} \"your query\"`, "
-                  "`bertkit pretrain --recipe pretrain-mini-imdb` for the 30-minute model, then "
+                  "`bertkit pretrain --recipe pretrain-budget-imdb` for the 30-minute model, then "
                   "`python benchmarks/finetune_table.py` and `python benchmarks/sts_table.py`.", markup=False)
     return DemoResult(built, result, filled, tuned, dev, records, sentence, before, after, found_hits)
 

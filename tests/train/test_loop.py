@@ -463,17 +463,24 @@ def test_a_compiled_run_on_a_budget_trains_to_its_budget(tmp_path, packed, sampl
     on a CPU) is warm-up, not the step time the plan is fitted to; the run trains many steps and fills its budget."""
     import torch._inductor.config
 
-    torch._dynamo.reset()
-    # config.patch, not monkeypatch: monkeypatch's undo deleted the setting from inductor's config module, and the
-    # next compilation in the process failed ("force_disable_caches does not exist")
-    with torch._inductor.config.patch(force_disable_caches=True):  # read from the env at import only
-        # 35 s: the compilation took 17 s of it on a 2-core AVX-512 EPYC, then ~130 steps a second (45 s before:
-        # the room is for a slower machine's compilation)
-        result, _, _ = _run(tmp_path, packed, sample_tokenizer, max_steps=100_000, max_time="35s", log_every=5,
-                            eval_every=100, compile="on")
-    state = result["state"]
+    def budgeted(budget: float, name: str) -> dict:
+        torch._dynamo.reset()
+        # config.patch, not monkeypatch: monkeypatch's undo deleted the setting from inductor's config module, and
+        # the next compilation in the process failed ("force_disable_caches does not exist")
+        with torch._inductor.config.patch(force_disable_caches=True):  # read from the env at import only
+            result, _, _ = _run(tmp_path, packed, sample_tokenizer, name, max_steps=100_000, max_time=f"{budget}s",
+                                log_every=5, eval_every=100, compile="on")
+        return result["state"]
+
+    # 35 s: the compilation took 17 s of it on a 2-core AVX-512 EPYC, then ~130 steps a second. Where it took the
+    # whole budget (an AVX2 EPYC in a fresh CI process: CI failed) the run had no steady step to fit, and the test
+    # nothing to judge: once more, with 30 s after a compilation as long as that one (its first step's end)
+    budget, state = 35.0, budgeted(35.0, "run")
+    if not state["calibrated"] and state["step"] < 10:
+        budget = state["elapsed"] + 30.0
+        state = budgeted(budget, "again")
     assert state["calibrated"] and state["calibrated_at"][1] > 2  # the compile-time steps were left out
-    assert state["step"] > 100 and state["elapsed"] >= 0.85 * 35
+    assert state["step"] > 100 and state["elapsed"] >= 0.85 * budget
 
 
 def test_under_several_processes_a_budgets_schedule_is_the_main_processs(monkeypatch):
