@@ -145,7 +145,7 @@ def atomic_dir(out: str | Path, overwrite: bool = False, exists_hint: str = "cho
         raise BertkitError(f"{out}: already exists and is not empty ({exists_hint})")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; a run directory is an ordinary directory
+    os.chmod(tmp, 0o777 & ~_UMASK)  # mkdtemp makes 0700; a run directory is an ordinary directory
     try:
         with disk_errors(out):
             yield tmp
@@ -174,16 +174,16 @@ def _non_empty(path: Path) -> bool:
     return path.is_dir() and any(path.iterdir())
 
 
-def _umask() -> int:
-    umask = os.umask(0)
-    os.umask(umask)
-    return umask
+# read once, at import: reading it means setting it, and a file created meanwhile (another thread) would get mode
+# 0666/0777 whole; a process does not change its umask while it writes runs
+_UMASK = os.umask(0)
+os.umask(_UMASK)
 
 
 def ordinary_mode(path: str | Path) -> None:
     """Give a file the mode an ordinary one gets (0666 less the umask): safetensors writes its files 0600, so a
     run's weights were the one file colleagues on a shared machine could not read (a review)."""
-    os.chmod(path, 0o666 & ~_umask())
+    os.chmod(path, 0o666 & ~_UMASK)
 
 
 @contextlib.contextmanager

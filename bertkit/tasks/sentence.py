@@ -194,8 +194,7 @@ class SentenceTask(FinetuneTask):
             if criterion.negatives and task.negative_column and (missing := sum(not e.negative for e in rows)):
                 raise BertkitError(f"sentence_loss.negative_column: {missing:,} {name} rows have no hard negative "
                                    f"in '{task.negative_column}' (give one per row, or leave the column out)")
-        pool = config.train.batch_size * (world if self.pools_processes(config) else 1) \
-            if isinstance(config.train.batch_size, int) else None
+        pool = self._pool(config, world)
         if criterion.in_batch and not negatives and pool is not None and pool < 2:
             # one row a micro-batch: its positive is its only candidate, loss and gradient 0 at every step
             raise BertkitError(f"train.batch_size: the {task.loss} loss ranks each anchor's positive among the other "
@@ -224,14 +223,20 @@ class SentenceTask(FinetuneTask):
         loss = criterion.flops(config.model.d_model, config.heads.num_labels, rows, sides)
         return training(stack_flops(config.model, sides * rows, t) + loss), sides * rows * t
 
+    def _pool(self, config: Config, world: int) -> int | None:
+        """The rows an anchor's positive is ranked among (in-batch losses): its micro-batch, every process's with
+        cross_process_negatives; None where the batch size is chosen later ("auto")."""
+        rows = config.train.batch_size
+        return rows * (world if self.pools_processes(config) else 1) if isinstance(rows, int) else None
+
     def summary(self, config: Config, labels: list[str], world: int = 1) -> str:
         train, loss = config.train, config.sentence_loss.loss
         # a step's rows are batch_size x processes x accumulation_steps, an anchor's candidates one micro-step's:
         # its micro-batch, or every process's (cross_process_negatives)
-        pooled = world if self.pools_processes(config) else 1
         pool = "" if not LOSSES[loss].in_batch or train.accumulation_steps * world == 1 else (
-            f" (in-batch negatives: each micro-step's {train.batch_size * pooled} rows over {world} processes)"
-            if pooled > 1 else f" (in-batch negatives: each micro-batch's {train.batch_size} rows)")
+            f" (in-batch negatives: each micro-step's {self._pool(config, world)} rows over {world} processes)"
+            if self.pools_processes(config) and world > 1 else
+            f" (in-batch negatives: each micro-batch's {train.batch_size} rows)")
         return (f"loss {loss}{pool}" + (f", {len(labels)} labels" if labels else "")
                 + f", {config.sentence.pooling} pooling")
 

@@ -66,8 +66,8 @@ def _rows(path: Path, header: bool = True, overfull: list[int] | None = None, hi
 
     A row with more (non-empty) fields than the header is an error naming its line (`hint` ends its message), or,
     given an `overfull` list, left out with its line appended there (a reader's --skip-bad-lines counts it). `check`
-    sees a CSV / TSV header first: a column it lacks is the error (a headerless file's first row taken for a
-    header made its later rows "overfull")."""
+    sees the columns (a CSV / TSV header before any row: a column it lacks is the error, where a headerless file's
+    first row taken for a header made its later rows "overfull")."""
     need_file(path)
     suffix = path.suffix.lower()
     try:
@@ -92,6 +92,8 @@ def _rows(path: Path, header: bool = True, overfull: list[int] | None = None, hi
                 rows.append(record)
                 lines.append(number)
         header = list(dict.fromkeys(key for row in rows for key in row))
+        if check is not None:
+            check(header)
         return header, rows, lines
     # newline="": quoted CSV fields keep their line breaks, and nothing splits at U+2028 & co.
     allow_long_fields()  # a review or an article can be longer than csv's default 128 kB per field
@@ -126,9 +128,10 @@ def _rows(path: Path, header: bool = True, overfull: list[int] | None = None, hi
             kept.append(dict(zip(names, row)))
             kept_lines.append(line)
         return names, kept, kept_lines
-    width = max((len(row) for row in table), default=0)
-    return ([str(i) for i in range(width)], [{str(i): value for i, value in enumerate(row)} for row in table],
-            lines)
+    names = [str(i) for i in range(max((len(row) for row in table), default=0))]
+    if check is not None:
+        check(names)
+    return names, [{str(i): value for i, value in enumerate(row)} for row in table], lines
 
 
 def _other_separator(names: list[str]) -> str | None:
@@ -166,9 +169,7 @@ def _columns(path: Path, roles: dict[str, str | None], overfull: list[int] | Non
                 "; its first row looks like data, not a header: for a file without one, give every column as a "
                 "0-based position" if data else ""))
 
-    header, rows, lines = _rows(path, not all(positions) or not positions, overfull, hint, check)
-    check(header)
-    return header, rows, lines
+    return _rows(path, not all(positions) or not positions, overfull, hint, check)
 
 
 def _is_number(text: str) -> bool:

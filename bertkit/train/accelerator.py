@@ -8,6 +8,7 @@ refused: its engine would take over what the loop owns.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 import torch
@@ -34,6 +35,17 @@ def _one_of_many() -> bool:
     launcher = "ACCELERATE_USE_CPU" in env and "MASTER_ADDR" in env  # accelerate's simple launcher, N > 1
     return launcher and not any(key in env for key in ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
                                                        "MV2_COMM_WORLD_SIZE"))
+
+
+@functools.cache  # once a process: the demo and ablate make an accelerator per job
+def _warn_one_process() -> None:
+    from rich.console import Console
+
+    # a warning, not a refusal: a job script's own MASTER_ADDR looks the same to a one-process launch
+    Console(stderr=True).print(
+        "[yellow]warning: MASTER_ADDR is set, yet this is one process: accelerate launch's CPU launcher (--cpu, "
+        "or a machine without GPUs) starts one for --num_processes N unless under MPI (--mpirun_hostfile); for "
+        "N CPU processes use torchrun --nproc_per_node N -m bertkit … (or accelerate launch --multi_gpu)")
 
 
 def resolve_sharding(setting: str) -> str:
@@ -106,13 +118,7 @@ def make_accelerator(precision: str, sharding: str = "none") -> Accelerator:
     # (without it, each CPU process would silently train alone).
     accelerator = Accelerator(cpu=not gpu, mixed_precision=mixed, fsdp_plugin=plugin)
     if accelerator.num_processes == 1 and _one_of_many():
-        from rich.console import Console
-
-        # a warning, not a refusal: a job script's own MASTER_ADDR looks the same to a one-process launch
-        Console(stderr=True).print(
-            "[yellow]warning: MASTER_ADDR is set, yet this is one process: accelerate launch's CPU launcher (--cpu, "
-            "or a machine without GPUs) starts one for --num_processes N unless under MPI (--mpirun_hostfile); for "
-            "N CPU processes use torchrun --nproc_per_node N -m bertkit … (or accelerate launch --multi_gpu)")
+        _warn_one_process()
     if asked is None:  # Accelerate sets it when given a plugin: a later job in this process must not read it
         os.environ.pop("ACCELERATE_USE_FSDP", None)
     if plugin is not None and not accelerator.is_fsdp2:
