@@ -47,7 +47,8 @@ def reference_spearman() -> dict:
 
     from bertkit.metrics import correlation_metrics
     from bertkit.paths import resolve_data_path
-    from bertkit.text.tasks import read_pairs, sts_columns
+    from bertkit.text.pair_files import sts_columns
+    from bertkit.text.tasks import read_pairs
 
     data = resolve_data_path(TEST)
     first, second, score = sts_columns(data)

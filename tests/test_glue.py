@@ -110,6 +110,29 @@ def test_a_decoder_run_is_refused(tmp_path, sample_tokenizer):
                                                                       str(tmp_path / "g"))
 
 
+
+@needs_glue
+def test_a_finetuned_run_is_scored_with_a_warning(tmp_path, sample_tokenizer):
+    # a classifier's encoder has seen its task's labels: its column measures that finetuning too, so glue says so
+    from bertkit.config import Config
+    from bertkit.nn.model import Model
+    from bertkit.run.directory import save_run
+    from bertkit.text.tokenizer import save_tokenizer
+    from conftest import cli_invoke, heads, tiny
+
+    save_tokenizer(sample_tokenizer, tmp_path / "tok")
+    cfg, classifier = tiny(vocab_size=400), heads("classifier", num_labels=2)
+    run = save_run(tmp_path / "sst2", Model(cfg, classifier), Config(model=cfg, heads=classifier),
+                   tmp_path / "tok" / "tokenizer.json")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")  # refused after the warning: nothing is trained
+    said = " ".join(cli_invoke("glue", "-m", str(run), "--tasks", "rte", "-o", str(tmp_path / "mine")).output.split())
+    assert f"warning: --model {run} is a finetuned run (its classifier head is dropped)" in said
+    assert "is not a glue folder" in said
+    random = " ".join(cli_invoke("glue", "-m", str(run), "--tasks", "rte", "--init", "random", "-o",
+                                 str(tmp_path / "mine")).output.split())
+    assert "finetuned run" not in random and "is not a glue folder" in random  # its weights are not used
+
 @needs_glue
 @pytest.mark.slow
 def test_glue_end_to_end_resumes_cell_by_cell_and_extends_seeds(tmp_path, base):

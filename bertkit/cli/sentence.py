@@ -16,7 +16,7 @@ def evaluate_sts(model: Annotated[Path, typer.Option(
         "--model", "-m", help="Any encoder run directory (or its ONNX export folder).")],
                  data: Annotated[Path, typer.Option("--data", help="Scored pairs: the STS benchmark's sts-*.csv, or "
                                                                   "a file with sentence1 / sentence2 / score "
-                                                                  "columns.")],
+                                                                  "(or label) columns or JSONL keys.")],
                  sentence1_column: Annotated[str | None, typer.Option(help="Name or 0-based position.")] = None,
                  sentence2_column: Annotated[str | None, typer.Option(help="Name or 0-based position.")] = None,
                  score_column: Annotated[str | None, typer.Option(help="Name or 0-based position.")] = None,

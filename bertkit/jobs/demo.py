@@ -38,7 +38,8 @@ from bertkit.nn.model import Model
 from bertkit.paths import resolve_data_path
 from bertkit.recipes import load_recipe, model_recipes, with_values
 from bertkit.text.corpus import find_files
-from bertkit.text.tasks import read_pairs, sts_columns
+from bertkit.text.pair_files import sts_columns
+from bertkit.text.tasks import read_pairs
 from bertkit.train.results import FinetuneResult
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"

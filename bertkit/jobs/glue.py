@@ -104,7 +104,7 @@ def run(job: GlueJob, console: Console | None = None) -> GlueResult:
     if job.budget is not None:  # before anything is written (a bad budget failed only in the first cell)
         parse_duration(job.budget, "--budget")
     _check_sets(job.overrides, tasks)
-    models = _labelled_models(job.models, job.init)
+    models = _labelled_models(job.models, job.init, console)
     files = {task.name: (_data_file(task.train), _data_file(task.dev)) for task in tasks}
     if missing_root():  # a typo in BERTKIT_DATA fell back to another copy without a word
         console.print(f"[yellow]warning: BERTKIT_DATA={os.environ['BERTKIT_DATA']} is not a folder: the tasks' "
@@ -173,18 +173,24 @@ def _note_earlier_cells(result: GlueResult, tasks: list[str], models: dict[str, 
                       "earlier runs", highlight=False)
 
 
-def _labelled_models(paths: tuple[Path, ...], init: str) -> dict[str, Path]:
+def _labelled_models(paths: tuple[Path, ...], init: str, console: Console) -> dict[str, Path]:
     """Each encoder run under its table label (its folder name; `@random` under --init random; numbered where two
-    share a name). A run that is not an encoder is one clear error."""
+    share a name). A run that is not an encoder is one clear error; a finetuned one is warned about."""
     labelled: dict[str, Path] = {}
     for path in paths:
         path = Path(path)
         try:
-            architecture = load_config(path).model.architecture  # its message names an ONNX export as one
+            config = load_config(path)  # its message names an ONNX export as one
         except BertkitError as exc:
             raise BertkitError(f"--model {exc}") from None
+        architecture = config.model.architecture
         if architecture != "encoder":
             raise BertkitError(f"--model {path}: glue scores encoders; this is {a_or_an(architecture)} run")
+        task_heads = [name for name in config.heads.names if name in ("classifier", "tagger", "pair_classifier")]
+        if task_heads and init == "pretrained":  # intermediate-task transfer is legitimate, but not pretraining
+            console.print(f"[yellow]warning: --model {path} is a finetuned run (its {task_heads[0].replace('_', ' ')}"
+                          " head is dropped): each cell finetunes its encoder again, so its scores measure its "
+                          "pretraining and that finetuning together")
         if any(path.resolve() == Path(other).resolve() for other in labelled.values()):
             raise BertkitError(f"--model {path}: given twice (each run is one column)")
         label = path.resolve().name + ("@random" if init == "random" else "")

@@ -20,7 +20,8 @@ from bertkit.metrics import correlation_metrics
 from bertkit.paths import need_file, resolve_data_path
 from bertkit.run.files import atomic_file
 from bertkit.run.outputs import STS_REPORT, claim
-from bertkit.text.tasks import read_pairs, sts_columns
+from bertkit.text.pair_files import sts_columns
+from bertkit.text.tasks import read_pairs
 
 
 @dataclass(frozen=True)

@@ -565,33 +565,3 @@ def hold_out(examples: list, fraction: float, seed: int,
                 kept.append(i)
                 trained |= set(labels_of(examples[i]))
     return [examples[i] for i in sorted(kept)], [examples[i] for i in sorted(out)]
-
-
-NAMED = ("sentence1", "sentence2", "score")
-STS_BENCHMARK = ("5", "6", "4")  # stsbenchmark's sts-*.csv: genre, file, year, id, score, sentence1, sentence2
-
-
-def sts_columns(path: Path) -> tuple[str, str, str]:
-    """The columns of a scored-pair file: named (sentence1, sentence2, score; or label for the score) when its
-    header has them, else the STS benchmark's positions when it looks like one."""
-    if path.suffix.lower() in (".jsonl", ".json"):
-        return NAMED
-    try:
-        with path.open(encoding="utf-8-sig") as fh:
-            first = fh.readline().rstrip("\r\n")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BertkitError(f"{path}: unreadable ({exc})") from None
-    allow_long_fields()
-    try:
-        fields = next(csv.reader([first], **csv_dialect(first, path.suffix.lower())), [])
-    except csv.Error as exc:
-        raise csv_error(path, 1, exc, path.suffix.lower()) from None
-    if {"sentence1", "sentence2"} <= set(fields):
-        return ("sentence1", "sentence2", "score" if "score" in fields else "label")
-    try:
-        if len(fields) >= 7 and 0.0 <= float(fields[4]) <= 5.0:
-            return STS_BENCHMARK
-    except ValueError:
-        pass
-    raise BertkitError(f"{path}: cannot tell its columns (no sentence1/sentence2 header, not the STS benchmark "
-                       "layout); pass --sentence1-column, --sentence2-column and --score-column")

@@ -352,3 +352,28 @@ def test_a_semicolon_separated_file_is_named_as_one(tmp_path):
     path.write_text("text;label\nmy card again;billing\n")
     with pytest.raises(BertkitError, match=r"no text column 'text': its header 'text;label' is one field"):
         read_labelled(path)
+
+
+def test_a_scored_pair_files_columns_are_found_by_name_in_any_format_or_by_the_benchmarks_layout(tmp_path):
+    from bertkit.text.pair_files import STS_BENCHMARK, sts_columns
+    from bertkit.text.tasks import read_pairs
+
+    # Hugging Face's GLUE STS-B calls the score `label`: a JSONL file of it was read for a `score` key and refused
+    hf = tmp_path / "hf.jsonl"
+    hf.write_text('\n{"sentence1": "A man plays.", "sentence2": "A man is playing.", "label": 4.5, "idx": 0}\n')
+    assert sts_columns(hf) == ("sentence1", "sentence2", "label")
+    assert [p.score for p in read_pairs(hf, *sts_columns(hf)[:2], "score", sts_columns(hf)[2])] == [4.5]
+    named = tmp_path / "named.jsonl"
+    named.write_text('{"sentence1": "a", "sentence2": "b", "score": 1.0, "label": 9}\n')
+    assert sts_columns(named) == ("sentence1", "sentence2", "score")  # score first, as in a header
+    (tmp_path / "odd.json").write_text("[1]\n")
+    assert sts_columns(tmp_path / "odd.json") == ("sentence1", "sentence2", "score")  # the reader says what is wrong
+    tsv = tmp_path / "named.tsv"
+    tsv.write_text("sentence1\tsentence2\tlabel\na\tb\t3\n")
+    assert sts_columns(tsv) == ("sentence1", "sentence2", "label")
+    bench = tmp_path / "sts-dev.csv"
+    bench.write_text("main-captions\tMSRvid\t2012test\t0000\t5.000\tA man plays.\tA man is playing.\n")
+    assert sts_columns(bench) == STS_BENCHMARK
+    (tmp_path / "other.csv").write_text("a,b,c\n1,2,3\n")
+    with pytest.raises(BertkitError, match="cannot tell its columns"):
+        sts_columns(tmp_path / "other.csv")
