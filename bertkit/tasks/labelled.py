@@ -58,8 +58,10 @@ class LabelledObjective:
             raise BertkitError("no training examples")
         self.sampler = EpochSampler(len(examples), self.global_batch, train.seed)
         self.eval_batch = max(train.batch_size, 32)
-        # an evaluation, in training-step units (forward only, about a third of a training step per example)
-        self.eval_cost_steps = n_validation / self.global_batch * 0.35
+        # an evaluation, in training-step units (forward only, about a third of a training step per example); every
+        # process scores the whole validation set, so a step's share is one process's rows, not the global batch's
+        # (that guessed an N-process run's final evaluation N x too short before one was timed)
+        self.eval_cost_steps = n_validation / (train.batch_size * train.accumulation_steps) * 0.35
 
     def init_head(self, model) -> None:
         """Set the task head's starting weights from the training data, before training (a resume loads its

@@ -58,8 +58,9 @@ class SentenceObjective:
         self.sampler = EpochSampler(len(sides[0]), self.global_batch, train.seed)
         self.eval_batch = max(train.batch_size, 64)
         n_validation = sum(len(side) for side in validation_sides)
-        # an evaluation, in training-step units: forward only (about a third of a training step per sentence)
-        self.eval_cost_steps = n_validation / (self.global_batch * len(sides)) * 0.35
+        # an evaluation, in training-step units: forward only (about a third of a training step per sentence); every
+        # process encodes the whole validation set, against one process's rows a step
+        self.eval_cost_steps = n_validation / (train.batch_size * train.accumulation_steps * len(sides)) * 0.35
 
     def init_head(self, model) -> None:
         """As LabelledObjective.init_head: nothing to set from the data."""

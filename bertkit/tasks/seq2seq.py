@@ -44,9 +44,10 @@ class Seq2SeqObjective:
         self.last_bleu: dict | None = None  # the last evaluation's full sacrebleu result
         if bleu_examples == 0:
             self.default_metric = "val_loss"
-        # an evaluation in training-step units: forward passes (~1/3 of a step) plus decoding for BLEU
+        # an evaluation in training-step units: forward passes (~1/3 of a step) plus decoding for BLEU, over the
+        # whole validation set in every process, against one process's rows a step
         n_val = len(validation_source)
-        self.eval_cost_steps = (n_val * 0.35 + len(self.references) * 3) / self.global_batch
+        self.eval_cost_steps = (n_val * 0.35 + len(self.references) * 3) / (train.batch_size * train.accumulation_steps)
 
     @property
     def steps_per_epoch(self) -> float:

@@ -141,3 +141,22 @@ def test_a_window_resumed_from_an_older_checkpoint_logs_without_flops():
     window = {"loss": 4.0, "norm": 2.0, "tokens": 100.0, "time": 1.0, "grad_norm": 2.0, "steps": 2}  # no "flops"
     record = _log_record(TrainState(step=2, window=window), 1e-3, Peak(1e9, "measured: test"), 1)
     assert record["loss"] == 2.0 and record["tflops"] == 0.0 and record["mfu"] == 0.0
+
+
+def test_an_evaluations_guessed_cost_is_one_processs_whatever_the_world(sample_tokenizer):
+    # every process scores the whole validation set, so before one is timed the planner's guess (in steps) is the
+    # same under N processes: it was divided by the global batch, N x short, and a run whose only evaluation was the
+    # final one kept 1/N of its time
+    encoder = TaskEncoder(sample_tokenizer, 32)
+    train_cfg = TrainConfig(batch_size=4, accumulation_steps=2)
+    for world in (1, 2, 4):
+        classify = ClassifyObjective(encoder.texts(TEXTS), [i % 3 for i in range(8)], encoder.texts(TEXTS * 4),
+                                     ["a"] * 32, ["a", "b", "c"], 0, train_cfg, world)
+        assert classify.eval_cost_steps == pytest.approx(32 / 8 * 0.35)  # 32 rows, 8 of them a step per process
+        sentence = SentenceObjective("mnrl", [encoder.texts(TEXTS[:4]), encoder.texts(TEXTS[4:])], None,
+                                     [encoder.texts(TEXTS[:4]), encoder.texts(TEXTS[4:])], None, "mean", 20.0, 0,
+                                     train_cfg, world)
+        assert sentence.eval_cost_steps == pytest.approx(8 / (8 * 2) * 0.35)
+        seq2seq = Seq2SeqObjective([[7, 8, 3]] * 8, [[9, 3]] * 8, [[7, 3]] * 16, [[9, 3]] * 16, [], 2, 0, 0.0,
+                                   train_cfg, world)
+        assert seq2seq.eval_cost_steps == pytest.approx(16 * 0.35 / 8)
