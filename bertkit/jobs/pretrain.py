@@ -263,9 +263,9 @@ def _setting_warnings(config: Config, validation_blocks: int) -> list[str]:
                         "corpus (data.streaming = false) to tokenise it with workers")
     if validation_blocks == 0:
         why = ("data.validation_fraction = 0" if data.validation_fraction == 0 else
-               f"the corpus is too small for data.validation_fraction={data.validation_fraction:g} (one document "
-               f"in {max(2, round(1 / data.validation_fraction))} is held out: too few documents, or too little text "
-               f"in them for a block of {data.block_size} tokens)")
+               f"the corpus is too small for data.validation_fraction={data.validation_fraction:g} "
+               f"({data.validation_fraction * 100:g}% of the documents, spread evenly, are held out: too few "
+               f"documents, or too little text in them for a block of {data.block_size} tokens)")
         warnings.append(f"no validation blocks: {why}; the run has no validation loss (add documents, or raise "
                         "data.validation_fraction)")
     return warnings
@@ -286,7 +286,7 @@ def _cached_tokenizer(config: Config, console: Console):
         except BertkitError:  # a damaged cache entry is rebuilt, never a dead end
             console.print(f"[yellow]{folder}: damaged tokenizer cache; training it again")
     tokenizer = train_on_corpus(config.data.corpus, config.model.vocab_size, config.tokenizer,
-                                config.data.text_field, config.data.skip_bad_lines, console)
+                                config.data.text_field, config.data.skip_bad_lines, console, config.data.streaming)
     with atomic_dir(folder, overwrite=True) as tmp:
         save_tokenizer(tokenizer, tmp)
     return tokenizer

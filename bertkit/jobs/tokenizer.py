@@ -51,7 +51,7 @@ def run(job: TokenizerJob, console: Console | None = None) -> TokenizerResult:
     with locked(job.out, "output"):
         claim(job.out, TOKENIZER, job.overwrite, inputs=job.corpus)
         tok = train_on_corpus(list(job.corpus), job.vocab_size, job.settings, job.text_field, job.skip_bad_lines,
-                              console)
+                              console, option="--vocab-size")
         with atomic_dir(job.out, overwrite=job.overwrite) as tmp:
             save_tokenizer(tok, tmp)
     console.print(f"wrote {job.out}/tokenizer.json ({tok.get_vocab_size():,} tokens)")

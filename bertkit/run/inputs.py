@@ -2,12 +2,13 @@
 base model, so that a resume on changed content is refused instead of silently training on other text.
 
 inputs.json
-  {"files": {"data.corpus": [{"path", "bytes", "mtime_ns", "sha256"}, ...], "task.train_file": [...], ...},
+  {"files": {"data.corpus": [{"path", "bytes", "mtime_ns", "ctime_ns", "sha256"}, ...], "task.train_file": [...], ...},
    "base_model": {"path", "digest"} | null,      (null: a seq2seq run begun from its recipe alone)
    "changes": [{"role", "was", "now"}, ...]}     (resumes that accepted changed content on purpose)
 
 A file's record is a sha256 of its whole content: any edit, even one that keeps the size, is seen. A resume reads a
-file again only when its size or modification time moved (a `touch` costs one read, and changes nothing); files over
+file again only when its size, modification time or change time (ctime: every write moves it, and nothing sets it
+back) moved (a `touch` costs one read, and changes nothing); files over
 `_WHOLE` bytes (a streamed corpus larger than memory can be read) get run.files.content_digest instead — size, both
 ends and 64 samples — which a same-size edit in the middle can slip past. The base model's weights are recorded
 with content_digest too: they are bertkit's own file, written whole.
@@ -43,12 +44,15 @@ def _sha256(path: Path) -> str:
 
 
 def _file(path: str | Path, before: dict | None = None) -> dict:
-    """One file's record; `before` (the recorded one) is reused when size and modification time did not move."""
+    """One file's record; `before` (the recorded one) is reused when size, modification and change time did not
+    move (the change time moves on every write, and `touch -r` or `rsync -a` cannot set it back: a same-size edit
+    whose modification time was restored kept the old digest)."""
     path = Path(path)
     need_file(path)
     stat = path.stat()
-    entry = {"path": str(path.resolve()), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-    same = before is not None and before.get("bytes") == stat.st_size and before.get("mtime_ns") == stat.st_mtime_ns
+    entry = {"path": str(path.resolve()), "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+             "ctime_ns": stat.st_ctime_ns}
+    same = before is not None and all(before.get(key) == entry[key] for key in ("bytes", "mtime_ns", "ctime_ns"))
     entry["sha256"] = before["sha256"] if same and "sha256" in before else _sha256(path)
     return entry
 

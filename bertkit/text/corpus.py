@@ -32,8 +32,14 @@ if TYPE_CHECKING:  # types only: the CSV helpers that task readers import need n
 
 FORMATS = {".txt": "text", ".text": "text", ".jsonl": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv",
            ".parquet": "parquet"}
-_VERSION = "corpus-v3"  # v2: TSV read without quote processing; a .csv whose header is tab-separated reads as TSV;
-# v3: a quoted CSV field keeps its line breaks, a byte-order mark is not text, a JSON text is text (not a repr)
+_VERSION = "corpus-v4"  # v2: TSV read without quote processing; a .csv whose header is tab-separated reads as TSV;
+# v3: a quoted CSV field keeps its line breaks, a byte-order mark is not text, a JSON text is text (not a repr);
+# v4: a byte-order mark opening any document is not text (files joined with `cat`), as the stream reads it; the key
+# holds each file's inode and change time (an edit that kept size and modification time reused the old corpus)
+# compressions other than gzip, refused by name (what each suffix is: the message says)
+COMPRESSED = {".xz": "xz-compressed", ".lzma": "lzma-compressed", ".bz2": "bzip2-compressed",
+              ".zst": "zstd-compressed", ".lz4": "lz4-compressed", ".zip": "a zip archive", ".7z": "a 7z archive",
+              ".tar": "a tar archive", ".tgz": "a tar archive"}
 _CACHE_VERSION = "corpus-cache-v1"  # the cache folder's layout (manifest.json), apart from how files are read
 _BATCH = 10_000
 # Python's csv refuses a field over 128 kB (field_size_limit() is 131072), and a document or a review can be longer.
@@ -55,23 +61,43 @@ class ReadStats:
 
 
 def find_files(paths: list[str] | tuple[str, ...]) -> list[Path]:
-    """Expand files and directories into the readable corpus files, sorted; clear errors for what is missing."""
+    """Expand files and directories into the readable corpus files, sorted; clear errors for what is missing.
+    A directory's hidden files and folders are not read (a notebook's `.ipynb_checkpoints` holds a copy of each
+    file: every document was read twice, and validation held out copies of training documents), a file named twice
+    (`a.txt ./a.txt`, or a folder and a file in it) is read once, and a compressed file bertkit cannot decompress
+    is refused by name (a folder left its .zst shards out without a word)."""
     if not paths:
         raise BertkitError("no corpus given (pass --corpus FILE_OR_DIR, or set data.corpus in the recipe)")
     files: list[Path] = []
     for raw in paths:
         path = resolve_data_path(Path(raw))
         if path.is_file():
+            _check_compression(path)
             files.append(path)
         elif path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and file_format(p, strict=False))
+            found = sorted(p for p in path.rglob("*") if p.is_file()
+                           and not any(part.startswith(".") for part in p.relative_to(path).parts))
+            for candidate in found:
+                if candidate.suffixes[-2:-1] and file_format(candidate.with_suffix(""), strict=False):
+                    _check_compression(candidate)  # part-0.jsonl.zst: a corpus shard, not an unrelated file
+            found = [p for p in found if file_format(p, strict=False)]
             if not found:
                 raise BertkitError(f"{path}: directory has no readable text files "
                                    f"(looked for {', '.join(sorted(FORMATS))}, optionally .gz)")
             files.extend(found)
         else:
             raise BertkitError(f"{path}: no such file or directory{where_looked(path)}")
-    return files
+    seen: set[Path] = set()
+    return [f for f in files if not (f.resolve() in seen or seen.add(f.resolve()))]
+
+
+def _check_compression(path: Path) -> None:
+    """Refuse a file compressed other than with gzip: read as text, its bytes were invalid UTF-8, and the error's
+    --skip-bad-lines trained on junk."""
+    kinds = [COMPRESSED[s] for s in (s.lower() for s in path.suffixes) if s in COMPRESSED]
+    if kinds:
+        raise BertkitError(f"{path}: {kinds[-1]}, which bertkit does not read (it reads plain files and .gz): "
+                           "unpack it, or recompress it with gzip")
 
 
 def file_format(path: Path, strict: bool = True) -> str | None:
@@ -145,6 +171,8 @@ def _lines(path: Path, skip_bad_lines: bool | None, stats: ReadStats, ends: bool
     try:
         with opener(path, "rb") as fh:
             for number, raw in enumerate(fh, start=1):
+                if b"\x00" in raw or number == 1 and raw[:2] in _UTF16:  # valid UTF-8 with NULs (UTF-16 of ASCII
+                    raise _nul_error(path, raw, offset, number)                # text), or not UTF-8: never text
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
@@ -169,6 +197,36 @@ def _lines(path: Path, skip_bad_lines: bool | None, stats: ReadStats, ends: bool
     except (OSError, EOFError, zlib.error) as exc:  # truncated or damaged: where it stops (as text/stream.py says)
         raise BertkitError(f"{path}: unreadable at byte {offset}, line {number + 1} ({exc}); repair or replace "
                            "the file") from None
+
+
+_UTF16 = (b"\xff\xfe", b"\xfe\xff")  # UTF-16's byte-order marks, little- and big-endian
+
+
+def refuse_non_text(path: Path) -> None:
+    """The streamed path's check of a text / JSONL / CSV / TSV file (the packed path checks every line): no NUL byte
+    in its first 64 KiB, no UTF-16 byte-order mark."""
+    opener = gzip.open if path.suffix.lower() == ".gz" else open
+    try:
+        with opener(path, "rb") as fh:
+            head = fh.read(1 << 16)
+    except (OSError, EOFError, zlib.error):
+        return  # the stream's own reading says where the file is damaged
+    if head[:2] in _UTF16:
+        raise _nul_error(path, head, 0, 1)
+    if (nul := head.find(b"\x00")) >= 0:
+        start = head.rfind(b"\n", 0, nul) + 1  # the line holding it: its first byte, and its number
+        raise _nul_error(path, head[start:], start, head.count(b"\n", 0, nul) + 1)
+
+
+def _nul_error(path: Path, raw: bytes, offset: int, number: int) -> BertkitError:
+    """A line holding a NUL byte: a UTF-16 file (ASCII text in UTF-16 is valid UTF-8 with a NUL after each
+    character, and was trained on so) or a binary one. Not skippable: every line of such a file is alike."""
+    if number == 1 and raw[:2] in _UTF16:
+        what, where = "UTF-16 (its byte-order mark says so)", 0
+    else:
+        what, where = "a NUL byte (UTF-16 text, or not a text file?)", raw.index(b"\x00")
+    return BertkitError(f"{path}: {what} at byte {offset + where} (line {number}); re-encode it as UTF-8 "
+                        f"(`iconv -f utf-16 -t utf-8 {path}`)")
 
 
 @dataclass(frozen=True)
@@ -304,7 +362,7 @@ def iter_corpus(files: list[Path], text_field: str = "text", skip_bad_lines: boo
     for path in files:
         stats.files += 1
         for doc in _documents(path, text_field, skip_bad_lines, stats):
-            doc = doc.strip()
+            doc = doc.removeprefix("\ufeff").strip()  # a BOM opening a line of files joined by `cat`: not text
             if not doc:
                 stats.empty_lines += 1
                 continue
@@ -314,11 +372,12 @@ def iter_corpus(files: list[Path], text_field: str = "text", skip_bad_lines: boo
 
 
 def corpus_fingerprint(files: list[Path], text_field: str, skip_bad_lines: bool) -> str:
-    """Changes whenever a file is added, removed, resized or touched, or a reading option changes."""
+    """Changes whenever a file is added, removed, resized, touched or written, or a reading option changes (the
+    inode's change time moves on every write, and `touch -r` / `rsync -a` cannot set it back)."""
     h = hashlib.sha256(_VERSION.encode())
     for path in files:
         st = path.stat()
-        h.update(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+        h.update(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ino}|{st.st_ctime_ns}\n".encode())
     h.update(f"{text_field}|{skip_bad_lines}".encode())
     return h.hexdigest()[:20]
 
@@ -358,4 +417,4 @@ def load_corpus(paths: list[str] | tuple[str, ...], text_field: str = "text", sk
 
 __all__ = ["CSV_FIELD_LIMIT", "ReadStats", "Record", "allow_long_fields", "corpus_fingerprint", "csv_dialect",
            "csv_error", "csv_errors", "document_text", "file_format", "find_files", "iter_corpus", "iter_records",
-           "load_corpus"]
+           "load_corpus", "refuse_non_text"]

@@ -20,6 +20,7 @@ When the stream ends it starts again (the next epoch), its last partial block dr
 from __future__ import annotations
 
 import gzip
+import json
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from pandas.errors import ParserError as _ParserError  # datasets' csv builder r
 from tokenizers import Tokenizer
 
 from bertkit.errors import BertkitError
-from bertkit.text.corpus import document_text, file_format, find_files
+from bertkit.text.corpus import document_text, file_format, find_files, refuse_non_text
 from bertkit.text.packing import Packed, cut_blocks, held_out, tokenize_documents, validation_share
 from bertkit.text.tokenizer import special_ids
 
@@ -40,7 +41,9 @@ _DOCS = 256  # documents tokenised together (a resume point sits before each suc
 # datasets' builder per file format, read as text/corpus.py reads it (TSV without quote processing: QUOTE_NONE;
 # no missing values: pandas would read a document "NA", "null" or "nan" as none, and the stream would skip it)
 _TABLE = {"keep_default_na": False, "na_filter": False}
-_BUILDERS = {"text": ("text", {}), "jsonl": ("json", {}), "csv": ("csv", _TABLE),
+# JSON lines through the text builder, each parsed here as the packed path parses it: datasets' json builder fixes a
+# schema from the first 10 MB, and a field beside the text that appeared or changed type later was a traceback
+_BUILDERS = {"text": ("text", {}), "jsonl": ("text", {}), "csv": ("csv", _TABLE),
              "tsv": ("csv", {"sep": "\t", "quoting": 3, **_TABLE}), "parquet": ("parquet", {})}
 
 
@@ -61,6 +64,9 @@ def open_source(corpus: tuple[str, ...] | list[str]):
     formats = {file_format(f) for f in files}
     if len(formats) != 1:
         raise BertkitError(f"data.corpus: a streamed corpus is files of one format, found {', '.join(sorted(formats))}")
+    for path in files:
+        if file_format(path) != "parquet":  # a UTF-16 file read as UTF-8 is text with a NUL between characters
+            refuse_non_text(path)
     builder, options = _BUILDERS[formats.pop()]
     try:  # datasets reads the first file's first chunk here (its schema)
         return datasets.load_dataset(builder, data_files=[str(f) for f in files], split="train", streaming=True,
@@ -144,8 +150,12 @@ class BlockStream:
 
     def _documents(self, source, first_doc: int) -> Iterator[tuple[int, str]]:
         """(document index, text) of every non-empty document from where `source` stands."""
-        doc, first = first_doc, self._delimited()  # a stream's columns are one schema: its first row says
+        formats = self._formats()
+        doc, first = first_doc, bool(formats) and formats <= {"csv", "tsv"}  # one schema: its first row says
+        json_lines = formats == {"jsonl"}
         for row in _decoded(source, self.corpus):
+            if json_lines and (row := self._record(row["text"], doc)) is None:
+                continue
             if first and any(str(key).startswith("__index_level_") for key in row):
                 # pandas reads a CSV whose first rows hold more fields than its header with the first fields as an
                 # index: the text was the row's tail, or empty (a review, 2026-11-28)
@@ -163,12 +173,28 @@ class BlockStream:
                 yield doc, text
                 doc += 1
 
-    def _delimited(self) -> bool:
-        """Whether the corpus is local CSV / TSV files (read by pandas, which takes a too-wide row's first fields
-        for an index; a Parquet file's or a Hub dataset's own index columns are no such sign)."""
+    def _formats(self) -> set[str]:
+        """The local files' formats (empty for a Hub dataset): CSV / TSV are read by pandas, which takes a too-wide
+        row's first fields for an index (a Parquet file's or a Hub dataset's own index columns are no such sign);
+        JSONL comes as lines, parsed by `_record`."""
         if any(str(c).startswith(HUB_PREFIX) for c in self.corpus):
-            return False
-        return {file_format(f) for f in find_files(self.corpus)} <= {"csv", "tsv"}
+            return set()
+        return {file_format(f) for f in find_files(self.corpus)}
+
+    def _record(self, line: str, doc: int) -> dict | None:
+        """A JSONL line as its record, as the packed path reads it (None: a blank line, not a record)."""
+        line = line.removeprefix("\ufeff")
+        if not line.strip():
+            return None
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise BertkitError(f"data.corpus: {', '.join(map(str, self.corpus[:2]))}: not valid JSON ({exc.msg}) after"
+                               f" document {doc:,}; data.streaming = false names its file and line") from None
+        if not isinstance(record, dict):
+            raise BertkitError(f"data.corpus: {', '.join(map(str, self.corpus[:2]))}: a JSON line after document "
+                               f"{doc:,} is {type(record).__name__}, not an object with a {self.text_field!r} field")
+        return record
 
     def _pack(self, texts: list[str], carry_ids: np.ndarray, carry_starts: np.ndarray):
         """Blocks of `texts` after the carried tokens, as text/packing.py packs them; the new carry."""

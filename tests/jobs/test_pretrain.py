@@ -327,8 +327,9 @@ def test_what_a_pretraining_cannot_do_with_its_settings_is_warned(tmp_path, samp
     base = [*TINY, "--tokenizer", tmp_path / "tok", "--max-steps", "2"]
     said = " ".join(cli_ok("pretrain", *merged(base, ["--corpus", one, "--set", "block_size=16", "--out",
                                                       tmp_path / "run"])).output.split())
-    assert ("warning: no validation blocks: the corpus is too small for data.validation_fraction=0.01 (one document "
-            "in 100 is held out: too few documents, or too little text in them for a block of 16 tokens); the run "
+    assert ("warning: no validation blocks: the corpus is too small for data.validation_fraction=0.01 (1% of the "
+            "documents, spread evenly, are held out: too few documents, or too little text in them for a block of 16 "
+            "tokens); the run "
             "has no validation loss (add documents, or raise data.validation_fraction)") in said
     assert "no validation blocks, no validation loss" in said and "tokenize_workers" not in said
     results = json.loads((tmp_path / "run" / "results.json").read_text())

@@ -5,6 +5,7 @@ import gzip
 import io
 import json
 import os
+import re
 import time
 
 import pyarrow as pa
@@ -229,3 +230,91 @@ def test_a_damaged_corpus_cache_is_read_again_with_a_warning(tmp_path, damage):
     out = io.StringIO()
     assert load_corpus([str(path)], console=Console(file=out))[0]["text"] == texts
     assert out.getvalue() == ""  # healed: the next run just reuses it
+
+
+def test_hidden_folders_are_not_read_and_a_file_named_twice_is_read_once(tmp_path):
+    # a folder opened in Jupyter holds .ipynb_checkpoints/NAME-checkpoint.txt, a copy of each file: every document
+    # was read twice, and validation held out copies of training documents
+    folder = tmp_path / "corpus"
+    (folder / ".ipynb_checkpoints").mkdir(parents=True)
+    (folder / "sub").mkdir()
+    (folder / "reviews.txt").write_text("one\ntwo\n")
+    (folder / ".ipynb_checkpoints" / "reviews-checkpoint.txt").write_text("one\ntwo\n")
+    (folder / ".notes.txt").write_text("private\n")
+    (folder / "sub" / "more.txt").write_text("three\n")
+    assert corpus.find_files([str(folder)]) == [folder / "reviews.txt", folder / "sub" / "more.txt"]
+    twice = [str(folder), str(folder / "sub" / "more.txt"), f"{folder}/./reviews.txt"]
+    assert load_corpus(twice)[0]["text"] == ["one", "two", "three"]
+    assert corpus.find_files([str(folder / ".notes.txt")]) == [folder / ".notes.txt"]  # named: read
+
+
+def test_a_compression_bertkit_cannot_read_is_refused_by_name(tmp_path):
+    import bz2
+    import lzma
+
+    # a folder of .zst / .xz / .bz2 shards beside one readable file left the shards out without a word (600 of 603
+    # documents); a compressed file named alone was read as text, its bytes refused as invalid UTF-8, and the
+    # error's --skip-bad-lines trained on junk
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    (shards / "part-0.jsonl.bz2").write_bytes(bz2.compress(b'{"text": "a"}\n'))
+    (shards / "part-1.jsonl").write_text('{"text": "b"}\n')
+    (shards / "README.md").write_text("not a corpus file: skipped, as before\n")
+    with pytest.raises(BertkitError, match=r"part-0.jsonl.bz2: bzip2-compressed, which bertkit does not read \(it "
+                                           r"reads plain files and .gz\): unpack it, or recompress it with gzip"):
+        corpus.find_files([str(shards)])
+    xz = tmp_path / "corpus.txt.xz"
+    xz.write_bytes(lzma.compress(b"text\n"))
+    with pytest.raises(BertkitError, match="corpus.txt.xz: xz-compressed, which bertkit does not read"):
+        load_corpus([str(xz)], skip_bad_lines=True)
+    assert "a tar archive" in cli_error("tokenizer", "train", str(_write(tmp_path / "c.tar.gz", b"x")), "-o",
+                                        str(tmp_path / "tok"), "--vocab-size", "300")
+
+
+def _write(path, data: bytes):
+    path.write_bytes(data)
+    return path
+
+
+def test_utf16_and_nul_bytes_are_refused_not_trained_on(tmp_path):
+    # ASCII text in UTF-16 without a byte-order mark is valid UTF-8 with a NUL after every character: it was
+    # trained on so, its merges full of byte 0x00; with the mark, --skip-bad-lines skipped the first line and
+    # trained on the rest
+    plain = "first review\nsecond review\n"
+    without = _write(tmp_path / "without.txt", plain.encode("utf-16-le"))
+    with pytest.raises(BertkitError, match=r"without.txt: a NUL byte \(UTF-16 text, or not a text file\?\) at byte "
+                                           r"1 \(line 1\); re-encode it as UTF-8 \(`iconv -f utf-16 -t utf-8 "):
+        load_corpus([str(without)], skip_bad_lines=True)
+    marked = _write(tmp_path / "marked.jsonl", '{"text": "日本語"}\n'.encode("utf-16"))  # with its mark
+    with pytest.raises(BertkitError, match=r"marked.jsonl: UTF-16 \(its byte-order mark says so\) at byte 0 \(line "
+                                           r"1\); re-encode"):
+        load_corpus([str(marked)], skip_bad_lines=True)
+    later = _write(tmp_path / "later.txt", b"fine\nstill fine\nbro\x00ken\n")
+    with pytest.raises(BertkitError, match=r"later.txt: a NUL byte .* at byte 19 \(line 3\)"):
+        load_corpus([str(later)])
+    for path, message in ((without, "a NUL byte"), (marked, "UTF-16 (its byte-order mark"),
+                          (later, "byte 19 (line 3)")):
+        with pytest.raises(BertkitError, match=re.escape(message)):
+            corpus.refuse_non_text(path)  # the streamed path's check of the same files
+
+
+def test_a_byte_order_mark_opening_any_line_is_not_text(tmp_path):
+    # files that each begin with a BOM, joined by `cat`: the second BOM opened a document (three byte tokens), where
+    # the stream drops it
+    joined = _write(tmp_path / "joined.txt", "\ufefffirst\nsecond\n".encode() + "\ufeffthird\n".encode())
+    assert load_corpus([str(joined)])[0]["text"] == ["first", "second", "third"]
+
+
+def test_an_edit_that_keeps_size_and_modification_time_is_seen(tmp_path):
+    from bertkit.run import inputs
+
+    path = _write(tmp_path / "a.txt", b"one\ntwo\n")
+    _, _, key = load_corpus([str(path)])
+    recorded = inputs.describe({"data.corpus": [path]})
+    stat = path.stat()
+    path.write_bytes(b"ONE\nTWO\n")  # the same size, and the modification time put back (touch -r, rsync -a)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    dataset, _, again = load_corpus([str(path)])
+    assert again != key and dataset["text"] == ["ONE", "TWO"]
+    now = inputs.describe({"data.corpus": [path]}, before=recorded)
+    assert now["files"]["data.corpus"][0]["sha256"] != recorded["files"]["data.corpus"][0]["sha256"]

@@ -222,3 +222,50 @@ def test_an_unhandled_eof_is_a_traceback_not_a_bare_aborted(tmp_path, sample_tok
                         SAMPLE_CORPUS, "--tokenizer", tmp_path / "tok", "--out", tmp_path / "run", "--no-progress")
     assert isinstance(result.exception, RuntimeError) and isinstance(result.exception.__cause__, EOFError)
     assert "Aborted" not in result.output
+
+
+def test_a_streamed_jsonl_reads_its_text_whatever_its_other_fields_hold(tmp_path, sample_tokenizer):
+    # datasets' json builder fixed a schema from the first chunk: a field beside the text that appeared later, or
+    # changed type (null, then a number, then an object), was an 80-line traceback, hours into a run
+    rows = [{"text": f"{i}: {line}", "id": i} for i in range(30) for line in LINES]
+    for i, row in enumerate(rows):
+        row["meta"] = None if i < 100 else i if i < 200 else {"a": str(i)}
+        if i > 300:
+            row["url"] = f"http://x/{i}"
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("\ufeff" + "\n".join(json.dumps(r) for r in rows[:50]) + "\n\n" +
+                      "\n".join(json.dumps(r) for r in rows[50:]) + "\n")  # a byte-order mark, a blank line
+    dataset, _, key = load_corpus([str(corpus)])
+    packed = pack_corpus(dataset, key, sample_tokenizer, block_size=32, validation_fraction=0.05)
+    ids, _ = _streamed(BlockStream([str(corpus)], "text", sample_tokenizer, 32, 0.05))
+    assert np.array_equal(ids, packed.train.with_format("numpy")[:]["input_ids"])
+    (tmp_path / "odd.jsonl").write_text('{"text": "fine words here"}\n[1, 2]\n')
+    with pytest.raises(BertkitError, match=r"odd.jsonl: a JSON line after document 1 is list, not an object"):
+        list(BlockStream([str(tmp_path / "odd.jsonl")], "text", sample_tokenizer, 4, 0.0).blocks(Point()))
+    (tmp_path / "broken.jsonl").write_text('{"text": "fine words here"}\n{"text": \n')
+    with pytest.raises(BertkitError, match=r"broken.jsonl: not valid JSON \(.*\) after document 1; "
+                                           r"data.streaming = false names its file and line"):
+        list(BlockStream([str(tmp_path / "broken.jsonl")], "text", sample_tokenizer, 4, 0.0).blocks(Point()))
+    # a record without the text field is refused, as the cached path refuses it (datasets gave it as a null: an
+    # empty document)
+    (tmp_path / "gap.jsonl").write_text('{"text": "fine words here"}\n{"body": "no text"}\n')
+    with pytest.raises(BertkitError, match="has no field 'text' \\(fields: body\\)"):
+        list(BlockStream([str(tmp_path / "gap.jsonl")], "text", sample_tokenizer, 4, 0.0).blocks(Point()))
+    (tmp_path / "wide.txt").write_bytes("a few words\n".encode("utf-16-le"))
+    with pytest.raises(BertkitError, match="wide.txt: a NUL byte"):
+        BlockStream([str(tmp_path / "wide.txt")], "text", sample_tokenizer, 4, 0.0).blocks(Point()).__next__()
+
+
+def test_a_streamed_corpus_trains_its_tokenizer_without_a_copy_in_the_cache(tmp_path, monkeypatch):
+    # the cached read wrote the whole corpus into BERTKIT_CACHE before the tokenizer trained: a corpus streamed
+    # because it does not fit the disk filled it
+    from bertkit.config import TokenizerConfig
+    from bertkit.text.bpe import train_on_corpus
+
+    monkeypatch.setenv("BERTKIT_CACHE", str(tmp_path / "cache"))
+    corpus = repeated_corpus(tmp_path / "c.txt", 3)
+    settings = TokenizerConfig(min_frequency=1)
+    streamed = train_on_corpus([str(corpus)], 300, settings, streaming=True)
+    assert not (tmp_path / "cache" / "corpus").exists()
+    assert streamed.get_vocab() == train_on_corpus([str(corpus)], 300, settings).get_vocab()
+    assert (tmp_path / "cache" / "corpus").is_dir()  # the packed path's read, cached
