@@ -37,7 +37,7 @@ from bertkit.run.lock import locked
 from bertkit.run.outputs import refuse_nested
 from bertkit.tasks.base import FinetuneTask
 from bertkit.tasks.registry import finetune_task
-from bertkit.text.features import TaskEncoder
+from bertkit.text.features import Encoded, TaskEncoder
 from bertkit.text.labels import written_otherwise
 from bertkit.text.tasks import hold_out
 from bertkit.text.tokenizer import load_run_tokenizer, save_tokenizer, special_ids
@@ -242,10 +242,8 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
                            f"{task.length_key}={base_config.model.max_len})")
     objective, encoded = task.objective(config, train_examples, validation, labels, TaskEncoder(tokenizer, max_length),
                                         pad_id, accelerator.num_processes)
-    truncated = sum(e.truncated for e in encoded)
-    if truncated and main:
-        console.print(f"[yellow]warning: {truncated:,} of {len(encoded):,} {task.examples_name} are longer than "
-                      f"{max_length} tokens and were truncated ({task.length_key})")
+    if main:
+        _say_truncated(console, task, encoded, objective, max_length)
     train_cfg = _train_settings(config.train, objective.steps_per_epoch, step_cap)
     per_epoch = train_cfg.eval_every != config.train.eval_every  # said in the opening line
 
@@ -253,10 +251,7 @@ def _run(config: Config, model_dir: Path | None, out: Path, resume: bool, progre
                            _longest(encoded, max_length), accelerator)
     del base
     objective.init_head(model)  # from the data (a regressor's bias at the mean score); a resume loads over it
-    metric = config.train.metric or objective.default_metric
-    if metric not in objective.metric_names:
-        raise BertkitError(f"train.metric: {metric!r} is not a validation metric of {task.kind} (allowed: "
-                           f"{'|'.join(objective.metric_names)})")
+    metric = _metric(config.train.metric, objective, task, validation, task_config, warn)
     if resume and (done := already_finished(out, train_cfg, console, accelerator)) is not None:
         return FinetuneResult.from_results(out, done, already_done=True)
     if main:
@@ -295,6 +290,38 @@ def _check_singletons(task: FinetuneTask, examples: list, labels: list[str], sou
     if len(labels) >= SINGLETON_CLASSES and once > len(labels) / 2:
         warn(f"{source}: {once:,} of its {len(labels):,} labels label one row each (a classifier cannot learn a "
              f"class from one example): is that the label column? ({task.label_option} picks it)")
+
+
+def _say_truncated(console: Console, task: FinetuneTask, encoded: list[Encoded], objective, max_length: int) -> None:
+    """The training and validation examples cut at the maximum length, one warning each. Validation's too: what
+    they lose (a sentence's words past the cut, tagged O) the metric that picks the checkpoint counts as misses."""
+    scored = [e for e in getattr(objective, "validation", ()) if isinstance(e, Encoded)]
+    lost = ": what they lose counts against the validation metric"
+    for examples, name, lost in ((encoded, task.examples_name, ""), (scored, "validation examples", lost)):
+        if cut := sum(e.truncated for e in examples):
+            console.print(f"[yellow]warning: {cut:,} of {len(examples):,} {name} are longer than {max_length} tokens "
+                          f"and were truncated ({task.length_key}){lost}")
+
+
+def _metric(given: str | None, objective, task: FinetuneTask, validation: list, task_config,
+            warn: Callable[[str], None]) -> str:
+    """The validation metric that picks the best checkpoint. A NER validation set without an entity scores entity
+    F1 0 whatever the model tags, so the first evaluation was kept as "best" while the loss still fell: picked by
+    val_loss instead (by default; asked for, refused)."""
+    metric = given or objective.default_metric
+    if metric not in objective.metric_names:
+        raise BertkitError(f"train.metric: {metric!r} is not a validation metric of {task.kind} (allowed: "
+                           f"{'|'.join(objective.metric_names)})")
+    entity_metric = task.kind == "ner" and metric in ("precision", "recall", "f1")
+    if entity_metric and validation and all(tag == "O" for sentence in validation for tag in sentence.tags):
+        source = task_config.validation_file or f"{task_config.train_file}'s held-out part"
+        said = (f"validation ({source}) has no entity: entity {metric} is 0 whatever the model tags")
+        if given is not None:
+            raise BertkitError(f"train.metric: {said}; pick by --set train.metric=val_loss, or give a validation "
+                               "file with entities")
+        warn(f"{said}, so the best checkpoint is picked by validation val_loss")
+        metric = "val_loss"
+    return metric
 
 
 def _check_unseen(task: FinetuneTask, validation: list, labels: list[str], source: str,

@@ -8,6 +8,7 @@ in length-sorted batches; the output keeps the input order.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -79,6 +80,16 @@ def predict(task_model: TaskModel, inputs: list[tuple[str, str | None]],
     tagged, truncated = task_model.tag(texts, spans)
     return [{"text": text, "entities": entities(tags, scores, word_spans, text)}
             for text, word_spans, (tags, scores) in zip(texts, spans, tagged)], truncated
+
+
+_TAG = re.compile(r"O|[BIES]-\S+|-X-")
+
+
+def _looks_like_conll(inputs: list[tuple[str, str | None]]) -> bool:
+    """Whether most of the first 50 texts are CoNLL column lines: two to five columns, the last a span tag."""
+    texts = [text for text, _ in inputs[:50] if text]
+    tagged = sum(2 <= len(fields := text.split()) <= 5 and bool(_TAG.fullmatch(fields[-1])) for text in texts)
+    return len(texts) >= 3 and tagged > 0.8 * len(texts)
 
 
 def _read_inputs(path: Path | None, form: str, where: str, columns: tuple, keep: tuple[str, ...],
@@ -173,6 +184,9 @@ def run(job: PredictJob, console: Console | None = None) -> PredictResult:
         what = "no text or no pair" if not ner and pair_column is not None else "no text"
         answer = "no entities" if ner else "their records keep their place with no answer (null)"
         warn(f"{len(gone):,} of {len(inputs):,} inputs have {what} (the first: input {gone[0]:,}): {answer}")
+    if task_model.kind == "ner" and _looks_like_conll(inputs):  # each "word POS chunk tag" line was a sentence
+        warn(f"{where} looks like a CoNLL file (a word and its tags per line): predict tags raw text, each line a "
+             "sentence; score a CoNLL file with `bertkit evaluate`")
     records, truncated = predict(task_model, inputs, pair_column is not None)
     if kept:
         records = [{**columns_of, **record} for columns_of, record in zip(kept, records)]

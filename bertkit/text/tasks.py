@@ -13,6 +13,7 @@ import csv
 import io
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -361,6 +362,9 @@ def split_lines(lines: list[str], pairs: bool, warn: Callable[[str], None] | Non
     return out
 
 
+_COLUMNS = re.compile(r"[^ \t\r\n\f\v]+")  # a CoNLL line's columns: apart by ASCII spaces and tabs only
+
+
 def read_conll(path: str | Path, tag_column: int = -1, iob: bool = True) -> list[TaggedSentence]:
     """CoNLL column files: whitespace-separated columns, a blank line between sentences, -DOCSTART- skipped.
 
@@ -370,6 +374,9 @@ def read_conll(path: str | Path, tag_column: int = -1, iob: bool = True) -> list
     """
     path = Path(path)
     need_file(path)
+    if (suffix := path.suffix.lower()) in (".jsonl", ".json", ".csv"):  # its first line was read as a word and tag
+        raise BertkitError(f"{path}: NER reads CoNLL column files (a word and its tag per line, a blank line between "
+                           f"sentences), not {'JSON lines' if suffix != '.csv' else 'CSV'}")
     sentences: list[TaggedSentence] = []
     tokens: list[str] = []
     tags: list[str] = []
@@ -385,7 +392,7 @@ def read_conll(path: str | Path, tag_column: int = -1, iob: bool = True) -> list
     with path.open(encoding="utf-8-sig", errors="strict") as fh:
         try:
             for number, line in enumerate(fh, start=1):
-                columns = line.split()
+                columns = _COLUMNS.findall(line)  # not str.split(): a no-break space inside a word is no column
                 if not columns:
                     flush()
                     continue
@@ -397,6 +404,9 @@ def read_conll(path: str | Path, tag_column: int = -1, iob: bool = True) -> list
                     if not -width <= tag_column < width:
                         raise BertkitError(f"{path}:{number}: tag column {tag_column} does not exist in {width} "
                                            "columns")
+                    if tag_column % width == 0:
+                        raise BertkitError(f"{path}:{number}: tag column {tag_column} is the word column (column 0 "
+                                           "is always the word)")
                 elif len(columns) != width:
                     raise BertkitError(f"{path}:{number}: {len(columns)} columns, expected {width} like the first "
                                        "line")

@@ -377,3 +377,19 @@ def test_a_scored_pair_files_columns_are_found_by_name_in_any_format_or_by_the_b
     (tmp_path / "other.csv").write_text("a,b,c\n1,2,3\n")
     with pytest.raises(BertkitError, match="cannot tell its columns"):
         sts_columns(tmp_path / "other.csv")
+
+
+def test_what_a_conll_reader_cannot_read_is_said_plainly(tmp_path):
+    # a JSON lines export (tokens / ner_tags) said "tag '"O"]}' is not O or PREFIX-TYPE"; --tag-column 0 read the
+    # words as tags; a no-break space inside a word made "3 columns, expected 2"
+    exported = tmp_path / "ner.jsonl"
+    exported.write_text('{"tokens": ["EU", "rejects"], "ner_tags": ["B-ORG", "O"]}\n')
+    with pytest.raises(BertkitError, match=r"ner.jsonl: NER reads CoNLL column files \(a word and its tag per line, "
+                                           r"a blank line between sentences\), not JSON lines"):
+        read_conll(exported)
+    conll = tmp_path / "ner.txt"
+    conll.write_text("Peter\u00a0Black B-PER\nlives O\n\nin O\n")
+    assert read_conll(conll)[0].tokens == ("Peter\u00a0Black", "lives")
+    for column in (0, -2):
+        with pytest.raises(BertkitError, match=f"tag column {column} is the word column"):
+            read_conll(conll, tag_column=column)
