@@ -288,10 +288,12 @@ class TaskModel:
         return ([decode_tags(row, e, self.labels, self.constraints) for row, e in zip(logits, encoded)],
                 sum(e.truncated for e in encoded))
 
-    def evaluate(self, examples: list[LabelledText] | list[TaggedSentence]) -> dict:
+    def evaluate(self, examples: list[LabelledText] | list[TaggedSentence], records: list | None = None) -> dict:
         """Metrics on labelled examples, through the same path as `classify` / `tag` (`bertkit predict`):
         classification metrics, or strict entity P/R/F1. Labels the model never saw count as errors and are
-        listed (`unseen_labels`)."""
+        listed (`unseen_labels`). `records`: a list that gets each example's gold and predicted answer, in file
+        order (`evaluate --predictions`): text (pair), gold, and predict's label / score / scores, score, or the
+        sentence's tokens with their gold and predicted tags and the predicted entities."""
         known = set(self.labels)
         # pairs where the run reads them or the examples carry them (`evaluate --text-pair-column` on an imported
         # pair model)
@@ -305,6 +307,9 @@ class TaskModel:
             except ValueError as error:
                 raise BertkitError(f"a regression run is scored on numbers: {error}") from None
             predicted = np.asarray([p["score"] for p in predictions])
+            if records is not None:
+                records.extend({**_texts(e, pairs), "gold": float(g), "score": p["score"]}
+                               for e, g, p in zip(examples, gold, predictions))
             result = {**correlation_metrics(gold, predicted), "mse": float(((predicted - gold) ** 2).mean()),
                       "examples": len(examples)}
             result.pop("pairs")
@@ -315,15 +320,26 @@ class TaskModel:
             result = classification_metrics(gold, [p["label"] for p in predictions], self.labels)
             unseen = sorted({g for g in gold if g not in known})
             result["unseen_examples"] = sum(g not in known for g in gold)
+            if records is not None:
+                records.extend({**_texts(e, pairs), "gold": g, **p} for e, g, p in zip(examples, gold, predictions))
         else:
             joined = [join_words(e.tokens) for e in examples]
             tagged, truncated = self.tag([t for t, _ in joined], [s for _, s in joined])
             result = entity_metrics([list(e.tags) for e in examples], [tags for tags, _ in tagged])
             unseen = sorted({t for e in examples for t in e.tags if t not in known})
+            if records is not None:
+                records.extend({"text": text, "tokens": list(e.tokens), "gold": list(e.tags), "tags": tags,
+                                "entities": entities(tags, scores, spans, text)}
+                               for e, (text, spans), (tags, scores) in zip(examples, joined, tagged))
             result["unseen_tags"] = sum(t not in known for e in examples for t in e.tags)
         result["unseen_labels"] = unseen
         result["truncated"] = truncated
         return result
+
+
+def _texts(example: LabelledText, pairs: list[str] | None) -> dict:
+    """An evaluation record's inputs: the text, and its pair where the run reads pairs."""
+    return {"text": example.text, **({"pair": example.pair or ""} if pairs is not None else {})}
 
 
 def _stripped(texts: str | list[str]) -> list[str]:

@@ -289,11 +289,14 @@ def evaluate(model: Annotated[Path, typer.Option(
                       "needs it).")] = None,
              out: Annotated[Path | None, typer.Option("--out", "-o", help="Also write the metrics as JSON.")]
              = None,
+             predictions: Annotated[Path | None, typer.Option(
+                 help="Also write each example's gold and predicted answer as JSON lines, in file order (a "
+                      "tagger's: the tokens, gold and predicted tags and entities), for error analysis.")] = None,
              batch_size: Annotated[int, typer.Option(min=1, help="Examples per batch (batches sorted by length).")]
              = 64,
              precision: PrecisionOption = "auto",
-             overwrite: Annotated[bool, typer.Option(help="Replace an existing --out evaluation report bertkit "
-                                                          "wrote.")] = False,
+             overwrite: Annotated[bool, typer.Option(help="Replace an existing --out evaluation report (or "
+                                                          "--predictions file) bertkit wrote.")] = False,
              skip_bad_lines: Annotated[bool, typer.Option(
                  "--skip-bad-lines", help="Skip (and count) rows that have no label (or score), an empty text, or "
                                           "more fields than the header, instead of stopping.")] = False) -> None:
@@ -302,4 +305,4 @@ def evaluate(model: Annotated[Path, typer.Option(
 
     job.run(job.EvaluateJob(model, data, text_column, label_column, tag_column, out, overwrite,
                             precision=precision, skip_bad_lines=skip_bad_lines, text_pair_column=text_pair_column,
-                            batch_size=batch_size))
+                            batch_size=batch_size, predictions=predictions))

@@ -7,6 +7,7 @@ Labels the model never saw are reported and counted as errors, never a crash.
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from bertkit.errors import BertkitError
 from bertkit.inference import TaskModel
 from bertkit.paths import resolve_data_path
 from bertkit.run.files import atomic_file, to_json
-from bertkit.run.outputs import EVALUATION, claim
+from bertkit.run.outputs import EVALUATION, PREDICTIONS, claim
 from bertkit.text.labels import written_otherwise
 from bertkit.tasks.registry import finetune_task
 
@@ -39,6 +40,7 @@ class EvaluateJob:
     skip_bad_lines: bool = False  # rows without a label or text skipped and counted (else: one error line)
     text_pair_column: str | None = None  # a pair's second text (an imported transformers pair model needs it)
     batch_size: int = 64  # examples per forward pass (batches sorted by length; the scores do not depend on it)
+    predictions: Path | None = None  # JSONL: each example's gold and predicted answer, in file order
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,10 @@ def run(job: EvaluateJob, console: Console | None = None) -> EvaluateResult:
     out, data = job.out, resolve_data_path(job.data)  # the report names the file read, as the CLI's always did
     if out is not None:
         claim(out, EVALUATION, job.overwrite, inputs=(data, job.model))
+    if job.predictions is not None:
+        if out is not None and Path(job.predictions).resolve() == Path(out).resolve():
+            raise BertkitError(f"--predictions {job.predictions}: the same file as --out")
+        claim(job.predictions, PREDICTIONS, job.overwrite, inputs=(data, job.model))
     task_model = TaskModel(job.model, batch_size=job.batch_size, precision=job.precision)
     columns = {"text_column": job.text_column, "label_column": job.label_column, "tag_column": job.tag_column,
                "text_pair_column": task_model.pair_column(job.text_pair_column,
@@ -81,7 +87,8 @@ def run(job: EvaluateJob, console: Console | None = None) -> EvaluateResult:
 
     examples = finetune_task(task.kind).read(dataclasses.replace(task_model.config, task=task), data,
                                              job.skip_bad_lines, warn)
-    scores = task_model.evaluate(examples)
+    records = [] if job.predictions is not None else None
+    scores = task_model.evaluate(examples, records)
     if job.skip_bad_lines and task.kind != "ner":
         scores["skipped_rows"] = sum(skipped)  # in the JSON report: what the scores leave out
     report(console, task_model.kind, scores, data, task_model.labels)
@@ -94,6 +101,10 @@ def run(job: EvaluateJob, console: Console | None = None) -> EvaluateResult:
     if out is not None:
         with atomic_file(out, overwrite=job.overwrite) as tmp:
             tmp.write_text(to_json(scores) + "\n", encoding="utf-8")  # strict: a NaN correlation is null
+    if records is not None:
+        with atomic_file(job.predictions, overwrite=job.overwrite) as tmp:
+            tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+        console.print(f"wrote {len(records):,} examples' gold and predicted answers to {job.predictions}")
     return EvaluateResult(task_model.kind, scores)
 
 

@@ -126,8 +126,9 @@ def _json_object(keys: tuple[str, ...]) -> Callable[[Path], bool]:
 
 
 def _predictions(path: Path) -> bool:
-    """JSONL whose first lines are records `predict` writes: text + label, score, scores (classify) or text +
-    entities (NER) — never a labelled task file ({"text", "label"})."""
+    """JSONL whose first lines are records `predict` (or `evaluate --predictions`) writes: text + label, score,
+    scores (classify), text + entities (NER) or text + gold + score (a regressor's evaluation) — never a labelled
+    task file ({"text", "label"})."""
     head = _head(path)
     lines = head.decode("utf-8", "replace").splitlines()
     if len(head) == _PEEK and lines:  # the last line may be cut by the peek: judge the whole ones (or a longer peek)
@@ -143,7 +144,9 @@ def _prediction(line: str) -> bool:
         return False
     if not isinstance(record, dict) or "text" not in record:
         return False
-    return {"label", "score", "scores"} <= record.keys() or isinstance(record.get("entities"), list)
+    # predict's records, and evaluate --predictions' (a regressor's: text, gold, score)
+    return {"label", "score", "scores"} <= record.keys() or isinstance(record.get("entities"), list) or \
+        {"gold", "score"} <= record.keys()
 
 
 def _npy(dtype: str, dims: tuple[int, ...]) -> Callable[[Path], bool]:
