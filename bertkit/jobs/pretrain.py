@@ -136,6 +136,9 @@ def _data(config: Config, out: Path, tokenizer_path: Path | None, resume: bool, 
     with accelerator.main_process_first():
         if resume:
             tokenizer = load_tokenizer(out)
+            if tokenizer_path is not None and main and load_tokenizer(tokenizer_path).to_str() != tokenizer.to_str():
+                console.print(f"[yellow]warning: --tokenizer {tokenizer_path} is not the run's own tokenizer: a resume "
+                              f"keeps {out}'s (its model was trained on that tokenizer's ids)")
         elif tokenizer_path is not None:
             tokenizer = load_tokenizer(tokenizer_path)
         else:

@@ -343,6 +343,20 @@ def test_what_a_pretraining_cannot_do_with_its_settings_is_warned(tmp_path, samp
             "read, in the training process); leave it at 1, or pack the corpus (data.streaming = false) to tokenise "
             "it with workers") in said
     assert "no validation blocks" not in said
+    # a resume keeps the run's own tokenizer: another one given was ignored without a word
+    trained = tmp_path / "streamed"
+    again = ["--corpus", corpus, "--streaming", "--set", "tokenize_workers=4", "--out", trained, "--resume"]
+    said = " ".join(cli_ok("pretrain", *merged(base, ["--max-steps", "3"]), *again).output.split())
+    assert "is not the run's own tokenizer" not in said  # the same one: nothing to say
+    from tokenizers import Tokenizer
+
+    other = Tokenizer.from_str(sample_tokenizer.to_str())
+    other.add_tokens(["zzzq"])
+    save_tokenizer(other, tmp_path / "other")
+    given = [tmp_path / "other" if str(a) == str(tmp_path / "tok") else a for a in merged(base, ["--max-steps", "4"])]
+    said = "".join(cli_ok("pretrain", *given, *again).output.split())
+    assert "".join(f"warning: --tokenizer {tmp_path / 'other'} is not the run's own tokenizer: a resume keeps "
+                   f"{trained}'s".split()) in said
     assert json.loads((tmp_path / "streamed" / "results.json").read_text())["validation_blocks"] > 0
 
 
