@@ -30,6 +30,9 @@ def tokenizer_train(corpus: Annotated[list[str], typer.Argument(help="Corpus fil
                     lowercase: Annotated[bool, typer.Option(help="Lowercase before tokenising.")] = False,
                     nfkc: Annotated[bool, typer.Option(help="Unicode NFKC normalisation.")] = True,
                     min_frequency: Annotated[int, typer.Option(min=1, help="Minimum count of a merge.")] = 2,
+                    max_documents: Annotated[int | None, typer.Option(
+                        min=1, help="Train on the corpus's first N documents only (tokenizer.max_documents; "
+                                    "default: all).")] = None,
                     text_field: TextFieldOption = None, skip_bad_lines: SkipBadOption = False,
                     overwrite: Annotated[bool, typer.Option(help="Replace OUT if it is a tokenizer folder bertkit "
                                                                  "wrote (never a run or anything else).")]
@@ -39,7 +42,8 @@ def tokenizer_train(corpus: Annotated[list[str], typer.Argument(help="Corpus fil
     from bertkit.config import TokenizerConfig
     from bertkit.jobs import tokenizer as job
 
-    settings = TokenizerConfig(byte_level=byte_level, lowercase=lowercase, nfkc=nfkc, min_frequency=min_frequency)
+    settings = TokenizerConfig(byte_level=byte_level, lowercase=lowercase, nfkc=nfkc, min_frequency=min_frequency,
+                               max_documents=max_documents)
     job.run(job.TokenizerJob(tuple(corpus), vocab_size, out, settings, text_field or "text", skip_bad_lines,
                              overwrite))
 

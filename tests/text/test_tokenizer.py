@@ -137,3 +137,18 @@ def test_loaded_tokenizers_neither_pad_nor_truncate(tmp_path, sample_tokenizer):
     ids = loaded.encode(text).ids
     assert len(ids) > 16 and special_ids(loaded).pad not in ids
     assert loaded.padding is None and loaded.truncation is None
+
+
+def test_tokenizer_train_takes_max_documents_and_names_its_own_size_option(tmp_path):
+    # the recipe key had no option in `tokenizer train`, and its size errors named both commands' ways
+    from conftest import cli_error, cli_ok
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("alpha beta gamma\n" * 5 + "".join(f"word{i} other{i}\n" for i in range(200)))
+    said = " ".join(cli_ok("tokenizer", "train", corpus, "-o", tmp_path / "first", "--vocab-size", "270",
+                           "--min-frequency", "1", "--max-documents", "5").output.split())
+    assert "training a 270-token BPE on the first 5 of 205 documents (tokenizer.max_documents)" in said
+    vocab = json.loads((tmp_path / "first" / "tokenizer.json").read_text())["model"]["vocab"]
+    assert not any("wo" in token or "ot" in token for token in vocab)  # merges of the first 5 lines only
+    line = cli_error("tokenizer", "train", corpus, "-o", tmp_path / "tiny", "--vocab-size", "100")
+    assert "--vocab-size" in line and "model.vocab_size" not in line
