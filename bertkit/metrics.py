@@ -36,7 +36,7 @@ def classification_metrics(gold: list[str], predicted: list[str], labels: list[s
 
 def entity_metrics(gold: list[list[str]], predicted: list[list[str]]) -> dict:
     """Entity-level precision / recall / F1 (seqeval, strict IOB2: an entity counts only with exact type and
-    boundaries), overall and per type."""
+    boundaries), overall (micro), per type, and the types' macro-averaged F1."""
     from seqeval.metrics import classification_report, f1_score, precision_score, recall_score
     from seqeval.scheme import IOB2
 
@@ -50,6 +50,8 @@ def entity_metrics(gold: list[list[str]], predicted: list[list[str]]) -> dict:
     result["per_type"] = {kind: {"precision": float(v["precision"]), "recall": float(v["recall"]),
                                  "f1": float(v["f1-score"]), "support": int(v["support"])}
                           for kind, v in report.items() if not kind.endswith(" avg")}
+    # the unweighted mean over entity types (a rare type counts as much as a common one), as seqeval's report has it
+    result["macro_f1"] = float(report["macro avg"]["f1-score"]) if "macro avg" in report else 0.0
     result["sentences"] = len(gold)
     return result
 

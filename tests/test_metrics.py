@@ -36,6 +36,11 @@ def test_entity_metrics_are_strict():
     short = entity_metrics(gold, [["B-PER", "O", "O", "B-LOC"]])
     assert short["precision"] == pytest.approx(0.5) and short["recall"] == pytest.approx(0.5)
     assert short["per_type"]["PER"]["f1"] == 0.0 and short["per_type"]["LOC"]["f1"] == 1.0
+    # macro: the types' mean, a rare type counting as much as a common one (micro F1 is 0.5 here too, by chance)
+    assert short["macro_f1"] == pytest.approx(0.5)
+    skewed = entity_metrics([["B-LOC", "O", "B-LOC", "O", "B-LOC", "B-PER"]], [["B-LOC", "O", "B-LOC", "O", "B-LOC",
+                                                                                "O"]])
+    assert skewed["f1"] == pytest.approx(2 * 3 / (3 + 4)) and skewed["macro_f1"] == pytest.approx(0.5)
 
 
 def test_a_lowercasing_tokenizers_translations_are_scored_without_case():

@@ -143,7 +143,8 @@ def report(console: Console, kind: str, result: dict, data: Path, labels: list[s
         console.print(table)
         return
     console.print(f"{data}: {result['sentences']:,} sentences  entity precision {result['precision']:.4f}  "
-                  f"recall {result['recall']:.4f}  F1 {result['f1']:.4f} (seqeval, strict IOB2)")
+                  f"recall {result['recall']:.4f}  F1 {result['f1']:.4f}  macro-F1 {result['macro_f1']:.4f} "
+                  "(seqeval, strict IOB2)")
     table = Table(title="per entity type", show_edge=False)
     for column in ("type", "precision", "recall", "F1", "support"):
         table.add_column(column, justify="left" if column == "type" else "right")
