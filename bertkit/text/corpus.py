@@ -299,16 +299,18 @@ def iter_records(path: Path, text_field: str = "text", skip_bad_lines: bool | No
         for number, line in enumerate(_lines(path, skip_bad_lines, stats), start=1):
             if not line.strip():
                 continue
+            lines = "; a .json corpus is read as JSON lines, one object per line (a JSON array or a " \
+                "pretty-printed file is not)" if ".json" in path.suffixes[-2:] else ""
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                lines = "; a .json corpus is read as JSON lines, one object per line (a JSON array or a " \
-                    "pretty-printed file is not)" if ".json" in path.suffixes[-2:] else ""
                 raise BertkitError(f"{path}:{number}: not valid JSON ({exc.msg}){lines}") from None
+            if not isinstance(record, dict):  # a one-line JSON array of records said "no field 'text' (found: list)"
+                raise BertkitError(f"{path}:{number}: a JSON {type(record).__name__}, not an object with a "
+                                   f"'{text_field}' field{lines}")
             for field, role in ((text_field, "--text-field"), (id_field, "--id-field")):
-                if field is not None and (not isinstance(record, dict) or field not in record):
-                    fields = ", ".join(record) if isinstance(record, dict) else type(record).__name__
-                    raise BertkitError(f"{path}:{number}: no field '{field}' (found: {fields}); set {role}")
+                if field is not None and field not in record:
+                    raise BertkitError(f"{path}:{number}: no field '{field}' (found: {', '.join(record)}); set {role}")
             key = None if id_field is None else record_key(record[id_field], f"{path}:{number}")
             yield Record(number, key, document_text(record[text_field], text_field, lambda: f"{path}:{number}"))
     elif fmt in ("csv", "tsv"):

@@ -318,3 +318,11 @@ def test_an_edit_that_keeps_size_and_modification_time_is_seen(tmp_path):
     assert again != key and dataset["text"] == ["ONE", "TWO"]
     now = inputs.describe({"data.corpus": [path]}, before=recorded)
     assert now["files"]["data.corpus"][0]["sha256"] != recorded["files"]["data.corpus"][0]["sha256"]
+
+
+def test_a_json_array_says_a_json_corpus_is_json_lines(tmp_path):
+    # a one-line JSON array of records said "no field 'text' (found: list)"
+    array = _write(tmp_path / "docs.json", json.dumps([{"text": "one"}, {"text": "two"}]).encode())
+    with pytest.raises(BertkitError, match=r"docs.json:1: a JSON list, not an object with a 'text' field; a .json "
+                                           r"corpus is read as JSON lines, one object per line"):
+        load_corpus([str(array)])
