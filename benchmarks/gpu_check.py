@@ -59,7 +59,7 @@ ROWS = [
     ("lever: LayerNorms in bf16 (a bf16 residual stream) vs fp32, the goal's case (vocab 30522, batch 512, dropout "
      "0), bertkit alone", "lever-norm"),
     ("lever: inductor's coordinate-descent tuning of the fused kernels, the goal's case with bf16 LayerNorms, bertkit "
-     "alone, untuned, tuned, untuned in one process", "lever-tuning"),
+     "alone (untuned: lever-norm's autocast line)", "lever-tuning"),
     ("bertkit pretrain, train.batch_size = auto, compile on, time budget", "pretrain-auto"),
     ("bertkit pretrain, mini shape, batch 128, compile on, train.cuda_graphs = true", "pretrain-graphs"),
     ("where a step's time goes: bare step vs the loop's (loop_overhead.py --profile)", "loop-profile"),
@@ -179,7 +179,20 @@ def importable(name: str) -> bool:
 def deps_row(step: dict) -> str:
     """Which of the three optional modules import here, and what the deps step did."""
     found = {name: importable(name) for name in ("datasets", "seqeval", "faiss")}
-    return ", ".join(f"{name} {'yes' if ok else 'NO'}" for name, ok in found.items()) + f" ({step['detail']})"
+    # the image's own pyarrow and fsspec: a carried datasets asks for versions of them (5.2: pyarrow >= 24)
+    versions = [f"{name} {version}" for name in ("pyarrow", "fsspec") if (version := _version(name))]
+    return (", ".join(f"{name} {'yes' if ok else 'NO'}" for name, ok in found.items()) + f" ({step['detail']})"
+            + (f"; {', '.join(versions)}" if versions else ""))
+
+
+def _version(name: str) -> str | None:
+    """An installed distribution's version, or None."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
 
 
 def tests_row(log: str) -> str | None:
@@ -300,11 +313,15 @@ def loop_row(work: Path) -> str | None:
             f"{data['wall_ratio']:.2f}, medians {data['median_ratio']:.2f}), MFU {data['cli_mfu']:.1%}")
 
 
-def embed_row(work: Path, name: str = "embed.json") -> str | None:
-    """embed_throughput.py's --json: both libraries' sentences/s and their ratio."""
+def embed_row(work: Path, name: str = "embed.json", log: str = "") -> str | None:
+    """embed_throughput.py's --json: both libraries' sentences/s and their ratio; where it never came (the step ran
+    out of time), the repeats its log printed."""
     data = _json(work / name)
     if not data:
-        return None
+        repeats = re.findall(r"repeat (\d+): bertkit embed ([\d,]+) sentences/s, sentence-transformers encode "
+                             r"([\d,]+) sentences/s", log)
+        return None if not repeats else "; ".join(f"repeat {r}: bertkit embed {a}/s vs sentence-transformers {b}/s"
+                                                  for r, a, b in repeats) + " (the repeats done)"
     command = "bertkit embed --compile" if data.get("compile") else "bertkit embed"
     if data.get("compile_shapes"):
         command += f" --compile-shapes {data['compile_shapes']}"
@@ -384,7 +401,7 @@ def stuck_at(log: str) -> str | None:
         module = next((f"{Path(m['file']).name}:{m['line']}" for m in STACK_FRAME.finditer(block)
                        if INDUCTOR_MODULE.search(m["file"])), None)
         if module is not None and any(f.endswith(("in make_cubin", "in triton")) for _, f in frames):
-            where += f", compiling the kernel at inductor's {module}"  # its source sits there ($OUT/stuck/)
+            where += f", compiling the kernel at inductor's {module}"  # its source: stuck/ in extras.tar.gz
         elif module is not None:  # parallel compile: the module waits on its workers' kernels
             where += f", waiting on inductor's compile workers at {module}"
         if frames[-1][1].endswith("in <module>") and _ours(frames[-1][0]):
@@ -417,9 +434,9 @@ def build_rows(work: Path) -> list[dict]:
         elif name == "cuda-tests":
             result = tests_row(log)
         elif name == "lever-embed":
-            result = embed_row(work, "embed-compiled.json")
+            result = embed_row(work, "embed-compiled.json", log)
         elif name == "lever-embed-dynamic":
-            result = embed_row(work, "embed-dynamic.json")
+            result = embed_row(work, "embed-dynamic.json", log)
         elif name.startswith("lever-") or name == "goal":
             result = lever_row(log)
         elif name in ("loop-profile", "loop-graphs"):

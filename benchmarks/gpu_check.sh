@@ -38,31 +38,33 @@
 #                  of 64), each vs BertForMaskedLM at the same vocabulary (one process)
 #   lever-dropout  compiled bf16 batch 512, positions, dropout 0.1 (BERT's) then 0 (bertkit's budget recipes), both
 #                  models alike, each vs BertForMaskedLM, each profiled: kernel time by kind (matrix products,
-#                  attention, fused elementwise, optimiser, loss, other); the tables under $OUT/profile-b512
+#                  attention, fused elementwise, optimiser, loss, other); the tables as profile-b512/ in extras.tar.gz
 #   lever-b1024    compiled bf16 batch 1024 x 128 (128k tokens per step), positions, dropout 0, vs BertForMaskedLM
 #   lever-norm     the goal's case (vocab 30522, batch 512, positions, dropout 0, compiled bf16), bertkit alone, its
 #                  LayerNorms as autocast runs them (fp32) then in bf16 (a bf16 residual stream: half the bytes of
 #                  the memory-bound LayerNorm/residual kernels, which weigh more on an H100's 3.35 TB/s)
-#   lever-tuning   the same case with bf16 norms, compiled with inductor's defaults, then with its
-#                  coordinate_descent_tuning (each pointwise and reduction kernel's block sizes tuned by measurement:
-#                  the memory-bound kernels' lever without max-autotune's Triton GEMMs), then untuned again (from
-#                  the compile cache: cheap), so the tuned case is bracketed, not just second; bertkit alone, one process
-#                  (dynamo is reset before each case: without it cases 2 and 3 re-ran case 1's graph untuned)
+#   lever-tuning   the same case with bf16 norms, compiled with inductor's coordinate_descent_tuning (each pointwise
+#                  and reduction kernel's block sizes tuned by measurement: the memory-bound kernels' lever without
+#                  max-autotune's Triton GEMMs); its untuned baseline is lever-norm's autocast line, a minute earlier
+#                  in the same call (it ran untuned, tuned, untuned in one process until 2026-11-29: a static review
+#                  found the tuned compile left a third of the 240 s); run after lever-embed, so a tuning that
+#                  outruns its limit cannot starve that row; bertkit alone
 #   lever-embed    embed_throughput.py as `embed`, bertkit embed --compile --compile-shapes buckets (static
 #                  graphs, a power-of-two width each: auto's choice on a GPU; each timed call compiles anew, from
 #                  the warm-up call's on-disk inductor cache, as a second `bertkit embed --compile` process would)
 #   lever-embed-dynamic  (only when named in --only) the same with --compile-shapes dynamic (one dynamic-shape
 #                  graph), compiled in-process (TORCHINDUCTOR_COMPILE_THREADS=1), so that a stalled kernel
-#                  compile's stack names the kernel's line in inductor's module, kept under $OUT/stuck/ (on an H100
+#                  compile's stack names the kernel's line in inductor's module, kept as stuck/ in $OUT/extras.tar.gz (on an H100
 #                  with torch 2.11 it did not finish in 150 s: ptxas sat on one of its Triton kernels)
 #   pretrain-auto  the pretrain step with train.batch_size=auto (rows by measured memory), compile on, 90 s
 #   pretrain-graphs  bertkit pretrain at the mini shape (4 x 256), batch 128, compile on, train.cuda_graphs=true, 60 s
 #   loop-profile   loop_overhead.py as `loop` (shorter), then --profile: where a bare step's and a loop step's
 #                  time goes (device kernel time vs wall per step; top operators); profile.txt and two traces
-#                  under $OUT
+#                  at the top of $OUT/extras.tar.gz (one archive for every extra file: the device tool brings back
+#                  at most 8 files, and the summary's three must be among them)
 #   loop-graphs    (last) the same at the mini shape, batch 128, compiled, train.cuda_graphs=true: why the loop
-#                  with graphs ran at the compiled bare step's speed, not at the graphed one's (3.4x); under
-#                  $OUT/profile-graphs
+#                  with graphs ran at the compiled bare step's speed, not at the graphed one's (3.4x); as
+#                  profile-graphs/ in extras.tar.gz
 #
 # It runs on the machine's own torch (2.10 or later): nothing is pip-installed from a registry, PYTHONPATH points at
 # this checkout (PYTHON picks the interpreter, default python3). What bertkit needs beyond such an image:
@@ -132,19 +134,23 @@ step() {
     elif [ "$rc" != 0 ]; then state="FAILED (exit $rc)"; fi
     echo "   $state in ${took} s" | tee -a "$WORK/progress.log" >&2
     record "$name" "$state" "$took" "$*"
-    # an inductor module named in the stacks (a compile that stalled) is kept under $OUT/stuck/NAME: the kernel
-    # at the stack's line of it is the one that was being compiled
+    # an inductor module named in the stacks (a compile that stalled) is kept under stuck/NAME in $OUT's
+    # extras.tar.gz: the kernel at the stack's line of it is the one that was being compiled (one archive: the
+    # device tool brings back at most 8 files, and 16 modules beside the summary lost the summary)
     if [ "$state" != OK ] && [ -n "${OUT:-}" ]; then
         grep -oE '/[^" ]+/[a-z0-9]{2}/c[a-z0-9]{20,}\.py' "$WORK/logs/$name.log" | sort -u | head -16 |
             while read -r module; do
-                [ -f "$module" ] && mkdir -p "$OUT/stuck/$name" && cp "$module" "$OUT/stuck/$name/"
+                [ -f "$module" ] && mkdir -p "$WORK/extras/stuck/$name" && cp "$module" "$WORK/extras/stuck/$name/"
             done
     fi
     return 0
 }
 skip() { wanted "$1" && record "$1" SKIPPED 0 "$2"; return 0; }
-# keep SRC [DEST]: a step's files under $WORK/SRC copied to $OUT/DEST (default: $OUT itself), where $OUT is set
-keep() { [ -n "${OUT:-}" ] && [ -d "$WORK/$1" ] && mkdir -p "$OUT/${2:-}" && cp "$WORK/$1"/* "$OUT/${2:-}"; return 0; }
+# keep SRC [DEST]: a step's files under $WORK/SRC kept as DEST (default: the top) of $OUT's extras.tar.gz
+keep() {
+    [ -n "${OUT:-}" ] && [ -d "$WORK/$1" ] && mkdir -p "$WORK/extras/${2:-}" && cp "$WORK/$1"/* "$WORK/extras/${2:-}"
+    return 0
+}
 # has MODULE: importable by $PY; each answer kept (an import of sentence_transformers takes seconds), HAS=() forgets
 declare -A HAS=()
 has() {
@@ -153,14 +159,9 @@ has() {
 }
 
 # ---- the machine
-if [ "$SMOKE" = 1 ]; then
-    DEVICE=cpu
-else
-    if ! "$PY" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2> /dev/null; then
-        echo "gpu_check.sh: $PY sees no CUDA device (torch.cuda.is_available() is False); --smoke runs on a CPU" >&2
-        exit 2
-    fi
-    DEVICE=cuda
+if [ "$SMOKE" != 1 ] && ! "$PY" -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2> /dev/null; then
+    echo "gpu_check.sh: $PY sees no CUDA device (torch.cuda.is_available() is False); --smoke runs on a CPU" >&2
+    exit 2
 fi
 
 # ---- dependencies: present, or installed from a wheels folder
@@ -168,20 +169,25 @@ WHEELS="${WHEELS:-}"
 if [ -z "$WHEELS" ]; then
     for candidate in .gpu/wheels shared/wheels; do [ -d "$candidate" ] && WHEELS="$candidate" && break; done
 fi
-if wanted deps; then
-    missing=""
-    for module in datasets seqeval faiss; do has "$module" || missing="$missing $module"; done
-    if [ -z "$missing" ]; then
-        record deps OK 0 "datasets, seqeval, faiss: already installed"
-    elif [ -n "$WHEELS" ] && compgen -G "$WHEELS/*.whl" > /dev/null; then
+# installed whatever --only names (a rerun of one text step without `deps` skipped it for want of datasets, the
+# wheels beside it); the row only where `deps` is asked for
+missing=""
+for module in datasets seqeval faiss; do has "$module" || missing="$missing $module"; done
+if [ -z "$missing" ]; then
+    wanted deps && record deps OK 0 "datasets, seqeval, faiss: already installed"
+elif [ -n "$WHEELS" ] && compgen -G "$WHEELS/*.whl" > /dev/null; then
+    if wanted deps; then
         step deps 120 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$WORK/site" \
             "$WHEELS"/*.whl
-        export PYTHONPATH="$PYTHONPATH:$WORK/site"
-        HAS=()  # what the wheels brought is importable now
     else
-        record deps SKIPPED 0 "missing:$missing; no wheels folder (WHEELS, .gpu/wheels, shared/wheels): build one \
-with benchmarks/gpu_carry.sh"
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$WORK/site" \
+            "$WHEELS"/*.whl > "$WORK/logs/deps.log" 2>&1
     fi
+    export PYTHONPATH="$PYTHONPATH:$WORK/site"
+    HAS=()  # what the wheels brought is importable now
+else
+    wanted deps && record deps SKIPPED 0 "missing:$missing; no wheels folder (WHEELS, .gpu/wheels, shared/wheels): \
+build one with benchmarks/gpu_carry.sh"
 fi
 NO_DATASETS=""
 has datasets || NO_DATASETS="needs datasets (+ dill, multiprocess), not importable: carry wheels \
@@ -255,7 +261,7 @@ mapfile -t GPU_TESTS < <(grep -rlE --include='*.py' 'mark\.gpu' tests | sort)
 if [ "${#GPU_TESTS[@]}" = 0 ]; then
     skip cuda-tests "no test file carries the gpu marker"
 else
-    # one process: a GPU image has no pytest-xdist, so pyproject's addopts (-n 2) are replaced
+    # one process (pyproject's addopts, -n 2, are replaced): the GPU's tests are few, and xdist's start costs
     step cuda-tests 150 "$PY" -m pytest -p no:cacheprovider -o "addopts=-q -ra" -m gpu "${GPU_TESTS[@]}"
 fi
 step bare-eager 75 "$PY" benchmarks/pretrain_throughput.py "${SHAPE[@]}"
@@ -313,8 +319,6 @@ keep profile-b512 profile-b512
 step lever-b1024 110 "$PY" "$PT" "${B1024[@]}" "${COMPILE[@]}" "${PEER[@]}" --select positions --dropout 0
 step lever-norm 150 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" --select positions --dropout 0 --vocab 30522 \
     --norm fp32,autocast --no-peer
-step lever-tuning 240 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" --select positions --dropout 0 --vocab 30522 \
-    --norm autocast --inductor-config "none;coordinate_descent_tuning=True;none" --no-peer
 TWO='"$0" '"$PT"' "$@" --select positions --no-peer && "$0" '"$PT"' "$@" --select bucket --no-peer'
 step lever-select 120 bash -c "$TWO" "$PY" "${B256[@]}" "${COMPILE[@]}"
 step lever-qkv 80 "$PY" "$PT" "${B256[@]}" "${COMPILE[@]}" --select positions --no-fuse-qkv --no-peer
@@ -326,7 +330,7 @@ if [ -n "$(why_not)" ]; then
     skip lever-embed-dynamic "$(why_not)"
 elif has sentence_transformers; then
     step lever-embed 150 "${NO_DYNAMO[@]}" "$PY" benchmarks/embed_throughput.py "${EMBED[@]}" --compile \
-        --compile-shapes buckets --json "$WORK/embed-compiled.json"
+        --compile-shapes buckets --repeats 2 --json "$WORK/embed-compiled.json"  # each repeat compiles anew
     if [ "$SMOKE" = 1 ] || [[ ",$ONLY," == *",lever-embed-dynamic,"* ]]; then  # the known stall: on request
         step lever-embed-dynamic 100 "${NO_DYNAMO[@]}" env TORCHINDUCTOR_COMPILE_THREADS=1 "$PY" \
             benchmarks/embed_throughput.py "${EMBED[@]}" --repeats 1 --compile --compile-shapes dynamic \
@@ -338,6 +342,11 @@ else
     skip lever-embed "needs sentence-transformers (the peer it is compared with), not importable"
     skip lever-embed-dynamic "needs sentence-transformers (the peer it is compared with), not importable"
 fi
+# the tuned case alone: lever-norm's autocast line, a minute earlier in the same call, is its untuned baseline
+# (untuned, tuned, untuned in one process left the tuned compile a third of the 240 s); after lever-embed, so
+# that a tuning longer than its limit cannot starve that row
+step lever-tuning 240 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" --select positions --dropout 0 --vocab 30522 \
+    --norm autocast --inductor-config "coordinate_descent_tuning=True" --no-peer
 step lever-b512 110 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" "${PEER[@]}" --select bucket
 # Triton GEMM templates autotuned against cuBLAS, with the bias/GELU epilogues fused into them (minutes to compile)
 step lever-autotune 240 "$PY" "$PT" "${B512[@]}" "${COMPILE[@]}" "${PEER[@]}" --select positions \
@@ -355,3 +364,9 @@ REPORT=(--work "$WORK" --budget "$BUDGET")
 [ "$SMOKE" = 1 ] && REPORT+=(--smoke)
 [ -n "${OUT:-}" ] && REPORT+=(--out "$OUT")
 "$PY" benchmarks/gpu_check.py "${REPORT[@]}"
+rc=$?
+# profiles and stalled compiles' modules: one file, after the summary's three are written
+if [ -n "${OUT:-}" ] && [ -d "$WORK/extras" ]; then
+    tar czf "$OUT/extras.tar.gz" -C "$WORK/extras" . && echo "profiles and stalled modules: $OUT/extras.tar.gz" >&2
+fi
+exit "$rc"

@@ -139,7 +139,10 @@ def peak_flops(device: torch.device, precision: str) -> Peak:
     if device.type == "cuda" and (sheet := _datasheet(device, precision)) is not None:
         return sheet
     machine = describe_device(device)
-    key = f"{machine} {precision}"
+    # a CUDA fp32 product under TF32 runs on the tensor cores: measured and kept apart from plain fp32's (one
+    # key for both let a TF32 run's peak judge a train.tf32 = false run, or the other way)
+    label = "tf32" if device.type == "cuda" and precision == "fp32" and tf32_matmuls() else precision
+    key = f"{machine} {label}"
     if key in _MEMO:
         return _MEMO[key]
     file = cache_root() / "peak_flops.json"
@@ -153,7 +156,7 @@ def peak_flops(device: torch.device, precision: str) -> Peak:
     if emulable and isinstance(stored, dict) and 0 < stored.get("flops", 0) < 2 * size ** 3 / _EMULATED_S:
         _MEMO[key] = Peak(**stored)  # an emulated precision's rate, measured before: not again
         return _MEMO[key]
-    measured = Peak(gemm_flops(device, precision, size), f"measured: best {size}² {precision} GEMM on {machine}")
+    measured = Peak(gemm_flops(device, precision, size), f"measured: best {size}² {label} GEMM on {machine}")
     peak = Peak(**stored) if isinstance(stored, dict) and stored.get("flops", 0) >= measured.flops else measured
     if peak is measured:
         known[key] = asdict(peak)

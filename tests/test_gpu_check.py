@@ -44,6 +44,12 @@ def test_the_smoke_run_fills_every_row_of_the_table_and_nothing_fails(tmp_path):
     assert not bad, "\n".join(f"{r['row']}: {r['status']}: {r['result']}" for r in bad) + "\n" + done.stderr
     assert done.returncode == 0, done.stdout + done.stderr
     assert {"gpu_check.md", "gpu_check.json", "gpu_check.log"} <= {p.name for p in (tmp_path / "out").iterdir()}
+    # every extra file in one archive: the device tool brings back at most 8 files, and the summary must be there
+    import tarfile
+
+    assert len(list((tmp_path / "out").iterdir())) <= 8
+    with tarfile.open(tmp_path / "out" / "extras.tar.gz") as archive:
+        assert "./profile.txt" in archive.getnames()  # loop-profile's tables
 
 
 def test_break_even_is_the_compile_cost_over_the_time_each_compiled_step_saves():
@@ -241,3 +247,16 @@ def test_inductor_settings_name_real_settings_and_hold_while_their_case_runs_onl
     assert pt.run_case(2, 32, "fp32", 1, 2, "cpu", pt.Levers(compile_backend="inductor")) == "line"
     assert seen == [not before, before] and inductor.coordinate_descent_tuning is before
     assert f"inductor coordinate_descent_tuning={not before!r}" in levers.label()
+
+
+def test_an_embed_row_whose_json_never_came_reads_its_repeats(tmp_path):
+    # a lever-embed that ran out of time after two repeats reported only a stack, though its figures were printed
+    from gpu_check import embed_row
+
+    log = ("10,000 STS-B sentences, batch 128\n  repeat 1: bertkit embed 9,100 sentences/s, sentence-transformers "
+           "encode 7,000 sentences/s\n  repeat 2: bertkit embed 9,300 sentences/s, sentence-transformers encode "
+           "7,100 sentences/s\nFatal Python error: Aborted\n")
+    assert embed_row(tmp_path, "embed-compiled.json", log) == (
+        "repeat 1: bertkit embed 9,100/s vs sentence-transformers 7,000/s; repeat 2: bertkit embed 9,300/s vs "
+        "sentence-transformers 7,100/s (the repeats done)")
+    assert embed_row(tmp_path, "embed-compiled.json", "no repeats") is None

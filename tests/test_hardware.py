@@ -76,6 +76,42 @@ def test_known_gpus_use_their_datasheet(monkeypatch):
     assert hardware._datasheet(torch.device("cuda"), "bf16") is None  # measured instead
 
 
+def test_a_gpus_measured_fp32_peak_is_kept_apart_under_tf32(monkeypatch):
+    # a GPU missing from the datasheet table: a TF32 run's measured peak (tensor cores) was stored as "fp32", and
+    # judged a later train.tf32 = false run's MFU (or the other way)
+    monkeypatch.setattr(hardware, "describe_device", lambda device: "Some Future GPU")
+    monkeypatch.setattr(hardware, "_datasheet", lambda device, precision: None)
+    monkeypatch.setattr(hardware, "_MEMO", {})
+    rates = {True: 400e12, False: 50e12}
+    for tf32 in (True, False):
+        monkeypatch.setattr(hardware, "tf32_matmuls", lambda tf32=tf32: tf32)
+        monkeypatch.setattr(hardware, "gemm_flops", lambda *a, tf32=tf32, **k: rates[tf32])
+        peak = hardware.peak_flops(torch.device("cuda"), "fp32")
+        assert peak.flops == rates[tf32] and ("tf32" if tf32 else "fp32") in peak.source
+    stored = json.loads((cache_root() / "peak_flops.json").read_text())
+    assert stored["Some Future GPU tf32"]["flops"] == 400e12 and stored["Some Future GPU fp32"]["flops"] == 50e12
+
+
+def test_a_run_puts_the_tf32_switches_back_as_it_found_them(monkeypatch):
+    # a CUDA run left TF32 on for its whole process: a benchmark's later fp32 phase, or a notebook's fp32 inference
+    # after a finetune, ran TF32
+    from bertkit.train import loop
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = False, True
+        assert loop._set_tf32(torch.device("cuda"), "fp32", True) is True
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        loop._restore_tf32()
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (False, True)
+        assert loop._set_tf32(torch.device("cpu"), "fp32", True) is False  # a CPU run: nothing set, nothing kept
+        loop._restore_tf32()
+        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == (False, True)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
 def test_the_tf32_reader_follows_torchs_switch():
     before = torch.backends.cuda.matmul.allow_tf32
     try:  # set and restored through torch's public API

@@ -199,6 +199,7 @@ def train(model: Model, objective: Objective, cfg: TrainConfig, run_dir: Path, a
     finally:
         prefetch.close()
         metrics.close()
+        _restore_tf32()
     return {"state": asdict(state), "evaluation": evaluation}
 
 
@@ -291,13 +292,26 @@ def _log(state: TrainState, lr: float, peak: Peak | None, world: int, metrics: M
     return f"loss {record['loss']:.3f}  {record['tokens_per_s']:,.0f} tok/s{mfu}"
 
 
+_TF32_BEFORE: list[tuple[bool, bool]] = []  # the switches each run found, put back when it ends (`_restore_tf32`)
+
+
 def _set_tf32(device: torch.device, precision: str, allowed: bool) -> bool:
     """On a CUDA GPU with TF32 (compute capability 8.0+), fp32 matrix products use it as `train.tf32` says (torch's
-    process-wide switch; the MFU peak follows it). Returns whether this run's fp32 products are TF32."""
+    process-wide switch; the MFU peak follows it) until the run ends. Returns whether this run's fp32 products are
+    TF32."""
     if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 0):
         return False
+    _TF32_BEFORE.append((torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32))
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allowed
     return allowed and precision == "fp32"
+
+
+def _restore_tf32() -> None:
+    """The TF32 switches as the run found them: a run left them on for its whole process, so a benchmark's fp32
+    phase after a training job in the same process ran TF32 (a static review, 2026-11-29), and so did a notebook's
+    fp32 inference after a finetune."""
+    if _TF32_BEFORE:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = _TF32_BEFORE.pop()
 
 
 GRAPH_BUCKET = 128  # CUDA graphs: masked-token counts rounded up to a multiple of this (a few recorded shapes)
