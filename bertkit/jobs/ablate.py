@@ -78,8 +78,12 @@ class AblationResult:
 
 
 def tokens_per_step(config: Config) -> int:
-    """Tokens one optimiser step consumes in pretraining: packed blocks are full."""
-    return config.train.batch_size * config.train.accumulation_steps * config.data.block_size
+    """Tokens of corpus text one optimiser step consumes in pretraining (packed blocks are full): a contrastive
+    variant's rows are two views of each block (two maskings of it, or its two halves), so a step reads half as many
+    blocks. Counted per row, a `2Mtok` budget gave such a variant half the text of the others, and its halves'
+    tokens seen and tokens/s read twice what it trained on."""
+    views = 2 if config.train.contrastive_weight > 0 else 1
+    return config.train.batch_size * config.train.accumulation_steps * config.data.block_size // views
 
 
 def make_plan(spec: AblationJob) -> tuple[Plan, Budget]:

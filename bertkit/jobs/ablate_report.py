@@ -68,6 +68,19 @@ def _changes(row: dict) -> list[str]:
     return str(row.get("changes") or "").split()
 
 
+# changes after which a variant's validation loss is over other targets than the base's: other masks (rate, whole
+# words), other tokens or blocks (tokenizer, block size, held-out share), or another model's loss (rtd: the
+# generator's; clm: next tokens). Such a row is shown, not ranked: it was bolded and given a Δ beside the others
+_OTHER_TARGETS = ("data.mlm_probability=", "data.whole_word_mask=", "data.validation_fraction=",
+                  "data.max_validation_blocks=", "data.block_size=", "model.vocab_size=", "train.objective=",
+                  "tokenizer.")
+
+
+def other_targets(row: dict) -> bool:
+    """Whether a variant's validation loss is scored on other targets than the base's (`_OTHER_TARGETS`)."""
+    return any(change.startswith(_OTHER_TARGETS) for change in _changes(row))
+
+
 def _paired_delta(variant: dict, base: dict) -> str:
     """Δ validation loss against the base over the seeds both finished (a seed failed on one side would
     otherwise compare different seed sets: the base's hard seed against the variant's missing one). A variant
@@ -119,7 +132,8 @@ def markdown_table(summary: list[dict], task: str, baseline: dict | None = None,
     variants = {row["variant"] for row in rows if not any(c.startswith("train.seed=") for c in _changes(row))}
     lost = sorted((seed for seed, runs in by_seed.items() if len(variants) > 1
                    and {r["variant"] for r in runs} >= variants and all(r["status"] != "ok" for r in runs)), key=str)
-    best_loss = min((s["val_loss"] for s in ok), default=None)
+    ranked = [s for s in ok if not other_targets(s)]
+    best_loss = min((s["val_loss"] for s in ranked), default=None)
     for s in summary:
         if s["status"] != "ok":
             message = " ".join(str(s["message"]).split()).replace("|", "/")  # one table row: no newlines
@@ -127,9 +141,11 @@ def markdown_table(summary: list[dict], task: str, baseline: dict | None = None,
             lines.append("| " + " | ".join(cells) + " |")
             continue
         loss = _fmt(s["val_loss"], s["val_loss_std"])
-        if s["val_loss"] == best_loss and len(ok) > 1:
-            loss = f"**{loss}**"
-        delta = "–" if base is None or s is base or s["val_loss"] is None else _paired_delta(s, base)
+        if other_targets(s):
+            loss, delta = f"{loss} †", "– †"
+        else:
+            loss = f"**{loss}**" if s["val_loss"] == best_loss and len(ranked) > 1 else loss
+            delta = "–" if base is None or s is base or s["val_loss"] is None else _paired_delta(s, base)
         name = s["variant"] if s["seeds"] >= seeds else f"{s['variant']} ({s['seeds']}/{seeds} seeds)"
         cells = [name, _count(s["params"]), _fmt(s["tokens_per_s"], None, 0),
                  _count(s["tokens"]), loss, delta,
@@ -147,6 +163,10 @@ def markdown_table(summary: list[dict], task: str, baseline: dict | None = None,
     if any("(unpaired)" in line for line in lines):
         note += ("\nΔ loss marked unpaired: the variant ran on none of the base's seeds (`--vary seed=N`), so it is "
                  "the difference of their means: the seed-to-seed noise itself.")
+    if any(other_targets(s) for s in ok):
+        note += ("\n† Scored on other validation targets than the base (other masks, tokens or blocks, or another "
+                 "model's loss: rtd's is its generator's): shown, not ranked against the others, no Δ; compare such "
+                 "variants downstream (`--task classify`).")
     if baseline and "val_loss" in baseline:
         token = "masked token" if loss_kind == "MLM" else "next token"
         note += (f"\nUnigram baseline (predicting every {token} by its corpus frequency): loss "

@@ -91,6 +91,8 @@ def run(job: FillMaskJob) -> FillMaskResult:
         options = []
         for score, token_id in zip(scores[mask_index].tolist(), candidates[mask_index].tolist()):
             word = continuation(tokenizer, encoding.ids[:position], [token_id])
+            if job.text[:start][-1:].isspace() and word[:1].isspace():  # WordPiece's [MASK] leaves the space
+                word = word.lstrip()  # before it out of its span, and the word brings its own: "the  capital"
             sequence = (job.text[:start] + word + job.text[end:]).strip()
             options.append(Guess(tokenizer.decode([token_id]).strip(), token_id, score, sequence))
         results.append(options)

@@ -139,6 +139,44 @@ def test_a_seed_variant_shares_no_seed_with_the_base_and_gets_the_unpaired_delta
     assert "Δ loss marked unpaired" not in table
 
 
+def test_a_variant_scored_on_other_targets_is_shown_not_ranked():
+    """A 40% masking rate, whole-word masks or ELECTRA's generator score their validation loss on other targets than
+    the base's: the table bolded mlm_probability=0.4 as the best and gave each a Δ, without a word (review,
+    2026-11-29)."""
+    from bertkit.ablation import summarise
+    from bertkit.jobs.ablate_report import markdown_table
+
+    rows = [_row("base", 0, 6.806), {**_row("mlm_probability=0.4", 0, 6.789), "changes": "data.mlm_probability=0.4"},
+            {**_row("objective=rtd", 0, 6.70), "changes": "train.objective=rtd"},
+            {**_row("positions=rotary", 0, 6.80), "changes": "model.positions=rotary"}]
+    table = markdown_table(summarise(rows), "pretrain", None, rows)
+    lines = {line.split(" |")[0][2:]: line for line in table.splitlines() if line.startswith("| ")}
+    for name in ("mlm_probability=0.4", "objective=rtd"):
+        assert "**" not in lines[name] and "† | – † |" in lines[name], lines[name]
+    assert "**6.800**" in lines["positions=rotary"] and "| -0.006 |" in lines["positions=rotary"]
+    assert "† Scored on other validation targets than the base" in table
+    plain = rows[:1] + rows[3:]
+    assert "†" not in markdown_table(summarise(plain), "pretrain", None, plain)
+
+
+def test_a_token_budget_counts_corpus_text_so_contrastive_variants_see_the_same_data():
+    # a contrastive variant's rows are two views of each block: counted per row, a 2Mtok budget gave it half the
+    # text, and its halves' tokens seen and tokens/s read twice what it trained on (review, 2026-11-29)
+    from bertkit.ablation import Budget
+    from bertkit.jobs.ablate import tokens_per_step
+    from bertkit.recipes import load_recipe, with_values
+
+    base = load_recipe("tiny")
+    plain = base.train.batch_size * base.train.accumulation_steps * base.data.block_size
+    assert tokens_per_step(base) == plain
+    for views in ("maskings", "halves"):
+        contrastive = with_values(base, {"train.contrastive_weight": 1.0, "train.contrastive_views": views})
+        assert tokens_per_step(contrastive) == plain // 2
+        budget = Budget.parse("100000tok")
+        steps = [int(o.split("=")[1]) for o in budget.overrides(tokens_per_step(contrastive)) if "max_steps" in o]
+        assert steps[0] * plain // 2 >= 100_000 > (steps[0] - 1) * plain // 2  # the blocks of 100k tokens of text
+
+
 def test_one_change_at_a_time_skips_the_base_value_and_keeps_invalid_variants():
     plan = _plan(["positions=learned,rotary,none", "n_heads=2,3", "norm_position=pre"])
     names = [v.name for v in plan.variants]

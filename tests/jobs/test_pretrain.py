@@ -390,3 +390,33 @@ def test_an_extension_of_a_budgeted_run_that_ended_at_its_step_cap_trains_at_the
     assert all(r["lr"] > 0 for r in extension[:-1])  # the linear decay reaches 0 at step 36, not at 30
     after = load_file(tmp_path / "run" / "model.safetensors")
     assert any(not torch.equal(before[k], after[k]) for k in before)
+
+
+def test_plot_sets_the_mlm_part_of_an_rtd_or_contrastive_loss_beside_validation(tmp_path):
+    # the whole objective was drawn as the "MLM loss": rtd's ~40 (50 x the discriminator's) beside a validation 6.8
+    from bertkit.jobs.plot import _train_losses
+
+    rtd = [{"step": 1, "loss": 40.3, "gen_loss": 6.78, "rtd_loss": 0.671}]
+    assert _train_losses(tmp_path, rtd) == ([6.78], "train (generator MLM)")
+    (tmp_path / "config.json").write_text(json.dumps({"train": {"objective": "mlm", "contrastive_weight": 0.5}}))
+    contrastive = [{"step": 1, "loss": 9.0, "contrastive_loss": 4.0}, {"step": 2, "loss": 8.0, "contrastive_loss": 2.0}]
+    assert _train_losses(tmp_path, contrastive) == ([7.0, 7.0], "train (MLM part)")
+    assert _train_losses(tmp_path, [{"step": 1, "loss": 6.9}]) == (None, "train")  # plain MLM: its loss as logged
+
+
+def test_fill_mask_reads_a_wordpiece_sentence_with_single_spaces(tmp_path, minilm_dir):
+    # WordPiece's [MASK] leaves the space before it out of its span and the guessed word brings its own: every
+    # imported BERT's filled sentence read "Paris is the  capital of France."
+    from bertkit.config import Config
+    from bertkit.jobs.fill_mask import FillMaskJob, run
+    from bertkit.nn.model import Model
+    from bertkit.run.directory import save_run
+    from conftest import heads, tiny
+
+    cfg, mlm = tiny(vocab_size=30522), heads("mlm")
+    folder = save_run(tmp_path / "wordpiece", Model(cfg, mlm), Config(model=cfg, heads=mlm),
+                      minilm_dir / "tokenizer.json")
+    guesses = run(FillMaskJob(folder, "Paris is the [MASK] of France.", top_k=5)).masks[0]
+    for guess in guesses:
+        assert "  " not in guess.sequence and guess.sequence.startswith("Paris is the "), guess
+        assert guess.sequence.endswith(" of France."), guess  # the text as given around the guessed word

@@ -136,7 +136,8 @@ def test_rtd_run_resumes_exactly_fills_masks_and_finetunes(tmp_path):
     config = json.loads((straight / "config.json").read_text())
     assert config["heads"]["names"] == ["rtd", "generator"] and config["train"]["objective"] == "rtd"
     results = json.loads((straight / "results.json").read_text())["evaluation"]
-    assert {"val_loss", "val_accuracy", "val_rtd_accuracy", "val_rtd_loss"} <= set(results)
+    assert {"val_loss", "val_accuracy", "val_rtd_accuracy", "val_rtd_loss", "val_rtd_baseline"} <= set(results)
+    assert 0.7 < results["val_rtd_baseline"] < 0.95  # ~15% masked, most of them replaced by the generator's samples
     train = [r for r in _records(straight) if r["kind"] == "train"]
     assert len(train) == 10 and {"gen_loss", "rtd_loss", "rtd_accuracy", "replaced"} <= set(train[0])
     assert 0.0 < train[-1]["replaced"] <= 0.2  # at most the masked share (15% of non-special tokens) is replaced
