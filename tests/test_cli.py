@@ -91,6 +91,11 @@ def test_info_on_a_recipe_with_overrides():
         assert part in result.output
     # a model recipe is counted with the heads its pretraining adds, as `info` counts the run it makes
     assert "heads: MLM (dense + gelu + norm" in result.output
+    # an objective the stack cannot train: its FLOPs line was left out without a word (pretrain refuses the pair)
+    result = runner.invoke(app, ["info", "tiny", "--set", "objective=clm"])
+    assert result.exit_code == 0, result.output
+    assert ("training FLOPs per token: none (train.objective clm trains a decoder, this is an encoder: `bertkit "
+            "pretrain` refuses the pair)") in " ".join(result.output.split())
 
 
 def test_info_on_a_run_directory(tmp_path):

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from bertkit.paths import one_is_one
 from bertkit.config import Config, HeadsConfig, ModelConfig
-from bertkit.errors import BertkitError
+from bertkit.errors import BertkitError, a_or_an
 from bertkit.nn.flops import train_flops
 from bertkit.nn.model import meta_model
 from bertkit.recipes import is_model_recipe, load_recipe
@@ -129,6 +129,11 @@ def run(job: InfoJob, console: Console | None = None) -> InfoResult:
     if flops:
         console.print(f"training FLOPs per token ({flops['tokens_per_row']}-token rows, "
                       f"{flops['objective']}): {flops['per_token'] / 1e6:,.1f} M (model FLOPs: forward + backward)")
+    else:  # the line was left out without a word: `--set objective=clm` on an encoder, which pretrain refuses
+        objective = config.train.objective
+        wanted = PRETRAINING[objective].architecture if objective in PRETRAINING else "another stack"
+        console.print(f"training FLOPs per token: none (train.objective {objective} trains {a_or_an(wanted)}, "
+                      f"this is {a_or_an(cfg.architecture)}: `bertkit pretrain` refuses the pair)")
     measured = measured_throughput(target) if kind == "run" else None
     if measured:
         console.print(f"measured: {measured['tokens_per_s']:,.0f} tokens/s, {measured['tflops']:.3g} TFLOP/s"
