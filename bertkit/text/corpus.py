@@ -94,10 +94,12 @@ def find_files(paths: list[str] | tuple[str, ...]) -> list[Path]:
 def _check_compression(path: Path) -> None:
     """Refuse a file compressed other than with gzip: read as text, its bytes were invalid UTF-8, and the error's
     --skip-bad-lines trained on junk."""
-    kinds = [COMPRESSED[s] for s in (s.lower() for s in path.suffixes) if s in COMPRESSED]
-    if kinds:
-        raise BertkitError(f"{path}: {kinds[-1]}, which bertkit does not read (it reads plain files and .gz): "
-                           "unpack it, or recompress it with gzip")
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes[-1:] == [".gz"]:
+        suffixes = suffixes[:-1]  # .tar.gz: the archive inside the gzip
+    if suffixes and suffixes[-1] in COMPRESSED:  # the outermost suffix only: "notes.7z.txt" is text
+        raise BertkitError(f"{path}: {COMPRESSED[suffixes[-1]]}, which bertkit does not read (it reads plain files "
+                           "and .gz): unpack it, or recompress it with gzip")
 
 
 def file_format(path: Path, strict: bool = True) -> str | None:

@@ -269,6 +269,8 @@ def test_a_compression_bertkit_cannot_read_is_refused_by_name(tmp_path):
         load_corpus([str(xz)], skip_bad_lines=True)
     assert "a tar archive" in cli_error("tokenizer", "train", str(_write(tmp_path / "c.tar.gz", b"x")), "-o",
                                         str(tmp_path / "tok"), "--vocab-size", "300")
+    named = _write(tmp_path / "notes.7z.txt", b"plain text\n")  # only the outermost suffix says how it is packed
+    assert load_corpus([str(named)])[0]["text"] == ["plain text"]
 
 
 def _write(path, data: bytes):
