@@ -296,8 +296,8 @@ def _say_truncated(console: Console, task: FinetuneTask, encoded: list[Encoded],
     """The training and validation examples cut at the maximum length, one warning each. Validation's too: what
     they lose (a sentence's words past the cut, tagged O) the metric that picks the checkpoint counts as misses."""
     scored = [e for e in getattr(objective, "validation", ()) if isinstance(e, Encoded)]
-    lost = ": what they lose counts against the validation metric"
-    for examples, name, lost in ((encoded, task.examples_name, ""), (scored, "validation examples", lost)):
+    counts_against = ": what they lose counts against the validation metric"
+    for examples, name, lost in ((encoded, task.examples_name, ""), (scored, "validation examples", counts_against)):
         if cut := sum(e.truncated for e in examples):
             console.print(f"[yellow]warning: {cut:,} of {len(examples):,} {name} are longer than {max_length} tokens "
                           f"and were truncated ({task.length_key}){lost}")

@@ -22,33 +22,26 @@ def train_on_corpus(corpus: list[str] | tuple[str, ...], vocab_size: int, cfg: T
     cached read wrote a whole copy before training began). `option`: how the user sets the size, for its errors."""
     console = console or Console(stderr=True)
     if streaming:
-        stats = ReadStats()
-        limit = cfg.max_documents
-        console.print(f"training a {vocab_size:,}-token BPE on "
-                      f"{f'the first {limit:,}' if limit else 'every'} document(s) of the streamed corpus, read once "
-                      "(not cached)")
+        stats, limit = ReadStats(), cfg.max_documents
         documents = itertools.islice(iter_corpus(find_files(corpus), text_field, skip_bad_lines, stats), limit)
-        tokenizer = train_bpe(iter_texts_batched(documents), vocab_size, byte_level=cfg.byte_level,
-                              lowercase=cfg.lowercase, nfkc=cfg.nfkc, min_frequency=cfg.min_frequency, length=limit,
-                              option=option)
-        if not stats.documents:
-            raise BertkitError(f"corpus is empty: {stats.files} file(s) read, no non-empty text")
-        return tokenizer
-    dataset, stats, _ = load_corpus(corpus, text_field, skip_bad_lines)
-    if stats.bad_lines:
-        console.print(f"[yellow]skipped {stats.bad_lines:,} line(s) that are not valid UTF-8")
-    if stats.bad_rows:
-        console.print(f"[yellow]skipped {stats.bad_rows:,} CSV / TSV row(s) with more fields than the header")
-    limit = min(len(dataset), cfg.max_documents or len(dataset))
-
-    def texts():
-        for batch in dataset.iter(batch_size=1000):
-            yield from batch["text"]
-
-    # the characters are the whole corpus's: under max_documents the line says which documents were read instead
-    read = (f"the first {limit:,} of {len(dataset):,} documents (tokenizer.max_documents)" if limit < len(dataset)
-            else f"{limit:,} documents ({stats.characters:,} characters in {stats.files} file(s))")
+        read = (f"{f'the first {limit:,}' if limit else 'every'} document(s) of the streamed corpus, read once "
+                "(not cached)")
+    else:
+        dataset, stats, _ = load_corpus(corpus, text_field, skip_bad_lines)
+        if stats.bad_lines:
+            console.print(f"[yellow]skipped {stats.bad_lines:,} line(s) that are not valid UTF-8")
+        if stats.bad_rows:
+            console.print(f"[yellow]skipped {stats.bad_rows:,} CSV / TSV row(s) with more fields than the header")
+        limit = min(len(dataset), cfg.max_documents or len(dataset))
+        texts = (text for batch in dataset.iter(batch_size=1000) for text in batch["text"])
+        documents = itertools.islice(texts, limit)
+        # the characters are the whole corpus's: under max_documents the line says which documents were read
+        read = (f"the first {limit:,} of {len(dataset):,} documents (tokenizer.max_documents)" if limit < len(dataset)
+                else f"{limit:,} documents ({stats.characters:,} characters in {stats.files} file(s))")
     console.print(f"training a {vocab_size:,}-token BPE on {read}")
-    return train_bpe(iter_texts_batched(itertools.islice(texts(), limit)), vocab_size, byte_level=cfg.byte_level,
-                     lowercase=cfg.lowercase, nfkc=cfg.nfkc, min_frequency=cfg.min_frequency, length=limit,
-                     option=option)
+    tokenizer = train_bpe(iter_texts_batched(documents), vocab_size, byte_level=cfg.byte_level,
+                          lowercase=cfg.lowercase, nfkc=cfg.nfkc, min_frequency=cfg.min_frequency, length=limit,
+                          option=option)
+    if streaming and not stats.documents:  # (the cached read refuses an empty corpus itself)
+        raise BertkitError(f"corpus is empty: {stats.files} file(s) read, no non-empty text")
+    return tokenizer

@@ -87,8 +87,10 @@ def find_files(paths: list[str] | tuple[str, ...]) -> list[Path]:
             files.extend(found)
         else:
             raise BertkitError(f"{path}: no such file or directory{where_looked(path)}")
-    seen: set[Path] = set()
-    return [f for f in files if not (f.resolve() in seen or seen.add(f.resolve()))]
+    unique: dict[Path, Path] = {}
+    for file in files:
+        unique.setdefault(file.resolve(), file)  # each file once, where it was first named
+    return list(unique.values())
 
 
 def _check_compression(path: Path) -> None:
@@ -298,11 +300,11 @@ def iter_records(path: Path, text_field: str = "text", skip_bad_lines: bool | No
         for number, line in enumerate(_lines(path, skip_bad_lines, stats), start=1):
             yield Record(number, None, line)
     elif fmt == "jsonl":
+        lines = "; a .json corpus is read as JSON lines, one object per line (a JSON array or a pretty-printed " \
+            "file is not)" if ".json" in path.suffixes[-2:] else ""  # once a file, not once a line
         for number, line in enumerate(_lines(path, skip_bad_lines, stats), start=1):
             if not line.strip():
                 continue
-            lines = "; a .json corpus is read as JSON lines, one object per line (a JSON array or a " \
-                "pretty-printed file is not)" if ".json" in path.suffixes[-2:] else ""
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:

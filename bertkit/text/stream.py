@@ -19,6 +19,7 @@ When the stream ends it starts again (the next epoch), its last partial block dr
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import zlib
@@ -150,7 +151,7 @@ class BlockStream:
 
     def _documents(self, source, first_doc: int) -> Iterator[tuple[int, str]]:
         """(document index, text) of every non-empty document from where `source` stands."""
-        formats = self._formats()
+        formats = self._formats  # (the corpus's files are listed once, not at every pass)
         doc, first = first_doc, bool(formats) and formats <= {"csv", "tsv"}  # one schema: its first row says
         json_lines = formats == {"jsonl"}
         for row in _decoded(source, self.corpus):
@@ -173,6 +174,7 @@ class BlockStream:
                 yield doc, text
                 doc += 1
 
+    @functools.cached_property
     def _formats(self) -> set[str]:
         """The local files' formats (empty for a Hub dataset): CSV / TSV are read by pandas, which takes a too-wide
         row's first fields for an index (a Parquet file's or a Hub dataset's own index columns are no such sign);
