@@ -193,7 +193,7 @@ class TokenizerConfig:
     lowercase: bool = False  # lowercase the text before BPE
     nfkc: bool = True  # Unicode NFKC normalisation
     min_frequency: int = 2  # a merge must occur at least this often
-    max_documents: int | None = None  # train on the first this many documents (None: the whole corpus)
+    max_documents: int | None = None  # train on this many documents, spread evenly (streamed: the first N; None: all)
 
     def __post_init__(self) -> None:
         _check_types(self, "tokenizer")

@@ -31,8 +31,8 @@ def tokenizer_train(corpus: Annotated[list[str], typer.Argument(help="Corpus fil
                     nfkc: Annotated[bool, typer.Option(help="Unicode NFKC normalisation.")] = True,
                     min_frequency: Annotated[int, typer.Option(min=1, help="Minimum count of a merge.")] = 2,
                     max_documents: Annotated[int | None, typer.Option(
-                        min=1, help="Train on the corpus's first N documents only (tokenizer.max_documents; "
-                                    "default: all).")] = None,
+                        min=1, help="Train on N of the corpus's documents, spread evenly over it (a streamed "
+                                    "corpus: its first N) (tokenizer.max_documents; default: all).")] = None,
                     text_field: TextFieldOption = None, skip_bad_lines: SkipBadOption = False,
                     overwrite: Annotated[bool, typer.Option(help="Replace OUT if it is a tokenizer folder bertkit "
                                                                  "wrote (never a run or anything else).")]

@@ -32,7 +32,7 @@ from bertkit.run.files import atomic_dir
 from bertkit.run.lock import locked
 from bertkit.run.outputs import refuse_nested
 from bertkit.tasks.registry import PRETRAINING, with_pretraining_heads
-from bertkit.text.bpe import train_on_corpus
+from bertkit.text.bpe import SAMPLING, train_on_corpus
 from bertkit.text.corpus import corpus_fingerprint, find_files, load_corpus
 from bertkit.text.packing import pack_corpus
 from bertkit.text.stream import HUB_PREFIX, streamed_packed
@@ -281,7 +281,8 @@ def _cached_tokenizer(config: Config, console: Console):
                            "--tokenizer (train one on a sample with `bertkit tokenizer train`)")
     files = find_files(config.data.corpus)
     key = hashlib.sha256(json.dumps([corpus_fingerprint(files, config.data.text_field, config.data.skip_bad_lines),
-                                     config.model.vocab_size, dataclasses.asdict(config.tokenizer)]).encode())
+                                     config.model.vocab_size, dataclasses.asdict(config.tokenizer),
+                                     SAMPLING]).encode())
     folder = cache_root() / "tokenizers" / key.hexdigest()[:20]
     if (folder / TOKENIZER_FILE).is_file():
         try:

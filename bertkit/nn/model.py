@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from bertkit.config import HeadsConfig, ModelConfig
 from bertkit.nn.electra import Generator, ReplacedTokenHead, sample_tokens
@@ -194,10 +195,23 @@ class Model(nn.Module):
         return next(self.parameters()).device
 
 
+class _LightMeta(TorchFunctionMode):
+    """Inside `torch.device("meta")`: random-normal initialisation as a no-op (a meta tensor has no values to set) and
+    `arange` (the position tables) computed on the CPU and moved to meta. Both run through torch._refs on the meta
+    device, whose first call imports torch._dynamo: 2-3 s of a process's start on an AVX2 host (`info`; a training
+    process's memory check, refusing before its optimizer imports it), for nothing."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.nn.init.normal_ or func is torch.Tensor.normal_:
+            return args[0] if args else kwargs["tensor"]  # (init.normal_ passes it by name)
+        return func(*args, **kwargs)
+
+
 def meta_model(cfg: ModelConfig, heads: HeadsConfig) -> Model:
     """The model `cfg` / `heads` build, on the meta device: its parameter counts and shapes without allocating a
     weight (`bertkit info`, the memory check)."""
-    with torch.device("meta"):
+    with torch.device("meta"), _LightMeta():
         return Model(cfg, heads)
 
 

@@ -14,6 +14,8 @@ from torch import nn
 
 def sinusoidal_table(n_positions: int, dim: int) -> torch.Tensor:
     """The fixed table of Vaswani et al.: PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(same). (n, dim)"""
+    if torch.empty(0).device.type == "meta":  # the default device (`meta_model`): a table without values; computed,
+        return torch.empty(n_positions, dim)  # its exp / sin ran through torch._refs, which import torch._dynamo
     position = torch.arange(n_positions, dtype=torch.float32)[:, None]  # (n, 1)
     inv_freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))  # (ceil(d/2),)
     table = torch.zeros(n_positions, dim)

@@ -98,3 +98,31 @@ def test_tied_heads_project_onto_their_own_models_embedding():
     torch.testing.assert_close(twin.mlm_logits(hidden), before)
     decoder = Model(tiny(architecture="encoder-decoder", share_embeddings=False), heads("lm"))
     torch.testing.assert_close(decoder.lm_logits(hidden), hidden @ decoder.backbone.decoder.embeddings.token.weight.T)
+
+
+def test_a_meta_model_has_the_real_ones_parameters_and_imports_no_compiler():
+    """`meta_model` (the memory check, `info`) builds every stack's parameters and buffers as the real model does,
+    on the meta device, without initialising them: a meta normal_ imported torch._dynamo, 2-3 s of a process's
+    start (checked in a fresh process: this one may have imported it already)."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from bertkit.config import HeadsConfig, ModelConfig
+from bertkit.nn.model import Model, meta_model
+for arch, names in (("encoder", ("mlm", "classifier")), ("decoder", ()), ("encoder-decoder", ())):
+    for positions in ("learned", "sinusoidal", "relative", "rotary", "none"):
+        cfg = ModelConfig(architecture=arch, vocab_size=101, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_len=64,
+                          positions=positions)
+        meta = meta_model(cfg, HeadsConfig(names=names, num_labels=3 if names else 0))
+        assert "torch._dynamo" not in sys.modules, (arch, positions)
+        real = Model(cfg, HeadsConfig(names=names, num_labels=3 if names else 0))
+        assert meta.device.type == "meta" and meta.parameter_counts() == real.parameter_counts(), arch
+        for ours, theirs in ((meta.named_parameters(), real.named_parameters()),
+                             (meta.named_buffers(), real.named_buffers())):
+            assert [(n, p.shape, p.dtype) for n, p in ours] == [(n, p.shape, p.dtype) for n, p in theirs], arch
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]

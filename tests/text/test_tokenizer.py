@@ -6,6 +6,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from bertkit.errors import BertkitError
+from bertkit.text.bpe import sample_indices
 from bertkit.text.tokenizer import (SPECIAL_TOKENS, check_vocab_matches, continuation, load_tokenizer, save_tokenizer,
                                     special_ids, train_bpe, vocab_span)
 from conftest import SAMPLE_CORPUS
@@ -143,12 +144,17 @@ def test_tokenizer_train_takes_max_documents_and_names_its_own_size_option(tmp_p
     # the recipe key had no option in `tokenizer train`, and its size errors named both commands' ways
     from conftest import cli_error, cli_ok
 
+    # a corpus in order (IMDB's train file is its negative reviews, then its positive ones): the documents are
+    # spread over it, where the first N gave a vocabulary of one part (2026-11-29)
     corpus = tmp_path / "c.txt"
-    corpus.write_text("alpha beta gamma\n" * 5 + "".join(f"word{i} other{i}\n" for i in range(200)))
+    corpus.write_text("alpha beta gamma\n" * 100 + "omega sigma delta\n" * 100)
     said = " ".join(cli_ok("tokenizer", "train", corpus, "-o", tmp_path / "first", "--vocab-size", "270",
-                           "--min-frequency", "1", "--max-documents", "5").output.split())
-    assert "training a 270-token BPE on the first 5 of 205 documents (tokenizer.max_documents)" in said
+                           "--min-frequency", "1", "--max-documents", "4").output.split())
+    assert "training a 270-token BPE on 4 of the corpus's 200 documents, spread evenly (tokenizer.max_documents)" \
+        in said
     vocab = json.loads((tmp_path / "first" / "tokenizer.json").read_text())["model"]["vocab"]
-    assert not any("wo" in token or "ot" in token for token in vocab)  # merges of the first 5 lines only
+    assert {"ha", "gma"} <= set(vocab)  # merges of both halves (alpha's, sigma's)
+    assert sample_indices(200, 4) == [0, 50, 100, 150] and sample_indices(5, 5) == [0, 1, 2, 3, 4]
+    assert sample_indices(7, 3) == [0, 2, 4]
     line = cli_error("tokenizer", "train", corpus, "-o", tmp_path / "tiny", "--vocab-size", "100")
     assert "--vocab-size" in line and "model.vocab_size" not in line
