@@ -144,14 +144,25 @@ def viterbi(log_probs: np.ndarray, start: np.ndarray, allowed: np.ndarray) -> li
 def decode_tags(token_logits: np.ndarray, encoded: Encoded, tags: list[str], constraints) -> tuple[list[str],
                                                                                                    list[float]]:
     """Word tags and their probabilities from token logits: each word reads its first subword; words truncated
-    away are O with probability 1 (they were not seen)."""
+    away are O with probability 1 (they were not seen). A word whose first subword is the previous word's (a token
+    covering both, or a word no token touches: a character the normaliser deletes) is not decoded on its own: it
+    continues the previous word's entity (I-X after B-X or I-X), else O. Decoded on the shared logits it came out
+    B-X again after B-X, splitting the entity in two."""
     words = encoded.first_token or []
-    seen = [w for w, position in enumerate(words) if position >= 0]
+
+    def follows(w: int) -> bool:
+        return w > 0 and words[w] == words[w - 1]
+
+    seen = [w for w, position in enumerate(words) if position >= 0 and not follows(w)]
     log_probs = log_softmax(token_logits[[words[w] for w in seen]]) if seen else np.zeros((0, len(tags)))
     path = viterbi(log_probs, *constraints)
     out, scores = ["O"] * len(words), [1.0] * len(words)
     for k, (w, tag) in enumerate(zip(seen, path)):
         out[w], scores[w] = tags[tag], float(np.exp(log_probs[k, tag]))
+    for w, position in enumerate(words):
+        if position >= 0 and follows(w):  # left to right: the previous word's tag is final
+            out[w] = "O" if out[w - 1] == "O" else f"I-{out[w - 1][2:]}"
+            scores[w] = scores[w - 1]
     return out, scores
 
 

@@ -51,7 +51,9 @@ def entity_metrics(gold: list[list[str]], predicted: list[list[str]]) -> dict:
                                  "f1": float(v["f1-score"]), "support": int(v["support"])}
                           for kind, v in report.items() if not kind.endswith(" avg")}
     # the unweighted mean over entity types (a rare type counts as much as a common one), as seqeval's report has it
-    result["macro_f1"] = float(report["macro avg"]["f1-score"]) if "macro avg" in report else 0.0
+    # (no type in gold or prediction: 0.0 as zero_division=0 makes the micro figures; seqeval's row says nan)
+    per_type = result["per_type"]
+    result["macro_f1"] = float(np.mean([v["f1"] for v in per_type.values()])) if per_type else 0.0
     result["sentences"] = len(gold)
     return result
 

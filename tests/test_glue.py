@@ -1,6 +1,7 @@
 """`bertkit glue`: the GLUE files read as they ship, each task's metric against scikit-learn, and the command end to
 end on a tiny encoder: cells that resume one by one, --seeds extended, the random-init control, clear errors."""
 
+import dataclasses
 import json
 import shutil
 
@@ -132,6 +133,13 @@ def test_a_finetuned_run_is_scored_with_a_warning(tmp_path, sample_tokenizer):
     random = " ".join(cli_invoke("glue", "-m", str(run), "--tasks", "rte", "--init", "random", "-o",
                                  str(tmp_path / "mine")).output.split())
     assert "finetuned run" not in random and "is not a glue folder" in random  # its weights are not used
+    # an SBERT run has no head, and an STS-B-trained one is the most finetuned column glue can score (review,
+    # 2026-11-29)
+    sbert = Config(model=cfg, heads=heads())
+    sbert = dataclasses.replace(sbert, task=dataclasses.replace(sbert.task, kind="sentence"))
+    run = save_run(tmp_path / "sbert", Model(cfg, heads()), sbert, tmp_path / "tok" / "tokenizer.json")
+    said = " ".join(cli_invoke("glue", "-m", str(run), "--tasks", "rte", "-o", str(tmp_path / "mine")).output.split())
+    assert f"warning: --model {run} is a finetuned run (an SBERT sentence-embedding model)" in said
 
 @needs_glue
 @pytest.mark.slow

@@ -41,6 +41,8 @@ def test_entity_metrics_are_strict():
     skewed = entity_metrics([["B-LOC", "O", "B-LOC", "O", "B-LOC", "B-PER"]], [["B-LOC", "O", "B-LOC", "O", "B-LOC",
                                                                                 "O"]])
     assert skewed["f1"] == pytest.approx(2 * 3 / (3 + 4)) and skewed["macro_f1"] == pytest.approx(0.5)
+    # no entity type anywhere: 0.0, as the micro figures are (seqeval's macro row is nan; it was printed as such)
+    assert entity_metrics([["O", "O"]], [["O", "O"]])["macro_f1"] == 0.0
 
 
 def test_a_lowercasing_tokenizers_translations_are_scored_without_case():

@@ -73,7 +73,7 @@ def _changes(row: dict) -> list[str]:
 # generator's; clm: next tokens). Such a row is shown, not ranked: it was bolded and given a Δ beside the others
 _OTHER_TARGETS = ("data.mlm_probability=", "data.whole_word_mask=", "data.validation_fraction=",
                   "data.max_validation_blocks=", "data.block_size=", "model.vocab_size=", "train.objective=",
-                  "tokenizer.")
+                  "tokenizer.", "data.corpus=", "data.text_field=")  # (the last two: other documents held out)
 
 
 def other_targets(row: dict) -> bool:

@@ -64,7 +64,8 @@ def run(job: EvaluateJob, console: Console | None = None) -> EvaluateResult:
     if job.predictions is not None:
         if out is not None and Path(job.predictions).resolve() == Path(out).resolve():
             raise BertkitError(f"--predictions {job.predictions}: the same file as --out")
-        claim(job.predictions, PREDICTIONS, job.overwrite, inputs=(data, job.model))
+        claim(job.predictions, PREDICTIONS, job.overwrite, inputs=(data, job.model),
+              hint="choose another --predictions or pass --overwrite")
     task_model = TaskModel(job.model, batch_size=job.batch_size, precision=job.precision)
     columns = {"text_column": job.text_column, "label_column": job.label_column, "tag_column": job.tag_column,
                "text_pair_column": task_model.pair_column(job.text_pair_column,

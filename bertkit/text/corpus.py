@@ -65,7 +65,7 @@ def find_files(paths: list[str] | tuple[str, ...]) -> list[Path]:
     A directory's hidden files and folders are not read (a notebook's `.ipynb_checkpoints` holds a copy of each
     file: every document was read twice, and validation held out copies of training documents), a file named twice
     (`a.txt ./a.txt`, or a folder and a file in it) is read once, and a compressed file bertkit cannot decompress
-    is refused by name (a folder left its .zst shards out without a word)."""
+    is refused by name (a folder left its .zst shards out without a word) unless its unpacked copy is beside it."""
     if not paths:
         raise BertkitError("no corpus given (pass --corpus FILE_OR_DIR, or set data.corpus in the recipe)")
     files: list[Path] = []
@@ -77,9 +77,14 @@ def find_files(paths: list[str] | tuple[str, ...]) -> list[Path]:
         elif path.is_dir():
             found = sorted(p for p in path.rglob("*") if p.is_file()
                            and not any(part.startswith(".") for part in p.relative_to(path).parts))
+            listed = set(found)
             for candidate in found:
-                if candidate.suffixes[-2:-1] and file_format(candidate.with_suffix(""), strict=False):
-                    _check_compression(candidate)  # part-0.jsonl.zst: a corpus shard, not an unrelated file
+                unpacked = candidate.with_suffix("")
+                # part-0.jsonl.zst: a corpus shard, not an unrelated file; unless its unpacked copy is beside it
+                # (`unzip`, `zstd -d`, `xz -dk` keep the archive: the folder was refused after the user unpacked it)
+                if candidate.suffixes[-2:-1] and file_format(unpacked, strict=False) and not \
+                        {unpacked, unpacked.with_name(unpacked.name + ".gz")} & listed:
+                    _check_compression(candidate)
             found = [p for p in found if file_format(p, strict=False)]
             if not found:
                 raise BertkitError(f"{path}: directory has no readable text files "
@@ -175,9 +180,11 @@ def _lines(path: Path, skip_bad_lines: bool | None, stats: ReadStats, ends: bool
     try:
         with opener(path, "rb") as fh:
             for number, raw in enumerate(fh, start=1):
-                if b"\x00" in raw or number == 1 and raw[:2] in _UTF16:  # valid UTF-8 with NULs (UTF-16 of ASCII
-                    raise _nul_error(path, raw, offset, number)                # text), or not UTF-8: never text
+                if number == 1 and raw[:2] in _UTF16 or b"\x00" in raw and _looks_utf16(raw):  # (UTF-16 of ASCII
+                    raise _nul_error(path, raw, offset, number)  # text is valid UTF-8 with NULs): never text
                 try:
+                    if b"\x00" in raw:  # a stray NUL in UTF-8 text (scraped pages have some): a bad line
+                        raise UnicodeDecodeError("utf-8", raw, raw.index(b"\x00"), raw.index(b"\x00") + 1, "NUL")
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
                     if not skip_bad_lines:
@@ -189,8 +196,9 @@ def _lines(path: Path, skip_bad_lines: bool | None, stats: ReadStats, ends: bool
                                 if skip_bad_lines is None and path.suffix.lower() != ".gz" else
                                 "; re-encode it as UTF-8" if skip_bad_lines is None else
                                 "; pass --skip-bad-lines (data.skip_bad_lines in a recipe) to skip such lines")
-                        raise BertkitError(f"{path}: invalid UTF-8 at byte {offset + exc.start} (line {number})"
-                                           f"{hint}") from None
+                        what = "a NUL byte" if exc.reason == "NUL" else "invalid UTF-8"
+                        raise BertkitError(f"{path}: {what} at byte {offset + exc.start} (line {number}){hint}") \
+                            from None
                     stats.bad_lines += 1
                     offset += len(raw)
                     continue
@@ -217,18 +225,25 @@ def refuse_non_text(path: Path) -> None:
         return  # the stream's own reading says where the file is damaged
     if head[:2] in _UTF16:
         raise _nul_error(path, head, 0, 1)
-    if (nul := head.find(b"\x00")) >= 0:
+    if (nul := head.find(b"\x00")) >= 0 and _looks_utf16(head[:4096]):
         start = head.rfind(b"\n", 0, nul) + 1  # the line holding it: its first byte, and its number
         raise _nul_error(path, head[start:], start, head.count(b"\n", 0, nul) + 1)
 
 
+def _looks_utf16(raw: bytes) -> bool:
+    """Whether a line holding NUL bytes reads as UTF-16 (or binary) rather than UTF-8 text with a stray NUL: at least
+    a quarter of its bytes NUL (ASCII in UTF-16: every other byte)."""
+    return raw.count(b"\x00") * 4 >= len(raw)
+
+
 def _nul_error(path: Path, raw: bytes, offset: int, number: int) -> BertkitError:
-    """A line holding a NUL byte: a UTF-16 file (ASCII text in UTF-16 is valid UTF-8 with a NUL after each
-    character, and was trained on so) or a binary one. Not skippable: every line of such a file is alike."""
+    """A file that reads as UTF-16 (ASCII text in UTF-16 is valid UTF-8 with a NUL after each character, and was
+    trained on so) or binary. Not skippable: every line of such a file is alike (a stray NUL in UTF-8 text is a bad
+    line, skippable)."""
     if number == 1 and raw[:2] in _UTF16:
         what, where = "UTF-16 (its byte-order mark says so)", 0
     else:
-        what, where = "a NUL byte (UTF-16 text, or not a text file?)", raw.index(b"\x00")
+        what, where = "NUL bytes (UTF-16 text, or not a text file?)", raw.index(b"\x00")
     return BertkitError(f"{path}: {what} at byte {offset + where} (line {number}); re-encode it as UTF-8 "
                         f"(`iconv -f utf-16 -t utf-8 {path}`)")
 
@@ -303,6 +318,7 @@ def iter_records(path: Path, text_field: str = "text", skip_bad_lines: bool | No
         lines = "; a .json corpus is read as JSON lines, one object per line (a JSON array or a pretty-printed " \
             "file is not)" if ".json" in path.suffixes[-2:] else ""  # once a file, not once a line
         for number, line in enumerate(_lines(path, skip_bad_lines, stats), start=1):
+            line = line.removeprefix("\ufeff")  # a BOM opening a line of files joined by `cat`, as the stream reads it
             if not line.strip():
                 continue
             try:

@@ -96,7 +96,17 @@ def split_words(text: str) -> list[tuple[int, int]]:
                 j += 1
         spans.append((i, j))
         i = j
-    return spans
+    # a format character stays inside its word, not at its edges: a byte-order mark opening stdin, direction marks
+    # around a name ("\u200fIsrael\u200f") were the entity's text; one alone is no word
+    out = []
+    for start, end in spans:
+        while start < end and unicodedata.category(text[start]) == "Cf":
+            start += 1
+        while end > start and unicodedata.category(text[end - 1]) == "Cf":
+            end -= 1
+        if start < end:
+            out.append((start, end))
+    return out
 
 
 def join_words(words: tuple[str, ...] | list[str]) -> tuple[str, list[tuple[int, int]]]:

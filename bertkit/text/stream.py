@@ -170,6 +170,10 @@ class BlockStream:
             # refuses the file; docs/pretraining.md says so)
             text = document_text(row[self.text_field], self.text_field, lambda: f"data.corpus: document {doc + 1}")
             text = text.removeprefix("\ufeff").strip()  # a file's byte-order mark, as the packed path drops it
+            if "\x00" in text:  # past the first 64 KiB `refuse_non_text` read (the packed path checks every line)
+                raise BertkitError(f"data.corpus: a NUL byte in document {doc + 1:,} of the streamed corpus: remove "
+                                   "it (`tr -d '\\000'`), or read the corpus packed (data.streaming = false) with "
+                                   "--skip-bad-lines")
             if text:
                 yield doc, text
                 doc += 1

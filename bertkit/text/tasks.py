@@ -392,7 +392,10 @@ def read_conll(path: str | Path, tag_column: int = -1, iob: bool = True) -> list
     with path.open(encoding="utf-8-sig", errors="strict") as fh:
         try:
             for number, line in enumerate(fh, start=1):
-                columns = _COLUMNS.findall(line)  # not str.split(): a no-break space inside a word is no column
+                # not str.split(): a no-break space inside a word is no column; but one that ends or opens a line
+                # (a file through HTML or a word processor) is no part of the tag ("I-ORG\xa0" was a type of its own)
+                # and a line of such spaces alone is blank
+                columns = _COLUMNS.findall(line.strip())
                 if not columns:
                     flush()
                     continue

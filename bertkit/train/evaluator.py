@@ -66,16 +66,27 @@ class Evaluator:
         if metric not in evaluation:
             raise BertkitError(f"train.metric: {metric!r} is not a validation metric (available: "
                                f"{', '.join(evaluation)})")
-        value = float(evaluation[metric])
+        value, loss = float(evaluation[metric]), float(evaluation.get("val_loss", math.nan))
         if accelerator.num_processes > 1:  # every process decides as the main one does: one taking the "better"
             # branch alone would wait at its gathers and barrier for the others for good (evaluations agree only as
             # far as every process evaluates the same weights on the same examples)
-            value = float(broadcast(torch.tensor([value], dtype=torch.float64, device=accelerator.device))[0])
+            value, loss = broadcast(torch.tensor([value, loss], dtype=torch.float64, device=accelerator.device))
+            value, loss = float(value), float(loss)
+        if state.best_metric and state.best_metric != metric:  # a resume whose metric changed (NER's follows its
+            # validation file's entities): a val_loss best and an f1 are not comparable, so the best starts over
+            if accelerator.is_main_process:
+                self.console.print(f"[yellow]the best checkpoint so far was picked by {state.best_metric}, this run "
+                                   f"picks by {metric}: the best starts over")
+            state.best_value, state.best_step, state.stale_evals = None, 0, 0
         lower_is_better = "loss" in metric or "ppl" in metric
         better = state.best_value is None or (value < state.best_value if lower_is_better
                                               else value > state.best_value)
+        # a tie (entity F1 0.0 at every evaluation while a tagger learns to tag, an accuracy that did not move) is
+        # broken by the validation loss: the first evaluation was kept, the weights of the worst loss
+        better = better or (value == state.best_value and state.best_loss is not None and loss < state.best_loss)
         if better and math.isfinite(value):
             state.best_value, state.best_step, state.stale_evals = float(value), state.step, 0
+            state.best_metric, state.best_loss = metric, (loss if math.isfinite(loss) else None)
             whole = full_weights(plain(accelerator, ddp_model))  # gathered when sharded: every process takes part
             if accelerator.is_main_process:
                 save_best(self.run_dir, whole, state.step, metric, value)

@@ -32,6 +32,8 @@ class TrainState:
     window: dict = field(default_factory=dict)  # sums since the last log line
     best_value: float | None = None  # best validation metric so far (train(metric=...))
     best_step: int = 0
+    best_metric: str = ""  # what best_value measures ("": a checkpoint written before it was recorded)
+    best_loss: float | None = None  # the best evaluation's val_loss, which breaks a tie on the metric
     stale_evals: int = 0  # evaluations since the metric last improved (early stopping)
     stopped_early: bool = False
     budget_spent: bool = False  # stopped by train.max_time before total_steps: finished under these limits

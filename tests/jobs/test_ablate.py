@@ -157,6 +157,10 @@ def test_a_variant_scored_on_other_targets_is_shown_not_ranked():
     assert "† Scored on other validation targets than the base" in table
     plain = rows[:1] + rows[3:]
     assert "†" not in markdown_table(summarise(plain), "pretrain", None, plain)
+    # another corpus or text field holds out other documents (review, 2026-11-29)
+    from bertkit.jobs.ablate_report import other_targets
+
+    assert other_targets({"changes": "data.corpus=['b.txt']"}) and other_targets({"changes": "data.text_field=body"})
 
 
 def test_a_token_budget_counts_corpus_text_so_contrastive_variants_see_the_same_data():

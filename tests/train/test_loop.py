@@ -518,7 +518,7 @@ def test_under_several_processes_the_best_checkpoint_is_decided_as_the_main_proc
     from bertkit.train.evaluator import Evaluator
     from bertkit.train.state import TrainState
 
-    monkeypatch.setattr(evaluator_module, "broadcast", lambda tensor: torch.tensor([0.9], dtype=torch.float64))
+    monkeypatch.setattr(evaluator_module, "broadcast", lambda tensor: torch.tensor([0.9, 0.3], dtype=torch.float64))
     waits = []
     other = types.SimpleNamespace(num_processes=2, is_main_process=False, device=torch.device("cpu"),
                                   unwrap_model=lambda model, keep_torch_compile=False: model,
@@ -527,3 +527,37 @@ def test_under_several_processes_the_best_checkpoint_is_decided_as_the_main_proc
     state = TrainState(step=10, best_value=0.8, best_step=5)
     assert judge.track_best({"accuracy": 0.5}, state, torch.nn.Linear(2, 2)) is False  # its own 0.5 is worse
     assert (state.best_value, state.best_step, state.stale_evals, waits) == (0.9, 10, 0, [1])  # the main's 0.9 wins
+
+
+def test_a_tie_on_the_metric_is_broken_by_the_validation_loss_and_a_changed_metric_starts_the_best_over(monkeypatch,
+                                                                                                         tmp_path):
+    """Entity F1 0.0 at every evaluation of a tagger still learning kept the first evaluation, the weights of the
+    worst loss; a resume whose metric changed (NER picks by val_loss without validation entities) compared an f1 with
+    a val_loss best (review, 2026-11-29)."""
+    import types
+
+    from rich.console import Console
+
+    from bertkit.train.evaluator import Evaluator
+    from bertkit.train.state import TrainState
+
+    saved = []
+    main = types.SimpleNamespace(num_processes=1, is_main_process=True, device=torch.device("cpu"),
+                                 unwrap_model=lambda model, keep_torch_compile=False: model,
+                                 wait_for_everyone=lambda: None)
+    console = Console(record=True, width=200)
+    judge = Evaluator(None, TrainConfig(), "f1", tmp_path, main, None, console)
+    import bertkit.train.evaluator as evaluator_module
+
+    monkeypatch.setattr(evaluator_module, "save_best", lambda run_dir, weights, step, metric, value: saved.append(step))
+    state, model = TrainState(), torch.nn.Linear(2, 2)
+    for step, f1, loss in ((10, 0.0, 1.52), (20, 0.0, 1.22), (30, 0.0, 1.30), (40, 0.1, 1.40)):
+        state.step = step
+        judge.track_best({"val_loss": loss, "f1": f1}, state, model)
+    assert saved == [10, 20, 40] and (state.best_step, state.best_metric, state.best_loss) == (40, "f1", 1.40)
+    # resumed with val_loss as the metric: 1.35 is not compared with the f1 of 0.1
+    judge = Evaluator(None, TrainConfig(), "val_loss", tmp_path, main, None, console)
+    state.step = 50
+    judge.track_best({"val_loss": 1.35, "f1": 0.0}, state, model)
+    assert (state.best_step, state.best_value, state.best_metric) == (50, 1.35, "val_loss") and saved[-1] == 50
+    assert "picked by f1, this run picks by val_loss: the best starts over" in console.export_text()
