@@ -20,6 +20,7 @@ When the stream ends it starts again (the next epoch), its last partial block dr
 from __future__ import annotations
 
 import functools
+import itertools
 import gzip
 import json
 import zlib
@@ -44,6 +45,7 @@ _DOCS = 256  # documents tokenised together (a resume point sits before each suc
 _TABLE = {"keep_default_na": False, "na_filter": False}
 # JSON lines through the text builder, each parsed here as the packed path parses it: datasets' json builder fixes a
 # schema from the first 10 MB, and a field beside the text that appeared or changed type later was a traceback
+READER = "jsonl-lines"  # Point.reader
 _BUILDERS = {"text": ("text", {}), "jsonl": ("text", {}), "csv": ("csv", _TABLE),
              "tsv": ("csv", {"sep": "\t", "quoting": 3, **_TABLE}), "parquet": ("parquet", {})}
 
@@ -138,6 +140,10 @@ class Point:
     carry_starts: list[bool] = field(default_factory=list)
     skip: int = 0
     epoch: int = 0
+    # the reader whose `source` state this is: JSONL is read as lines since 2026-11-29 (datasets' json builder
+    # before); a point stored without it ("") holds the json builder's state, which the line reader took as "that
+    # chunk is done": a resume skipped the rest of the file without a word
+    reader: str = READER
 
 
 class BlockStream:
@@ -213,13 +219,19 @@ class BlockStream:
         validation) block from `point` on; training wraps around at the end of the stream (the next epoch)."""
         while True:
             source = open_source(self.corpus)
-            if point.source is not None:
+            # a JSONL point of the json builder's (`Point.reader`): its state means another place to this reader, so
+            # the stream is read again from its start up to the point's document (slow, but where the run stood)
+            replay = point.source is not None and point.reader != READER and "jsonl" in self._formats
+            if point.source is not None and not replay:
                 source.load_state_dict(point.source)
-            docs = self._documents(source, point.doc)
+            docs = self._documents(source, 0 if replay else point.doc)
+            if replay and point.doc:
+                next(itertools.dropwhile(lambda item: item[0] + 1 < point.doc, docs), None)
             carry_ids = np.asarray(point.carry_ids, dtype=np.int64)
             carry_starts = np.asarray(point.carry_starts, dtype=bool)
             skip, produced, next_doc = point.skip, 0, point.doc
-            seeked = point.source  # datasets reports a loaded state only once iteration has begun: keep our own
+            # datasets reports a loaded state only once iteration has begun: keep our own
+            seeked = None if replay else point.source
             while True:
                 # a resume point before each batch of documents: the source's state, the documents read, the carry
                 before = Point(seeked if seeked is not None else source.state_dict(), next_doc, carry_ids.tolist(),
@@ -276,7 +288,7 @@ class StreamedBatches:
 
     def seek(self, point: dict, step: int) -> None:
         """Continue from a checkpoint: `point` is `position(step)` as stored."""
-        self.starts = {step // self.window: Point(**point)}
+        self.starts = {step // self.window: Point(**{"reader": "", **point})}  # (stored before Point.reader: "")
         self._current = self._reader = self._next = None
 
     def position(self, step: int) -> dict:

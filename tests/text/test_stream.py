@@ -98,6 +98,31 @@ def test_a_resume_seeks_to_its_window_instead_of_replaying_the_stream(tmp_path, 
     assert all(np.array_equal(second.rows(step)["input_ids"], straight[step]) for step in range(1003, 1020))
 
 
+def test_a_jsonl_point_of_the_json_builder_resumes_where_its_run_stood(tmp_path, sample_tokenizer):
+    """Until 2026-11-29 a streamed JSONL was read by datasets' json builder; the line reader took such a stored state
+    as "that chunk is done", and a resume skipped the rest of the file without a word (review, 2026-11-29). A point
+    stored without its reader is read again from the start up to its document."""
+    import datasets
+
+    corpus = tmp_path / "c.jsonl"
+    lines = [line for line in SAMPLE_CORPUS.read_text().splitlines() if line]
+    corpus.write_text("".join(json.dumps({"text": f"{i} {line}", "n": i}) + "\n" for i in range(60)
+                              for line in lines))
+    stream = BlockStream([str(corpus)], "text", sample_tokenizer, 16, 0.05)
+    batches = StreamedBatches(stream, ["input_ids"], 4, 0, 2)
+    straight = [batches.rows(step)["input_ids"] for step in range(260)]
+    point = json.loads(json.dumps(batches.position(241)))  # in the second batch of documents
+    assert point["reader"] == "jsonl-lines" and point["doc"] >= _DOCS and point["epoch"] == 0, point
+    old = datasets.load_dataset("json", data_files=[str(corpus)], split="train", streaming=True)
+    for _ in zip(range(point["doc"]), old):
+        pass
+    stored = {**point, "source": old.state_dict()}  # what the json-builder stream stored there
+    stored.pop("reader")
+    resumed = StreamedBatches(stream, ["input_ids"], 4, 0, 2)
+    resumed.seek(stored, 241)
+    assert all(np.array_equal(resumed.rows(step)["input_ids"], straight[step]) for step in range(241, 260))
+
+
 @pytest.fixture(scope="module")
 def streamed_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("streamed")
