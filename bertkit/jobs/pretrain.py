@@ -129,6 +129,15 @@ def run(job: PretrainJob, console: Console | None = None) -> PretrainResult:
                     job.accept_changed_data)
 
 
+def _other_tokenizer(path: Path, own) -> bool:
+    """Whether `path` holds another tokenizer than the run's `own` (gone or unreadable: another, warned about; a
+    resume does not need it, and re-running the first command line with --resume after its folder went was refused)."""
+    try:
+        return load_tokenizer(path).to_str() != own.to_str()
+    except BertkitError:
+        return True
+
+
 def _data(config: Config, out: Path, tokenizer_path: Path | None, resume: bool, accelerator, console: Console):
     """The tokenizer (the run's own on resume, a given one, or a new one trained on the corpus) and the packed
     corpus (cached, or streamed and packed on the fly): (tokenizer, packed, read stats or None when streamed)."""
@@ -136,7 +145,7 @@ def _data(config: Config, out: Path, tokenizer_path: Path | None, resume: bool, 
     with accelerator.main_process_first():
         if resume:
             tokenizer = load_tokenizer(out)
-            if tokenizer_path is not None and main and load_tokenizer(tokenizer_path).to_str() != tokenizer.to_str():
+            if tokenizer_path is not None and main and _other_tokenizer(tokenizer_path, tokenizer):
                 console.print(f"[yellow]warning: --tokenizer {tokenizer_path} is not the run's own tokenizer: a resume "
                               f"keeps {out}'s (its model was trained on that tokenizer's ids)")
         elif tokenizer_path is not None:

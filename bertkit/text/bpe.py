@@ -4,6 +4,7 @@ from `tokenizer.py` so that loading a tokenizer (every run loader) does not impo
 from __future__ import annotations
 
 import itertools
+import sys
 
 from rich.console import Console
 from tokenizers import Tokenizer
@@ -33,10 +34,11 @@ def train_on_corpus(corpus: list[str] | tuple[str, ...], vocab_size: int, cfg: T
     a stream's length is not known before it is read. `option`: how the user sets the size, for its errors."""
     console = console or Console(stderr=True)
     if streaming:
-        stats, limit = ReadStats(), cfg.max_documents
+        stats, limit = ReadStats(), min(cfg.max_documents, sys.maxsize) if cfg.max_documents else None
         documents = itertools.islice(iter_corpus(find_files(corpus), text_field, skip_bad_lines, stats), limit)
-        read = (f"{f'the first {limit:,}' if limit else 'every'} document(s) of the streamed corpus, read once "
-                "(not cached)")
+        read = (f"{f'the first {limit:,} documents' if limit else 'every document'} of the streamed corpus, read "
+                "once (not cached)")
+        total = None
     else:
         dataset, stats, _ = load_corpus(corpus, text_field, skip_bad_lines)
         if stats.bad_lines:
@@ -55,9 +57,17 @@ def train_on_corpus(corpus: list[str] | tuple[str, ...], vocab_size: int, cfg: T
         read = (f"{limit:,} of the corpus's {total:,} documents, spread evenly (tokenizer.max_documents)"
                 if limit < total else f"{limit:,} documents ({stats.characters:,} characters in {stats.files} file(s))")
     console.print(f"training a {vocab_size:,}-token BPE on {read}")
-    tokenizer = train_bpe(iter_texts_batched(documents), vocab_size, byte_level=cfg.byte_level,
-                          lowercase=cfg.lowercase, nfkc=cfg.nfkc, min_frequency=cfg.min_frequency, length=limit,
-                          option=option)
-    if streaming and not stats.documents:  # (the cached read refuses an empty corpus itself)
-        raise BertkitError(f"corpus is empty: {stats.files} file(s) read, no non-empty text")
+    try:
+        tokenizer = train_bpe(iter_texts_batched(documents), vocab_size, byte_level=cfg.byte_level,
+                              lowercase=cfg.lowercase, nfkc=cfg.nfkc, min_frequency=cfg.min_frequency, length=limit,
+                              option=option)
+    except BertkitError as exc:
+        if streaming and not stats.documents:  # (the cached read refuses an empty corpus itself) an empty stream
+            raise BertkitError(f"corpus is empty: {stats.files} file(s) read, no non-empty text") from None
+        # the vocabulary error blamed the corpus, where max_documents cut it (a stream: it read that many)
+        if limit and (limit < total if total is not None else stats.documents >= limit):
+            name = "--max-documents" if option else "tokenizer.max_documents"
+            raise BertkitError(f"{exc} — or raise {name}, which took {limit:,} documents"
+                               f"{f' of {total:,}' if total else ''}") from None
+        raise
     return tokenizer

@@ -75,8 +75,8 @@ def find_files(paths: list[str] | tuple[str, ...]) -> list[Path]:
             _check_compression(path)
             files.append(path)
         elif path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file()
-                           and not any(part.startswith(".") for part in p.relative_to(path).parts))
+            every = [p for p in path.rglob("*") if p.is_file()]
+            found = sorted(p for p in every if not any(part.startswith(".") for part in p.relative_to(path).parts))
             listed = set(found)
             for candidate in found:
                 unpacked = candidate.with_suffix("")
@@ -87,8 +87,11 @@ def find_files(paths: list[str] | tuple[str, ...]) -> list[Path]:
                     _check_compression(candidate)
             found = [p for p in found if file_format(p, strict=False)]
             if not found:
+                hidden = len(every) - len(listed)  # (a notebook's checkpoints, dot-files)
                 raise BertkitError(f"{path}: directory has no readable text files "
-                                   f"(looked for {', '.join(sorted(FORMATS))}, optionally .gz)")
+                                   f"(looked for {', '.join(sorted(FORMATS))}, optionally .gz)"
+                                   + (f"; {hidden:,} hidden file(s) passed over: name one to read it" if hidden
+                                      else ""))
             files.extend(found)
         else:
             raise BertkitError(f"{path}: no such file or directory{where_looked(path)}")
@@ -248,6 +251,12 @@ def _nul_error(path: Path, raw: bytes, offset: int, number: int) -> BertkitError
                         f"(`iconv -f utf-16 -t utf-8 {path}`)")
 
 
+def json_kind(value) -> str:
+    """A parsed JSON value's kind as JSON names it (null, array, string, number, boolean), for errors."""
+    kinds = {type(None): "null", list: "array", str: "string", bool: "boolean", int: "number", float: "number"}
+    return kinds.get(type(value), type(value).__name__)
+
+
 @dataclass(frozen=True)
 class Record:
     """One document as read: its 1-based line (or row) number in the file, its id (when an id field is read), and
@@ -316,7 +325,7 @@ def iter_records(path: Path, text_field: str = "text", skip_bad_lines: bool | No
             yield Record(number, None, line)
     elif fmt == "jsonl":
         lines = "; a .json corpus is read as JSON lines, one object per line (a JSON array or a pretty-printed " \
-            "file is not)" if ".json" in path.suffixes[-2:] else ""  # once a file, not once a line
+            "file is not)" if ".json" in [x.lower() for x in path.suffixes[-2:]] else ""  # once a file
         for number, line in enumerate(_lines(path, skip_bad_lines, stats), start=1):
             line = line.removeprefix("\ufeff")  # a BOM opening a line of files joined by `cat`, as the stream reads it
             if not line.strip():
@@ -326,7 +335,7 @@ def iter_records(path: Path, text_field: str = "text", skip_bad_lines: bool | No
             except json.JSONDecodeError as exc:
                 raise BertkitError(f"{path}:{number}: not valid JSON ({exc.msg}){lines}") from None
             if not isinstance(record, dict):  # a one-line JSON array of records said "no field 'text' (found: list)"
-                raise BertkitError(f"{path}:{number}: a JSON {type(record).__name__}, not an object with a "
+                raise BertkitError(f"{path}:{number}: a JSON {json_kind(record)}, not an object with a "
                                    f"'{text_field}' field{lines}")
             for field, role in ((text_field, "--text-field"), (id_field, "--id-field")):
                 if field is not None and field not in record:

@@ -31,6 +31,8 @@ _ABBREVIATIONS = frozenset("vs st inc corp co ltd mr mrs ms dr jr sr calif gen g
 # English clitics CoNLL-2003 (Penn Treebank tokenisation) splits off a word: "Germany 's", "is n't", "they 're";
 # kept on, a predicted entity's text and end took them ("Germany's": 183 of CoNLL-2003 test's 5,648 entities)
 _CLITIC = re.compile(r"(?:(?<=[^\W\d_])n['’]t|['’](?:s|re|m|ve|ll|d))$", re.IGNORECASE)
+# a clitic already split off, opening a word ("Germany 's", "they 're": CoNLL-2003's own tokens joined by spaces)
+_OPEN_CLITIC = re.compile(r"['’](?:s|re|m|ve|ll|d)(?![^\W_]|['’-])", re.IGNORECASE)  # ('S' quoted: no clitic)
 
 
 def _flag_letter(char: str) -> bool:
@@ -89,6 +91,8 @@ def split_words(text: str) -> list[tuple[int, int]]:
                     i += clitic.start()
         elif text.startswith("...", i):
             j = i + 3
+        elif (i == 0 or kinds[i - 1] == "s") and (opening := _OPEN_CLITIC.match(text, i)):
+            j = opening.end()  # one word, as "n't" is (it was "'" and "s": two words, the second tagged)
         else:  # a mark with its modifiers, an emoji with what it joins ("👨‍👩‍👧": one), a flag's two letters
             if _flag_letter(text[i]) and j < n and _flag_letter(text[j]):
                 j += 1

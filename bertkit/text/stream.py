@@ -34,7 +34,7 @@ from pandas.errors import ParserError as _ParserError  # datasets' csv builder r
 from tokenizers import Tokenizer
 
 from bertkit.errors import BertkitError
-from bertkit.text.corpus import document_text, file_format, find_files, refuse_non_text
+from bertkit.text.corpus import document_text, file_format, find_files, json_kind, refuse_non_text
 from bertkit.text.packing import Packed, cut_blocks, held_out, tokenize_documents, validation_share
 from bertkit.text.tokenizer import special_ids
 
@@ -205,7 +205,7 @@ class BlockStream:
                                f" document {doc:,}; data.streaming = false names its file and line") from None
         if not isinstance(record, dict):
             raise BertkitError(f"data.corpus: {', '.join(map(str, self.corpus[:2]))}: a JSON line after document "
-                               f"{doc:,} is {type(record).__name__}, not an object with a {self.text_field!r} field")
+                               f"{doc:,} is a JSON {json_kind(record)}, not an object with a {self.text_field!r} field")
         return record
 
     def _pack(self, texts: list[str], carry_ids: np.ndarray, carry_starts: np.ndarray):

@@ -337,6 +337,15 @@ def test_an_edit_that_keeps_size_and_modification_time_is_seen(tmp_path):
 def test_a_json_array_says_a_json_corpus_is_json_lines(tmp_path):
     # a one-line JSON array of records said "no field 'text' (found: list)"
     array = _write(tmp_path / "docs.json", json.dumps([{"text": "one"}, {"text": "two"}]).encode())
-    with pytest.raises(BertkitError, match=r"docs.json:1: a JSON list, not an object with a 'text' field; a .json "
+    with pytest.raises(BertkitError, match=r"docs.json:1: a JSON array, not an object with a 'text' field; a .json "
                                            r"corpus is read as JSON lines, one object per line"):
         load_corpus([str(array)])
+    notebook = tmp_path / "nb" / ".ipynb_checkpoints"
+    notebook.mkdir(parents=True)
+    (notebook / "notes-checkpoint.txt").write_text("text\n")
+    with pytest.raises(BertkitError, match=r"nb: directory has no readable text files \(.*\); 1 hidden file\(s\) "
+                                           r"passed over: name one to read it$"):
+        corpus.find_files([str(tmp_path / "nb")])
+    nothing = _write(tmp_path / "NULLS.JSON", b"null\n")  # JSON's names, and the hint whatever the suffix's case
+    with pytest.raises(BertkitError, match=r"NULLS.JSON:1: a JSON null, not an object .*; a .json corpus is read"):
+        load_corpus([str(nothing)])

@@ -139,6 +139,10 @@ def test_clitics_split_off_and_invisible_characters_stay_in_their_word():
         "Do", "n't", "!", "They", "'re", "sure", "I", "'m", "here", ",", "we", "'ve", "seen", "you", "'ll", "see",
         "I", "'d", "CA", "N'T"]
     assert words("the parents' rock'n'roll") == ["the", "parents", "'", "rock'n'roll"]
+    # already split off (CoNLL-2003's tokens joined by spaces): one word, as "n't" was ("'" and "s" were two)
+    assert words("Germany 's envoy , they 're here , is n't he ? I 'm sure 'S' 'd'") == [
+        "Germany", "'s", "envoy", ",", "they", "'re", "here", ",", "is", "n't", "he", "?", "I", "'m", "sure", "'", "S",
+        "'", "'", "d", "'"]
     # a soft hyphen, a zero-width space or non-joiner (Persian writes one inside words) split a word in three, so
     # "Brus\u00adsels" came back as three LOC entities
     for joined in ("Brus\u00adsels", "Wash\u200bington", "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",

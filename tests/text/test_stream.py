@@ -265,7 +265,7 @@ def test_a_streamed_jsonl_reads_its_text_whatever_its_other_fields_hold(tmp_path
     ids, _ = _streamed(BlockStream([str(corpus)], "text", sample_tokenizer, 32, 0.05))
     assert np.array_equal(ids, packed.train.with_format("numpy")[:]["input_ids"])
     (tmp_path / "odd.jsonl").write_text('{"text": "fine words here"}\n[1, 2]\n')
-    with pytest.raises(BertkitError, match=r"odd.jsonl: a JSON line after document 1 is list, not an object"):
+    with pytest.raises(BertkitError, match=r"odd.jsonl: a JSON line after document 1 is a JSON array, not an object"):
         list(BlockStream([str(tmp_path / "odd.jsonl")], "text", sample_tokenizer, 4, 0.0).blocks(Point()))
     (tmp_path / "broken.jsonl").write_text('{"text": "fine words here"}\n{"text": \n')
     with pytest.raises(BertkitError, match=r"broken.jsonl: not valid JSON \(.*\) after document 1; "
@@ -298,3 +298,10 @@ def test_a_streamed_corpus_trains_its_tokenizer_without_a_copy_in_the_cache(tmp_
     assert not (tmp_path / "cache" / "corpus").exists()
     assert streamed.get_vocab() == train_on_corpus([str(corpus)], 300, settings).get_vocab()
     assert (tmp_path / "cache" / "corpus").is_dir()  # the packed path's read, cached
+    # an empty stream is said to be empty (the vocabulary error said "use a larger corpus"), and a huge
+    # max_documents is no traceback (islice takes at most sys.maxsize)
+    (tmp_path / "empty.txt").write_bytes(b"\n  \n\xef\xbb\xbf\n")
+    with pytest.raises(BertkitError, match=r"^corpus is empty: 1 file\(s\) read, no non-empty text$"):
+        train_on_corpus([str(tmp_path / "empty.txt")], 300, settings, streaming=True)
+    huge = TokenizerConfig(min_frequency=1, max_documents=10 ** 20)
+    assert train_on_corpus([str(corpus)], 300, huge, streaming=True).get_vocab() == streamed.get_vocab()

@@ -156,5 +156,9 @@ def test_tokenizer_train_takes_max_documents_and_names_its_own_size_option(tmp_p
     assert {"ha", "gma"} <= set(vocab)  # merges of both halves (alpha's, sigma's)
     assert sample_indices(200, 4) == [0, 50, 100, 150] and sample_indices(5, 5) == [0, 1, 2, 3, 4]
     assert sample_indices(7, 3) == [0, 2, 4]
+    # a vocabulary the whole corpus supports but the sample does not: the error names the option that cut it
+    line = cli_error("tokenizer", "train", corpus, "-o", tmp_path / "few", "--vocab-size", "290", "--min-frequency",
+                     "1", "--max-documents", "2")
+    assert "or raise --max-documents, which took 2 documents of 200" in line
     line = cli_error("tokenizer", "train", corpus, "-o", tmp_path / "tiny", "--vocab-size", "100")
     assert "--vocab-size" in line and "model.vocab_size" not in line
