@@ -28,9 +28,9 @@ def _first_line(path: Path, blank_ok: bool) -> str:
 
 
 def _score_name(names) -> str:
-    """The score's column among a header's names: `score`, else `label` (where neither is there, the reader's
-    "missing column" error names `label`)."""
-    return "score" if "score" in names else "label"
+    """The score's column among a header's names: `score`, else `label` (Hugging Face's GLUE STS-B names it so);
+    where neither is there, `score`, which the reader's "missing column" error names with --score-column."""
+    return "label" if "label" in names and "score" not in names else "score"
 
 
 def sts_columns(path: Path) -> tuple[str, str, str]:
