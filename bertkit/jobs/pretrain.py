@@ -129,13 +129,14 @@ def run(job: PretrainJob, console: Console | None = None) -> PretrainResult:
                     job.accept_changed_data)
 
 
-def _other_tokenizer(path: Path, own) -> bool:
-    """Whether `path` holds another tokenizer than the run's `own` (gone or unreadable: another, warned about; a
-    resume does not need it, and re-running the first command line with --resume after its folder went was refused)."""
+def _other_tokenizer(path: Path, own) -> str:
+    """How `path` differs from the run's `own` tokenizer ("": it is the same). Gone or unreadable is said, not
+    refused: a resume does not need it (re-running the first command line with --resume after its folder went was
+    refused)."""
     try:
-        return load_tokenizer(path).to_str() != own.to_str()
-    except BertkitError:
-        return True
+        return "is not the run's own tokenizer" if load_tokenizer(path).to_str() != own.to_str() else ""
+    except BertkitError as exc:
+        return f"cannot be read ({exc})"
 
 
 def _data(config: Config, out: Path, tokenizer_path: Path | None, resume: bool, accelerator, console: Console):
@@ -145,9 +146,9 @@ def _data(config: Config, out: Path, tokenizer_path: Path | None, resume: bool, 
     with accelerator.main_process_first():
         if resume:
             tokenizer = load_tokenizer(out)
-            if tokenizer_path is not None and main and _other_tokenizer(tokenizer_path, tokenizer):
-                console.print(f"[yellow]warning: --tokenizer {tokenizer_path} is not the run's own tokenizer: a resume "
-                              f"keeps {out}'s (its model was trained on that tokenizer's ids)")
+            if tokenizer_path is not None and main and (other := _other_tokenizer(tokenizer_path, tokenizer)):
+                console.print(f"[yellow]warning: --tokenizer {tokenizer_path} {other}: a resume keeps {out}'s "
+                              "tokenizer (its model was trained on that tokenizer's ids)")
         elif tokenizer_path is not None:
             tokenizer = load_tokenizer(tokenizer_path)
         else:
@@ -289,9 +290,10 @@ def _cached_tokenizer(config: Config, console: Console):
         raise BertkitError("data.corpus: a streamed Hub dataset is not read whole to train a tokenizer; pass "
                            "--tokenizer (train one on a sample with `bertkit tokenizer train`)")
     files = find_files(config.data.corpus)
+    # (the sampling only where max_documents samples: a tokenizer of the whole corpus is the one it was)
+    sampled = [SAMPLING] if config.tokenizer.max_documents else []
     key = hashlib.sha256(json.dumps([corpus_fingerprint(files, config.data.text_field, config.data.skip_bad_lines),
-                                     config.model.vocab_size, dataclasses.asdict(config.tokenizer),
-                                     SAMPLING]).encode())
+                                     config.model.vocab_size, dataclasses.asdict(config.tokenizer), *sampled]).encode())
     folder = cache_root() / "tokenizers" / key.hexdigest()[:20]
     if (folder / TOKENIZER_FILE).is_file():
         try:

@@ -196,10 +196,10 @@ class Model(nn.Module):
 
 
 class _LightMeta(TorchFunctionMode):
-    """Inside `torch.device("meta")`: random-normal initialisation as a no-op (a meta tensor has no values to set) and
-    `arange` (the position tables) computed on the CPU and moved to meta. Both run through torch._refs on the meta
-    device, whose first call imports torch._dynamo: 2-3 s of a process's start on an AVX2 host (`info`; a training
-    process's memory check, refusing before its optimizer imports it), for nothing."""
+    """Inside `torch.device("meta")`: random-normal initialisation as a no-op (a meta tensor has no values to set). A
+    meta normal_ runs through torch._refs, whose first call imports torch._dynamo: 2-3 s of a process's start on an
+    AVX2 host (`info`; a training process's memory check, refusing before its optimizer imports it), for nothing.
+    (The sinusoidal table, whose exp / sin would too, is an empty meta tensor: `sinusoidal_table`.)"""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

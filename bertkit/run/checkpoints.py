@@ -296,6 +296,15 @@ def newer_best(run_dir: Path, step: int) -> bool:
         return True  # a damaged best is no best: the replay writes it again
 
 
+def best_metric(run_dir: Path) -> str:
+    """The metric the kept best weights were picked by ("" when none are kept, or unreadable)."""
+    try:
+        metric = json.loads((Path(run_dir) / CHECKPOINTS / BEST / STATE_FILE).read_text(encoding="utf-8"))["metric"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, UnicodeDecodeError):
+        return ""
+    return metric if isinstance(metric, str) else ""
+
+
 def drop_best(run_dir: Path) -> None:
     """Remove the kept best weights (see `newer_best`)."""
     shutil.rmtree(Path(run_dir) / CHECKPOINTS / BEST, ignore_errors=True)

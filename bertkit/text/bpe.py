@@ -12,7 +12,7 @@ from tokenizers import Tokenizer
 from bertkit.config import TokenizerConfig
 from bertkit.errors import BertkitError
 from bertkit.text.corpus import ReadStats, find_files, iter_corpus, load_corpus
-from bertkit.text.tokenizer import iter_texts_batched, train_bpe
+from bertkit.text.tokenizer import VocabularyTooLarge, iter_texts_batched, train_bpe
 
 
 # how tokenizer.max_documents picks its documents, in the tokenizer cache's key: a tokenizer cached when it took the
@@ -35,7 +35,8 @@ def train_on_corpus(corpus: list[str] | tuple[str, ...], vocab_size: int, cfg: T
     console = console or Console(stderr=True)
     if streaming:
         stats, limit = ReadStats(), min(cfg.max_documents, sys.maxsize) if cfg.max_documents else None
-        documents = itertools.islice(iter_corpus(find_files(corpus), text_field, skip_bad_lines, stats), limit)
+        source = iter_corpus(find_files(corpus), text_field, skip_bad_lines, stats)
+        documents = itertools.islice(source, limit)
         read = (f"{f'the first {limit:,} documents' if limit else 'every document'} of the streamed corpus, read "
                 "once (not cached)")
         total = None
@@ -61,11 +62,11 @@ def train_on_corpus(corpus: list[str] | tuple[str, ...], vocab_size: int, cfg: T
         tokenizer = train_bpe(iter_texts_batched(documents), vocab_size, byte_level=cfg.byte_level,
                               lowercase=cfg.lowercase, nfkc=cfg.nfkc, min_frequency=cfg.min_frequency, length=limit,
                               option=option)
-    except BertkitError as exc:
+    except VocabularyTooLarge as exc:  # (a read error passes as it is)
         if streaming and not stats.documents:  # (the cached read refuses an empty corpus itself) an empty stream
             raise BertkitError(f"corpus is empty: {stats.files} file(s) read, no non-empty text") from None
-        # the vocabulary error blamed the corpus, where max_documents cut it (a stream: it read that many)
-        if limit and (limit < total if total is not None else stats.documents >= limit):
+        # the vocabulary error blamed the corpus, where max_documents cut it (a stream: one more document is there)
+        if limit and (limit < total if total is not None else next(source, None) is not None):
             name = "--max-documents" if option else "tokenizer.max_documents"
             raise BertkitError(f"{exc} — or raise {name}, which took {limit:,} documents"
                                f"{f' of {total:,}' if total else ''}") from None

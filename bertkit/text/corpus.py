@@ -7,6 +7,7 @@ files' paths, sizes and modification times plus the reading options; a damaged c
 
 from __future__ import annotations
 
+import codecs
 import csv
 import gzip
 import hashlib
@@ -179,6 +180,7 @@ def _lines(path: Path, skip_bad_lines: bool | None, stats: ReadStats, ends: bool
     text. Invalid UTF-8 stops with the byte offset, or is skipped. None: the caller's command cannot skip such
     lines, so the error does not offer it (embed, index build)."""
     opener = gzip.open if path.suffix.lower() == ".gz" else open
+    refuse_non_text(path)  # UTF-16 or binary, from its first 64 KiB (a stray NUL further on: a bad line)
     offset, number = 0, 0
     try:
         with opener(path, "rb") as fh:
@@ -218,8 +220,8 @@ _UTF16 = (b"\xff\xfe", b"\xfe\xff")  # UTF-16's byte-order marks, little- and bi
 
 
 def refuse_non_text(path: Path) -> None:
-    """The streamed path's check of a text / JSONL / CSV / TSV file (the packed path checks every line): no NUL byte
-    in its first 64 KiB, no UTF-16 byte-order mark."""
+    """A text / JSONL / CSV / TSV file's first 64 KiB must not read as UTF-16 (a byte-order mark; `_not_utf8_text`) or
+    binary: checked as each file is opened, packed or streamed (a stray NUL further on is the reader's: a bad line)."""
     opener = gzip.open if path.suffix.lower() == ".gz" else open
     try:
         with opener(path, "rb") as fh:
@@ -228,9 +230,23 @@ def refuse_non_text(path: Path) -> None:
         return  # the stream's own reading says where the file is damaged
     if head[:2] in _UTF16:
         raise _nul_error(path, head, 0, 1)
-    if (nul := head.find(b"\x00")) >= 0 and _looks_utf16(head[:4096]):
+    if (nul := head.find(b"\x00")) >= 0 and _not_utf8_text(head):
         start = head.rfind(b"\n", 0, nul) + 1  # the line holding it: its first byte, and its number
         raise _nul_error(path, head[start:], start, head.count(b"\n", 0, nul) + 1)
+
+
+def _not_utf8_text(head: bytes) -> bool:
+    """Whether a file's first bytes, holding a NUL, are UTF-16 (of any script: its spaces and line ends are NULs in
+    one byte of two) or binary rather than UTF-8 text with a stray NUL: NULs in 1% of them or more, or bytes that are
+    not UTF-8 once the NULs are set aside (a UTF-16 file of Cyrillic or CJK text, an image named .txt). (A few NULs
+    in a short file are strays: UTF-16 of a few words has more.)"""
+    if (nuls := head.count(b"\x00")) >= 4 and nuls * 100 >= len(head):
+        return True
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head.replace(b"\x00", b""), final=False)  # (a cut last char)
+    except UnicodeDecodeError:
+        return True
+    return False
 
 
 def _looks_utf16(raw: bytes) -> bool:

@@ -392,10 +392,10 @@ def read_conll(path: str | Path, tag_column: int = -1, iob: bool = True) -> list
     with path.open(encoding="utf-8-sig", errors="strict") as fh:
         try:
             for number, line in enumerate(fh, start=1):
-                # not str.split(): a no-break space inside a word is no column; but one that ends or opens a line
-                # (a file through HTML or a word processor) is no part of the tag ("I-ORG\xa0" was a type of its own)
-                # and a line of such spaces alone is blank
-                columns = _COLUMNS.findall(line.strip())
+                # not str.split(): a no-break space inside a word is no column; but one that ends a line (a file
+                # through HTML or a word processor) is no part of the tag ("I-ORG\xa0" was a type of its own) and a
+                # line of such spaces alone is blank (one opening a line may be its word: U+3000 in CJK files)
+                columns = _COLUMNS.findall(line.rstrip())
                 if not columns:
                     flush()
                     continue

@@ -112,11 +112,15 @@ def train_bpe(texts: Iterable[str], vocab_size: int, byte_level: bool = True, lo
     tok.train_from_iterator(texts, trainer=trainer, length=length)
     got = tok.get_vocab_size()
     if got < vocab_size:
-        raise BertkitError(f"the corpus supports only {got:,} tokens at min_frequency={min_frequency}, fewer than "
-                           f"{_vocab_setting(option, vocab_size)}: use a larger corpus or a smaller vocab size "
-                           f"({_vocab_hint(option, f'{got} or less')})")
+        raise VocabularyTooLarge(f"the corpus supports only {got:,} tokens at min_frequency={min_frequency}, fewer "
+                                 f"than {_vocab_setting(option, vocab_size)}: use a larger corpus or a smaller vocab "
+                                 f"size ({_vocab_hint(option, f'{got} or less')})")
     add_bert_template(tok)
     return tok
+
+
+class VocabularyTooLarge(BertkitError):
+    """The corpus read supports fewer tokens than the vocabulary size asked for."""
 
 
 def _vocab_setting(option: str | None, vocab_size: int) -> str:

@@ -13,8 +13,8 @@ from rich.console import Console
 from bertkit.config import TrainConfig
 from bertkit.errors import BertkitError
 from bertkit.nn.model import Model
-from bertkit.run.checkpoints import (drop_best, newer_best, is_sharded_checkpoint, latest_checkpoint, load_checkpoint,
-                                     rng_state, save_checkpoint, save_shards, set_rng_state)
+from bertkit.run.checkpoints import (best_metric, drop_best, newer_best, is_sharded_checkpoint, latest_checkpoint,
+                                     load_checkpoint, rng_state, save_checkpoint, save_shards, set_rng_state)
 from bertkit.run.directory import RESULTS_FILE, record_train
 from bertkit.train.budget import planned_total, provisional_total
 from bertkit.train.optim import rate_at
@@ -85,6 +85,8 @@ def restore(checkpoint: Path, cfg: TrainConfig, model: Model, optimizer, schedul
     accelerator.wait_for_everyone()
     if dropped:
         state.best_value, state.best_step, state.stale_evals = None, 0, 0
+    elif state.best_value is not None and not state.best_metric:  # a state written before it recorded its metric:
+        state.best_metric = best_metric(run_dir)  # the kept best's own record says (a change then starts it over)
     if main:  # the checkpoint loaded: now the run directory may say that the run goes on
         (Path(run_dir) / RESULTS_FILE).unlink(missing_ok=True)  # its presence always means "finished"
         record_train(run_dir, cfg)  # the (possibly extended) limits

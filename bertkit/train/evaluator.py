@@ -78,14 +78,17 @@ class Evaluator:
                 self.console.print(f"[yellow]the best checkpoint so far was picked by {state.best_metric}, this run "
                                    f"picks by {metric}: the best starts over")
             state.best_value, state.best_step, state.stale_evals = None, 0, 0
+            state.best_metric, state.best_loss = metric, None  # (said once, not at every evaluation)
         lower_is_better = "loss" in metric or "ppl" in metric
-        better = state.best_value is None or (value < state.best_value if lower_is_better
-                                              else value > state.best_value)
+        improved = state.best_value is None or (value < state.best_value if lower_is_better
+                                                else value > state.best_value)
         # a tie (entity F1 0.0 at every evaluation while a tagger learns to tag, an accuracy that did not move) is
-        # broken by the validation loss: the first evaluation was kept, the weights of the worst loss
-        better = better or (value == state.best_value and state.best_loss is not None and loss < state.best_loss)
-        if better and math.isfinite(value):
-            state.best_value, state.best_step, state.stale_evals = float(value), state.step, 0
+        # broken by the validation loss: the first evaluation was kept, the weights of the worst loss. It keeps the
+        # better weights but is no improvement of the metric: patience counts it as stale
+        tie = value == state.best_value and state.best_loss is not None and loss < state.best_loss
+        if (improved or tie) and math.isfinite(value):
+            state.best_value, state.best_step = float(value), state.step
+            state.stale_evals = 0 if improved else state.stale_evals + 1
             state.best_metric, state.best_loss = metric, (loss if math.isfinite(loss) else None)
             whole = full_weights(plain(accelerator, ddp_model))  # gathered when sharded: every process takes part
             if accelerator.is_main_process:

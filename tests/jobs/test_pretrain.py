@@ -356,12 +356,13 @@ def test_what_a_pretraining_cannot_do_with_its_settings_is_warned(tmp_path, samp
     given = [tmp_path / "other" if str(a) == str(tmp_path / "tok") else a for a in merged(base, ["--max-steps", "4"])]
     said = "".join(cli_ok("pretrain", *given, *again).output.split())
     assert "".join(f"warning: --tokenizer {tmp_path / 'other'} is not the run's own tokenizer: a resume keeps "
-                   f"{trained}'s".split()) in said
+                   f"{trained}'s tokenizer".split()) in said
     # one that is gone (the first command line again, with --resume, after its folder was cleaned) is warned about
     # too: a resume does not need it, and it was refused (review, 2026-11-29)
     given = [tmp_path / "gone" if str(a) == str(tmp_path / "tok") else a for a in merged(base, ["--max-steps", "5"])]
     said = "".join(cli_ok("pretrain", *given, *again).output.split())
-    assert "".join(f"warning: --tokenizer {tmp_path / 'gone'} is not the run's own tokenizer".split()) in said
+    assert "".join(f"warning: --tokenizer {tmp_path / 'gone'} cannot be read (".split()) in said
+    assert "".join(f"a resume keeps {trained}'s tokenizer".split()) in said
     assert json.loads((tmp_path / "streamed" / "results.json").read_text())["validation_blocks"] > 0
 
 

@@ -308,6 +308,15 @@ def test_utf16_and_nul_bytes_are_refused_not_trained_on(tmp_path):
     dataset, stats, _ = load_corpus([str(later)], skip_bad_lines=True)
     assert dataset["text"] == ["fine", "still fine", "last"] and stats.bad_lines == 1
     corpus.refuse_non_text(later)  # the stream's first look lets it pass: its reader refuses the document itself
+    # but UTF-16 of any script (Cyrillic: NULs only at its spaces and line ends) and a binary file named .txt are no
+    # stray NULs: refused, with --skip-bad-lines too (review of the rule, 2026-11-29: they were skipped or trained on)
+    russian = _write(tmp_path / "ru.txt", ("Привет мир, это тест.\n" * 400).encode("utf-16-be"))
+    image = _write(tmp_path / "image.txt", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)) * 50)
+    for path in (russian, image):
+        with pytest.raises(BertkitError, match=r"NUL bytes \(UTF-16 text, or not a text file\?\)"):
+            load_corpus([str(path)], skip_bad_lines=True)
+        with pytest.raises(BertkitError, match=r"NUL bytes"):
+            corpus.refuse_non_text(path)
 
 
 def test_a_byte_order_mark_opening_any_line_is_not_text(tmp_path):

@@ -303,5 +303,9 @@ def test_a_streamed_corpus_trains_its_tokenizer_without_a_copy_in_the_cache(tmp_
     (tmp_path / "empty.txt").write_bytes(b"\n  \n\xef\xbb\xbf\n")
     with pytest.raises(BertkitError, match=r"^corpus is empty: 1 file\(s\) read, no non-empty text$"):
         train_on_corpus([str(tmp_path / "empty.txt")], 300, settings, streaming=True)
+    # a read error is itself, not "empty" (a wrong text field, invalid UTF-8 in the first document)
+    (tmp_path / "bad.txt").write_bytes(b"\xe9t\xe9 not utf-8\n")
+    with pytest.raises(BertkitError, match="invalid UTF-8 at byte 0"):
+        train_on_corpus([str(tmp_path / "bad.txt")], 300, settings, streaming=True)
     huge = TokenizerConfig(min_frequency=1, max_documents=10 ** 20)
     assert train_on_corpus([str(corpus)], 300, huge, streaming=True).get_vocab() == streamed.get_vocab()

@@ -391,9 +391,9 @@ def test_what_a_conll_reader_cannot_read_is_said_plainly(tmp_path):
     conll.write_text("Peter\u00a0Black B-PER\nlives O\n\nin O\n")
     assert read_conll(conll)[0].tokens == ("Peter\u00a0Black", "lives")
     # but one that ends a line is no part of the tag (it made a type "ORG\xa0"), and a line of them is blank
-    conll.write_text("EU NNP I-ORG\u00a0\nrejects VBZ O\n\u00a0\nPeter NNP I-PER\u2009\n")
+    conll.write_text("EU NNP I-ORG\u00a0\nrejects VBZ O\n\u00a0\nPeter NNP I-PER\u2009\n\u3000 SP O\n")
     assert [(s.tokens, s.tags) for s in read_conll(conll)] == [(("EU", "rejects"), ("B-ORG", "O")),
-                                                               (("Peter",), ("B-PER",))]
+                                                               (("Peter", "\u3000"), ("B-PER", "O"))]
     conll.write_text("Peter\u00a0Black B-PER\nlives O\n\nin O\n")
     for column in (0, -2):
         with pytest.raises(BertkitError, match=f"tag column {column} is the word column"):

@@ -555,9 +555,25 @@ def test_a_tie_on_the_metric_is_broken_by_the_validation_loss_and_a_changed_metr
         state.step = step
         judge.track_best({"val_loss": loss, "f1": f1}, state, model)
     assert saved == [10, 20, 40] and (state.best_step, state.best_metric, state.best_loss) == (40, "f1", 1.40)
+    assert state.stale_evals == 0  # step 20's tie kept its weights, but was no improvement: patience counted it
+    state.step = 45
+    judge.track_best({"val_loss": 1.30, "f1": 0.1}, state, model)
+    assert (state.best_step, state.stale_evals) == (45, 1) and saved[-1] == 45
     # resumed with val_loss as the metric: 1.35 is not compared with the f1 of 0.1
     judge = Evaluator(None, TrainConfig(), "val_loss", tmp_path, main, None, console)
     state.step = 50
     judge.track_best({"val_loss": 1.35, "f1": 0.0}, state, model)
     assert (state.best_step, state.best_value, state.best_metric) == (50, 1.35, "val_loss") and saved[-1] == 50
     assert "picked by f1, this run picks by val_loss: the best starts over" in console.export_text()
+    state.best_metric, state.best_value = "f1", None  # a metric that is never finite: said once, not every time
+    for step in (60, 70):
+        state.step = step
+        judge.track_best({"val_loss": math.nan, "f1": 0.0}, state, model)
+    assert console.export_text().count("the best starts over") == 1 and state.stale_evals == 2  # (export clears)
+    # a checkpoint written before TrainState.best_metric: its resume reads the metric from the kept best's record
+    from bertkit.run.checkpoints import best_metric
+
+    assert best_metric(tmp_path) == ""
+    (tmp_path / "checkpoints" / "best").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "best" / "state.json").write_text('{"step": 20, "metric": "val_loss", "value": 0.9}')
+    assert best_metric(tmp_path) == "val_loss"
