@@ -186,12 +186,12 @@ def _labelled_models(paths: tuple[Path, ...], init: str, console: Console) -> di
         architecture = config.model.architecture
         if architecture != "encoder":
             raise BertkitError(f"--model {path}: glue scores encoders; this is {a_or_an(architecture)} run")
-        task_heads = [f"its {name.replace('_', ' ')} head is dropped" for name in config.heads.names
-                      if name in ("classifier", "tagger", "pair_classifier")]
+        finetuned = [f"its {name.replace('_', ' ')} head is dropped" for name in config.heads.names
+                     if name in ("classifier", "tagger", "pair_classifier")]
         if config.task.kind == "sentence":  # SBERT has no head: an STS-B-trained one scored on STS-B said nothing
-            task_heads.append("an SBERT sentence-embedding model")
-        if task_heads and init == "pretrained":  # intermediate-task transfer is legitimate, but not pretraining
-            console.print(f"[yellow]warning: --model {path} is a finetuned run ({task_heads[0]}): each cell "
+            finetuned.append("an SBERT sentence-embedding model")
+        if finetuned and init == "pretrained":  # intermediate-task transfer is legitimate, but not pretraining
+            console.print(f"[yellow]warning: --model {path} is a finetuned run ({finetuned[0]}): each cell "
                           "finetunes its encoder again, so its scores measure its pretraining and that finetuning "
                           "together")
         if any(path.resolve() == Path(other).resolve() for other in labelled.values()):

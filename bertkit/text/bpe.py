@@ -52,8 +52,7 @@ def train_on_corpus(corpus: list[str] | tuple[str, ...], vocab_size: int, cfg: T
             # spread evenly over the corpus, not its first N: a corpus in any order (IMDB's train file is its
             # negative reviews and then its positive ones; a dump sorted by title) gave a vocabulary of one part
             dataset = dataset.select(sample_indices(total, limit))
-        texts = (text for batch in dataset.iter(batch_size=1000) for text in batch["text"])
-        documents = itertools.islice(texts, limit)
+        documents = (text for batch in dataset.iter(batch_size=1000) for text in batch["text"])
         # the characters are the whole corpus's: under max_documents the line says which documents were read
         read = (f"{limit:,} of the corpus's {total:,} documents, spread evenly (tokenizer.max_documents)"
                 if limit < total else f"{limit:,} documents ({stats.characters:,} characters in {stats.files} file(s))")

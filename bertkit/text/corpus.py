@@ -185,8 +185,9 @@ def _lines(path: Path, skip_bad_lines: bool | None, stats: ReadStats, ends: bool
     try:
         with opener(path, "rb") as fh:
             for number, raw in enumerate(fh, start=1):
-                if number == 1 and raw[:2] in _UTF16 or b"\x00" in raw and _looks_utf16(raw):  # (UTF-16 of ASCII
-                    raise _nul_error(path, raw, offset, number)  # text is valid UTF-8 with NULs): never text
+                # (a byte-order mark, a UTF-16 head: refused above) a UTF-16 part past the head: never text
+                if b"\x00" in raw and _looks_utf16(raw):
+                    raise _nul_error(path, raw, offset, number)
                 try:
                     if b"\x00" in raw:  # a stray NUL in UTF-8 text (scraped pages have some): a bad line
                         raise UnicodeDecodeError("utf-8", raw, raw.index(b"\x00"), raw.index(b"\x00") + 1, "NUL")
